@@ -1,0 +1,100 @@
+//! The one error type of the reference crate.
+//!
+//! Every check on user input happens at the API boundary and names the value that
+//! failed, so that a bad argument never turns into a panic deep inside a block loop
+//! or, worse, into silently wrong numbers.
+
+use std::fmt;
+
+/// What went wrong, with the offending value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// A tensor dimension that must be positive is zero (`batch`, `seq`, `heads`, `head_dim`).
+    ZeroDim { tensor: &'static str, dim: &'static str },
+    /// Two tensors (or a tensor and a side input) disagree on a dimension.
+    ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
+    /// A NaN or infinity in an input tensor, at the first index found.
+    NonFinite { tensor: &'static str, index: Vec<usize>, value: f64 },
+    /// A LongNet branch with segment length 0.
+    SegmentZero { branch: usize },
+    /// A LongNet branch (or block-sparse rule) with dilation 0.
+    DilationZero { branch: usize },
+    /// A LongNet branch whose dilation exceeds its segment length (the branch would keep
+    /// one position per segment at best, and none for most offsets).
+    DilationExceedsSegment { branch: usize, dilation: usize, segment: usize },
+    /// A fixed offset that is not smaller than the branch's dilation.
+    OffsetOutOfRange { branch: usize, offset: usize, dilation: usize },
+    /// A dilated pattern with no branches.
+    NoBranches,
+    /// Head-group combine needs at least one head per branch.
+    TooFewHeads { heads: usize, branches: usize },
+    /// A pattern parameter that must be positive is zero (block size, ...).
+    ZeroParameter { pattern: &'static str, parameter: &'static str },
+    /// A user block mask whose size does not cover the sequence.
+    BlockMaskTooSmall { blocks_needed: usize, rows: usize, cols: usize },
+    /// An explicit mask built for another sequence length or head count.
+    MaskShape { expected: Vec<usize>, got: Vec<usize> },
+    /// A key-padding length longer than the sequence.
+    KeyPaddingTooLong { batch: usize, length: usize, seq: usize },
+    /// A position list entry outside `0..seq_len`, or listed twice.
+    BadPosition { what: &'static str, position: usize, seq_len: usize },
+    /// A softmax scale that is zero, negative or not finite.
+    BadScale { scale: f64 },
+    /// Partials of different shapes cannot be merged.
+    MergeShape { left: Vec<usize>, right: Vec<usize> },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),
+            Error::ShapeMismatch { what, expected, got } => {
+                write!(f, "{what}: expected shape {expected:?}, got {got:?}")
+            }
+            Error::NonFinite { tensor, index, value } => {
+                write!(f, "{tensor}: non-finite value {value} at index {index:?}")
+            }
+            Error::SegmentZero { branch } => write!(f, "branch {branch}: segment_length is 0; it must be at least 1"),
+            Error::DilationZero { branch } => write!(f, "branch {branch}: dilation_rate is 0; it must be at least 1"),
+            Error::DilationExceedsSegment { branch, dilation, segment } => write!(
+                f,
+                "branch {branch}: dilation_rate {dilation} exceeds segment_length {segment}; \
+                 the dilation must be at most the segment length"
+            ),
+            Error::OffsetOutOfRange { branch, offset, dilation } => {
+                write!(f, "branch {branch}: offset {offset} must be smaller than dilation_rate {dilation}")
+            }
+            Error::NoBranches => write!(f, "dilated pattern: at least one (segment_length, dilation_rate) branch is required"),
+            Error::TooFewHeads { heads, branches } => write!(
+                f,
+                "head_groups combine: {heads} heads cannot be split into {branches} non-empty groups (one per branch)"
+            ),
+            Error::ZeroParameter { pattern, parameter } => {
+                write!(f, "{pattern}: `{parameter}` is 0; it must be at least 1")
+            }
+            Error::BlockMaskTooSmall { blocks_needed, rows, cols } => write!(
+                f,
+                "block mask is {rows}x{cols} blocks but the sequence needs {blocks_needed}x{blocks_needed}"
+            ),
+            Error::MaskShape { expected, got } => {
+                write!(f, "explicit mask: expected [heads, seq, seq] = {expected:?}, got {got:?}")
+            }
+            Error::KeyPaddingTooLong { batch, length, seq } => {
+                write!(f, "key padding: batch row {batch} has length {length} > seq {seq}")
+            }
+            Error::BadPosition { what, position, seq_len } => write!(
+                f,
+                "{what}: position {position} is out of range 0..{seq_len} or repeated"
+            ),
+            Error::BadScale { scale } => write!(f, "softmax scale {scale} must be finite and positive"),
+            Error::MergeShape { left, right } => {
+                write!(f, "merge: partials have different shapes {left:?} and {right:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Shorthand used throughout the crate.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -28,6 +28,7 @@
 pub mod attention;
 mod blocked;
 mod check;
+pub mod compare;
 pub mod error;
 pub mod float;
 pub mod partial;

@@ -3,7 +3,9 @@
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ringdil_cli::pattern_file::PatternFile;
-use ringdil_cli::table;
+use ringdil_cli::{attend, pattern_view, table};
+use ringdil_reference::Spec;
+use std::error::Error;
 use ringdil_cli::verify::{self, Check, Row};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,12 +44,152 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Reference attention on your own tensors: read q, k, v ([batch, seq, heads,
+    /// head_dim], .npy f32/f64 or .safetensors f64/f32/bf16/f16, name a tensor as
+    /// FILE.safetensors:NAME), write the output (and optionally the log-sum-exp,
+    /// [batch, heads, seq]) as .npy. f64 inputs are computed in f64, anything else in f32.
+    Attend {
+        #[arg(long)]
+        q: String,
+        #[arg(long)]
+        k: String,
+        #[arg(long)]
+        v: String,
+        /// Pattern file (JSON or TOML); dense when omitted.
+        #[arg(long, value_name = "FILE")]
+        pattern: Option<PathBuf>,
+        /// Make the pattern causal (in addition to the file's own `causal`).
+        #[arg(long)]
+        causal: bool,
+        /// Output tensor (.npy).
+        #[arg(long)]
+        out: PathBuf,
+        /// Log-sum-exp output (.npy); rows with no allowed key hold -inf.
+        #[arg(long)]
+        lse: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect attention patterns.
+    #[command(subcommand)]
+    Pattern(PatternCommand),
+}
+
+#[derive(Subcommand)]
+enum PatternCommand {
+    /// Show which keys each query sees: density, keys per query (min/mean/max), the
+    /// largest multiplicity (a key counted by two LongNet branches has 2), the receptive
+    /// field after 1..=L layers, and optionally a PNG of the mask (query down, key
+    /// right; blue = allowed, orange = counted twice or more).
+    Show {
+        /// Pattern file (JSON or TOML).
+        file: PathBuf,
+        /// Sequence length.
+        #[arg(long, default_value_t = 256)]
+        seq: usize,
+        /// Number of heads (dilation offsets depend on the head).
+        #[arg(long, default_value_t = 4)]
+        heads: usize,
+        /// Head whose statistics are printed and drawn.
+        #[arg(long, default_value_t = 0)]
+        head: usize,
+        /// Draw every head in a grid instead of one.
+        #[arg(long)]
+        all_heads: bool,
+        /// Layers for the receptive field.
+        #[arg(long, default_value_t = 4)]
+        layers: usize,
+        /// Write the mask picture here.
+        #[arg(long, value_name = "FILE")]
+        png: Option<PathBuf>,
+        /// Print the statistics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Verify { cases, seed, pattern, json } => run_verify(cases, seed, pattern, json),
+    let result = match Cli::parse().command {
+        Command::Verify { cases, seed, pattern, json } => return run_verify(cases, seed, pattern, json),
+        Command::Attend { q, k, v, pattern, causal, out, lse, json } => {
+            run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), json)
+        }
+        Command::Pattern(PatternCommand::Show { file, seq, heads, head, all_heads, layers, png, json }) => {
+            run_show(&file, seq, heads, head, all_heads, layers, png.as_deref(), json)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
     }
+}
+
+fn load_spec(pattern: Option<&std::path::Path>) -> Result<Spec, Box<dyn Error>> {
+    Ok(match pattern {
+        Some(path) => PatternFile::load(path)?.spec()?,
+        None => Spec::dense(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_attend(
+    q: &str,
+    k: &str,
+    v: &str,
+    pattern: Option<PathBuf>,
+    causal: bool,
+    out: &std::path::Path,
+    lse: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), Box<dyn Error>> {
+    let mut spec = load_spec(pattern.as_deref())?;
+    spec.causal |= causal;
+    let report = attend::attend(q, k, v, &spec, out, lse)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "attention {:?} ({}) in {:.3} s, {} empty rows -> {}",
+            report.shape,
+            report.dtype,
+            report.seconds,
+            report.empty_rows,
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_show(
+    file: &std::path::Path,
+    seq: usize,
+    heads: usize,
+    head: usize,
+    all_heads: bool,
+    layers: usize,
+    png: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), Box<dyn Error>> {
+    let spec = load_spec(Some(file))?;
+    let stats = pattern_view::stats(&spec, seq, heads, head, layers)?;
+    if let Some(path) = png {
+        let draw: Vec<usize> = if all_heads { (0..heads).collect() } else { vec![head] };
+        pattern_view::write_png(&spec, seq, heads, &draw, path)?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(());
+    }
+    print!("{}", pattern_view::render(&stats));
+    if let Some(path) = png {
+        println!("mask picture: {}", path.display());
+    }
+    Ok(())
 }
 
 fn run_verify(cases: usize, seed: u64, pattern: Option<PathBuf>, json: bool) -> ExitCode {

@@ -18,14 +18,16 @@
 use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dense, Dilated, Offset, SlidingWindow};
 use ringdil_reference::{Pattern, Spec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde_json::Value;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// One pattern file. See the module docs for the fields.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+/// One pattern file. See the module docs for the fields. On disk the variant is named by
+/// a `kind` field next to the others (see [`PatternFile::parse`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum PatternFile {
     Dense {
         #[serde(default)]
@@ -64,28 +66,20 @@ pub enum PatternFile {
     },
 }
 
+/// The values `kind` may take, for error messages.
+const KINDS: &str = "`dense`, `dilated`, `sliding_window`, `block_sparse`";
+
 fn softmax_denominator() -> Combine {
     Combine::SoftmaxDenominator
 }
 
 /// The `offsets` field of a dilated pattern.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum Offsets {
     #[default]
-    #[serde(serialize_with = "head_mod")]
     HeadMod,
-    #[serde(serialize_with = "head_block")]
     HeadBlock,
     Fixed(Vec<usize>),
-}
-
-fn head_mod<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str("head_mod")
-}
-
-fn head_block<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str("head_block")
 }
 
 const OFFSETS_EXPECTED: &str = "\"head_mod\", \"head_block\" or a list of one offset per branch";
@@ -102,7 +96,7 @@ impl<'de> Deserialize<'de> for Offsets {
                 match v {
                     "head_mod" => Ok(Offsets::HeadMod),
                     "head_block" => Ok(Offsets::HeadBlock),
-                    other => Err(E::custom(format!("offsets: unknown rule `{other}`, expected {OFFSETS_EXPECTED}"))),
+                    other => Err(E::custom(format!("unknown rule `{other}`, expected {OFFSETS_EXPECTED}"))),
                 }
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Offsets, A::Error> {
@@ -151,12 +145,34 @@ impl PatternFile {
     }
 
     /// Parse file contents; the message names the bad field and the allowed values.
+    ///
+    /// The file's flat form `{"kind": K, fields...}` is rewritten to serde's external
+    /// tagging `{K: {fields...}}` first, because serde's internally tagged enums buffer
+    /// their content and lose the path of a bad field; this way the error says
+    /// `combine: unknown variant ...` instead of just `unknown variant ...`.
     pub fn parse(text: &str, is_toml: bool) -> Result<Self, String> {
-        if is_toml {
-            toml::from_str(text).map_err(|e| e.message().to_string())
+        let value: Value = if is_toml {
+            let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_string())?;
+            serde_json::to_value(table).map_err(|e| e.to_string())?
         } else {
-            serde_json::from_str(text).map_err(|e| e.to_string())
-        }
+            serde_json::from_str(text).map_err(|e| e.to_string())?
+        };
+        let Value::Object(mut fields) = value else {
+            return Err("a pattern file is a table of fields with a `kind`".to_string());
+        };
+        let kind = match fields.remove("kind") {
+            Some(Value::String(kind)) => kind,
+            _ => return Err(format!("missing string field `kind`; expected one of {KINDS}")),
+        };
+        let tagged = Value::Object([(kind, Value::Object(fields))].into_iter().collect());
+        serde_path_to_error::deserialize(tagged).map_err(|e| {
+            // The path starts with the kind; the field inside it is what the user wrote.
+            let path = e.path().to_string();
+            match path.split_once('.') {
+                Some((_, field)) if !field.is_empty() => format!("field `{field}`: {}", e.inner()),
+                _ => format!("field `kind`: {}", e.inner()),
+            }
+        })
     }
 
     /// The pattern the file describes.

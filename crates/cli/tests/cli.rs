@@ -1,0 +1,165 @@
+//! The `ringdil` binary as a user runs it: its text outputs and error messages are
+//! insta snapshots (a wording change is a visible diff), and `attend` is checked
+//! numerically against the library on tensors written to .npy files.
+
+use ndarray::{Array3, Array4};
+use ndarray_npy::{read_npy, write_npy};
+use ringdil_reference::compare::rel_err;
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::normal_tensor;
+use ringdil_reference::{Spec, attention};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn ringdil(args: &[&str]) -> (String, String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringdil"))
+        .args(args)
+        .current_dir(workspace())
+        .output()
+        .expect("the ringdil binary runs");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code().unwrap_or(-1))
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringdil-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+#[test]
+fn verify_default_sweep_passes_and_prints_its_table() {
+    let (stdout, _, code) = ringdil(&["verify", "--cases", "4", "--seed", "7"]);
+    assert_eq!(code, 0, "{stdout}");
+    // Error values depend on summation order (thread count); everything else is fixed.
+    insta::with_settings!({filters => vec![(r" +\d\.\d\de-?\d+", " [err]")]}, {
+        insta::assert_snapshot!(stdout);
+    });
+}
+
+#[test]
+fn verify_json_reports_every_row() {
+    let (stdout, _, code) = ringdil(&["verify", "--cases", "3", "--json"]);
+    assert_eq!(code, 0);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3 * 4);
+    assert!(rows.iter().all(|r| r["pass"] == true && r["rel_err"].as_f64().unwrap() <= r["bound"].as_f64().unwrap()));
+}
+
+#[test]
+fn verify_with_a_pattern_file_uses_it_for_every_case() {
+    let (stdout, _, code) = ringdil(&["verify", "--cases", "2", "--pattern", "docs/patterns/longnet.json"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.matches("docs/patterns/longnet.json").count(), 2 * 4, "{stdout}");
+}
+
+#[test]
+fn pattern_show_prints_statistics() {
+    let (stdout, stderr, code) = ringdil(&["pattern", "show", "docs/patterns/longnet.json", "--seq", "64", "--heads", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
+fn pattern_show_writes_a_png() {
+    let png = scratch("mask.png");
+    let png_arg = png.to_str().unwrap();
+    let (_, stderr, code) = ringdil(&["pattern", "show", "docs/patterns/bigbird.json", "--seq", "50", "--heads", "3", "--all-heads", "--png", png_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    let bytes = std::fs::read(&png).expect("png written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width = 3 panels of 50 * zoom 10 plus 2 gaps of 8; height = 500.
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!((width, height), (3 * 500 + 2 * 8, 500));
+}
+
+/// Each bad pattern file, and the exact message the user gets.
+#[test]
+fn bad_pattern_files_name_the_field_and_allowed_values() {
+    let cases = [
+        ("unknown_kind", r#"{"kind": "dilatd"}"#),
+        ("missing_kind", r#"{"segment_lengths": [4]}"#),
+        ("bad_combine", r#"{"kind": "dilated", "segment_lengths": [4], "dilation_rates": [1], "combine": "avg"}"#),
+        ("typo_field", r#"{"kind": "dilated", "segment_lengths": [4], "dilation_rates": [1], "offset": "head_mod"}"#),
+        ("bad_offsets", r#"{"kind": "dilated", "segment_lengths": [4], "dilation_rates": [1], "offsets": "foo"}"#),
+        ("lengths", r#"{"kind": "dilated", "segment_lengths": [4, 8], "dilation_rates": [1]}"#),
+        ("dilation_zero", r#"{"kind": "dilated", "segment_lengths": [4], "dilation_rates": [0]}"#),
+        ("dilation_over_segment", r#"{"kind": "dilated", "segment_lengths": [4], "dilation_rates": [8]}"#),
+        ("segment_zero", r#"{"kind": "dilated", "segment_lengths": [0], "dilation_rates": [1]}"#),
+        ("block_zero", r#"{"kind": "block_sparse", "block": 0}"#),
+        ("not_json", "{kind: dense"),
+    ];
+    let mut report = String::new();
+    for (name, text) in cases {
+        let path = scratch(&format!("{name}.json"));
+        std::fs::write(&path, text).unwrap();
+        let (_, stderr, code) = ringdil(&["pattern", "show", path.to_str().unwrap(), "--seq", "16"]);
+        assert_eq!(code, 2, "{name} must be rejected");
+        report.push_str(&format!("{name}: {}", stderr.replace(path.to_str().unwrap(), "FILE")));
+    }
+    insta::assert_snapshot!(report);
+}
+
+#[test]
+fn toml_pattern_files_parse_like_json() {
+    let (json, _, a) = ringdil(&["pattern", "show", "docs/patterns/longnet.json", "--seq", "40"]);
+    let toml = scratch("longnet.toml");
+    std::fs::write(
+        &toml,
+        "kind = \"dilated\"\nsegment_lengths = [16, 32, 64]\ndilation_rates = [1, 2, 4]\noffsets = \"head_mod\"\ncausal = true\n",
+    )
+    .unwrap();
+    let (from_toml, _, b) = ringdil(&["pattern", "show", toml.to_str().unwrap(), "--seq", "40"]);
+    assert_eq!((a, b), (0, 0));
+    assert_eq!(json, from_toml);
+}
+
+#[test]
+fn attend_matches_the_library_on_npy_files() {
+    let shape = [2, 45, 3, 8];
+    let (q, k, v) = (normal_tensor(shape, 11), normal_tensor(shape, 12), normal_tensor(shape, 13));
+    let paths: Vec<PathBuf> = ["q", "k", "v", "o", "l"].iter().map(|n| scratch(&format!("attend-{n}.npy"))).collect();
+    for (path, x) in paths.iter().zip([&q, &k, &v]) {
+        write_npy(path, x).unwrap();
+    }
+    let arg = |i: usize| paths[i].to_str().unwrap().to_string();
+    let (_, stderr, code) = ringdil(&[
+        "attend", "--q", &arg(0), "--k", &arg(1), "--v", &arg(2), "--pattern", "docs/patterns/longnet.json", "--out", &arg(3), "--lse", &arg(4),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let out: Array4<f64> = read_npy(&paths[3]).unwrap();
+    let lse: Array3<f64> = read_npy(&paths[4]).unwrap();
+    let spec = Spec::new(Dilated::longnet(&[(16, 1), (32, 2), (64, 4)])).causal(true);
+    let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
+    assert!(rel_err(&out, &expected.out) < 1e-14);
+    assert!(rel_err(&lse, &expected.lse) < 1e-14);
+}
+
+#[test]
+fn attend_rejects_tensors_that_are_not_4d() {
+    let path = scratch("three-d.npy");
+    write_npy(&path, &Array3::<f64>::zeros((2, 3, 4))).unwrap();
+    let p = path.to_str().unwrap();
+    let out = scratch("unused.npy");
+    let (_, stderr, code) = ringdil(&["attend", "--q", p, "--k", p, "--v", p, "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("shape [2, 3, 4] is not 4-dimensional"), "{stderr}");
+}
+
+#[test]
+fn attend_reports_non_finite_inputs_by_index() {
+    let mut q = normal_tensor([1, 5, 1, 2], 1);
+    q[[0, 3, 0, 1]] = f64::NAN;
+    let path = scratch("nan.npy");
+    write_npy(&path, &q).unwrap();
+    let p = path.to_str().unwrap();
+    let out = scratch("unused2.npy");
+    let (_, stderr, code) = ringdil(&["attend", "--q", p, "--k", p, "--v", p, "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("q: non-finite value NaN at index [0, 3, 0, 1]"), "{stderr}");
+}

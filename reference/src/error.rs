@@ -42,6 +42,25 @@ pub enum Error {
     BadScale { scale: f64 },
     /// Partials of different shapes cannot be merged.
     MergeShape { left: Vec<usize>, right: Vec<usize> },
+    /// A distributed layout over 0 ranks (or a head split over 0 parts).
+    ZeroRanks,
+    /// Chunk boundaries that are not `ranks + 1` non-decreasing values from 0 to `seq_len`.
+    BadBoundaries { boundaries: Vec<usize>, ranks: usize, seq_len: usize },
+    /// A token order that is not a permutation of `0..seq_len`: wrong length, or `token`
+    /// out of range or repeated.
+    NotAPermutation { len: usize, seq_len: usize, token: Option<usize> },
+    /// A schedule names a rank outside `0..ranks`.
+    BadRank { rank: usize, ranks: usize },
+    /// A schedule names heads outside `0..heads`.
+    BadHeads { start: usize, end: usize, heads: usize },
+    /// A schedule step needs a row that the rank does not hold.
+    MissingRow { rank: usize, tensor: &'static str, token: usize, head: usize },
+    /// After a phase, an accumulator row is left on a rank that does not own its token.
+    StrandedRow { rank: usize, tensor: &'static str, token: usize, head: usize },
+    /// A schedule computes an allowed (query, key) pair of a head `count` times instead of once.
+    PairCoverage { query: usize, key: usize, head: usize, count: usize },
+    /// The backward pass of a simulation was asked for before its forward pass.
+    BackwardBeforeForward,
 }
 
 impl fmt::Display for Error {
@@ -90,6 +109,38 @@ impl fmt::Display for Error {
             Error::MergeShape { left, right } => {
                 write!(f, "merge: partials have different shapes {left:?} and {right:?}")
             }
+            Error::ZeroRanks => write!(f, "the number of ranks (or parts) is 0; it must be at least 1"),
+            Error::BadBoundaries { boundaries, ranks, seq_len } => write!(
+                f,
+                "chunk boundaries {boundaries:?} do not split 0..{seq_len} over {ranks} ranks: \
+                 expected {} non-decreasing values from 0 to {seq_len}",
+                ranks + 1
+            ),
+            Error::NotAPermutation { len, seq_len, token: Some(token) } => write!(
+                f,
+                "token order of length {len}: token {token} is out of range 0..{seq_len} or repeated; \
+                 it must be a permutation of 0..{seq_len}"
+            ),
+            Error::NotAPermutation { len, seq_len, token: None } => {
+                write!(f, "token order has {len} entries; a permutation of 0..{seq_len} has {seq_len}")
+            }
+            Error::BadRank { rank, ranks } => write!(f, "schedule: rank {rank} is out of range 0..{ranks}"),
+            Error::BadHeads { start, end, heads } => {
+                write!(f, "schedule: heads {start}..{end} are not a range inside 0..{heads}")
+            }
+            Error::MissingRow { rank, tensor, token, head } => {
+                write!(f, "schedule: rank {rank} needs {tensor} of token {token}, head {head}, but does not hold it")
+            }
+            Error::StrandedRow { rank, tensor, token, head } => write!(
+                f,
+                "schedule: {tensor} of token {token}, head {head} ends on rank {rank}, which does not own the token"
+            ),
+            Error::PairCoverage { query, key, head, count } => write!(
+                f,
+                "schedule: pair (query {query}, key {key}) of head {head} is computed {count} times; \
+                 every allowed pair must be computed exactly once"
+            ),
+            Error::BackwardBeforeForward => write!(f, "simulation: backward called before forward"),
         }
     }
 }

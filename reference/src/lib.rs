@@ -34,6 +34,7 @@ pub mod float;
 pub mod partial;
 pub mod pattern;
 pub mod random;
+pub mod ring;
 pub mod spec;
 
 pub use attention::{

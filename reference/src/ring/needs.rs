@@ -1,0 +1,84 @@
+//! Which key rows each rank needs from each other rank, derived from the pattern.
+//!
+//! For a destination rank `d`, a source rank `s` and a head `h`:
+//!
+//! ```text
+//!   need(d, s, h) = { k owned by s : exists q owned by d with c_h(q, k) > 0 }
+//! ```
+//!
+//! where `c_h(q, k)` is the pattern's multiplicity ([`crate::Pattern::key_runs`]) after the
+//! causal cut `k <= q` and the key-padding cut `k < max_b key_lengths[b]` (a row is
+//! shipped for the whole batch, so the union over batch rows is what counts). The set
+//! is built only from key runs, so it is right for every pattern, present or future.
+//! A LongNet branch `(w, r)` whose segments never cross a rank boundary adds nothing
+//! across ranks; a longer segment adds the kept positions `a + o(h) + t r` only, `1/r` of
+//! the rows per head.
+
+use super::chunking::ChunkPlan;
+use crate::error::Result;
+use crate::pattern::KeyRun;
+use crate::spec::Spec;
+
+/// `need(d, s, h)` for every destination, source and head: ascending global tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Needs {
+    pub heads: usize,
+    /// `keys[d][h][s]`.
+    keys: Vec<Vec<Vec<Vec<usize>>>>,
+}
+
+impl Needs {
+    /// Compute the needs of `spec` over `heads` heads for `plan`. Cost `O(P H N + pairs)`.
+    pub fn new(spec: &Spec, plan: &ChunkPlan, heads: usize) -> Result<Self> {
+        let n = plan.seq_len;
+        spec.pattern.validate(heads, n)?;
+        let limit = spec.key_lengths.as_ref().map_or(n, |l| l.iter().copied().max().unwrap_or(0).min(n));
+        let owner = plan.token_map().rank;
+        let ranks = plan.ranks();
+        let mut keys = vec![vec![vec![Vec::new(); ranks]; heads]; ranks];
+        let mut stamp = vec![usize::MAX; n];
+        let mut runs: Vec<KeyRun> = Vec::new();
+        for (d, row) in keys.iter_mut().enumerate() {
+            for (h, by_src) in row.iter_mut().enumerate() {
+                let mark = d * heads + h;
+                for &q in plan.tokens(d) {
+                    runs.clear();
+                    spec.pattern.key_runs(q, h, heads, n, &mut runs);
+                    let cut = if spec.causal { limit.min(q + 1) } else { limit };
+                    for run in &runs {
+                        run.clipped(cut).iter().for_each(|k| stamp[k] = mark);
+                    }
+                }
+                for k in (0..n).filter(|&k| stamp[k] == mark) {
+                    by_src[owner[k]].push(k);
+                }
+            }
+        }
+        Ok(Needs { heads, keys })
+    }
+
+    /// `need(d, s, h)`.
+    pub fn keys(&self, dst: usize, src: usize, head: usize) -> &[usize] {
+        &self.keys[dst][head][src]
+    }
+
+    /// Whether any query of `dst` sees any key of `src` in any head: a step of the ring
+    /// that answers `false` computes nothing and is skipped.
+    pub fn any(&self, dst: usize, src: usize) -> bool {
+        self.keys[dst].iter().any(|by_src| !by_src[src].is_empty())
+    }
+
+    /// Maximal runs of consecutive heads with the same non-empty need from `src`:
+    /// `(heads, keys)`. One message (and one compute) per group keeps plans short.
+    pub fn head_groups(&self, dst: usize, src: usize) -> Vec<(std::ops::Range<usize>, &[usize])> {
+        let mut groups: Vec<(std::ops::Range<usize>, &[usize])> = Vec::new();
+        for (h, k) in self.keys[dst].iter().map(|by_src| &by_src[src]).enumerate() {
+            match groups.last_mut() {
+                Some((heads, keys)) if heads.end == h && *keys == k.as_slice() => heads.end = h + 1,
+                _ if k.is_empty() => {}
+                _ => groups.push((h..h + 1, k)),
+            }
+        }
+        groups
+    }
+}

@@ -1,0 +1,245 @@
+//! A schedule as a value: who sends which rows to whom, and who computes what, step by
+//! step. Schedules are built by [`super::ring()`], [`super::pattern_ring`],
+//! [`super::all_gather`] and [`super::ulysses`], printed as JSON, and replayed by
+//! [`super::Simulation`].
+//!
+//! # Rows and their rules
+//! A *row* is one tensor's values for one global token and one head, over the whole
+//! batch. Inputs ([`Tensor::Q`], `K`, `V`, `DOut`) are **copied** by a [`Op::Send`] and
+//! dropped only by an explicit [`Op::Free`]. Accumulators ([`Tensor::Out`], the partial
+//! output with its log-sum-exp, and `DQ`, `DK`, `DV`) are **moved**: the sender's row is
+//! gone, and the receiver combines it into its own (online-softmax merge for `Out`,
+//! addition for gradients; a missing accumulator row is the identity). Moving is what
+//! makes every gradient contribution count exactly once.
+
+use super::chunking::ChunkPlan;
+use crate::error::{Error, Result};
+use crate::pattern::KeyRun;
+use crate::spec::Spec;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::ops::Range;
+
+/// The tensors a rank can hold rows of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Tensor {
+    Q,
+    K,
+    V,
+    DOut,
+    /// The partial (later final) output and its log-sum-exp.
+    Out,
+    DQ,
+    DK,
+    DV,
+}
+
+impl Tensor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tensor::Q => "Q",
+            Tensor::K => "K",
+            Tensor::V => "V",
+            Tensor::DOut => "dOut",
+            Tensor::Out => "Out",
+            Tensor::DQ => "dQ",
+            Tensor::DK => "dK",
+            Tensor::DV => "dV",
+        }
+    }
+
+    /// Accumulators move and combine; inputs are copied (see the module docs).
+    pub fn is_accumulator(self) -> bool {
+        matches!(self, Tensor::Out | Tensor::DQ | Tensor::DK | Tensor::DV)
+    }
+}
+
+/// One operation of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Rows `tensors x tokens x heads` go from `from` to `to`.
+    Send { from: usize, to: usize, tensors: Vec<Tensor>, heads: Range<usize>, tokens: Vec<usize> },
+    /// `rank` drops the rows `tensors x tokens x heads`.
+    Free { rank: usize, tensors: Vec<Tensor>, heads: Range<usize>, tokens: Vec<usize> },
+    /// `rank` attends `queries` over `keys` in `heads` and merges into its `Out` rows.
+    Attend { rank: usize, heads: Range<usize>, queries: Vec<usize>, keys: Vec<usize> },
+    /// `rank` adds the backward contributions of the same pairs to its `DQ`, `DK`, `DV` rows.
+    AttendBackward { rank: usize, heads: Range<usize>, queries: Vec<usize>, keys: Vec<usize> },
+}
+
+/// A compute that a schedule left out because the pattern allows no (query, key) pair
+/// between the queries of `rank` and the keys of `source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skip {
+    pub rank: usize,
+    pub source: usize,
+}
+
+/// The operations of one step, in order, and the computes it skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub ops: Vec<Op>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skip>,
+}
+
+/// Which schedule family built a [`Schedule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Ring,
+    PatternRing,
+    AllGather,
+    Ulysses,
+}
+
+/// A complete distributed schedule for one chunk plan and head count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub kind: Kind,
+    pub chunks: ChunkPlan,
+    pub heads: usize,
+    pub forward: Vec<Step>,
+    pub backward: Vec<Step>,
+}
+
+impl Schedule {
+    pub fn ranks(&self) -> usize {
+        self.chunks.ranks()
+    }
+
+    /// How many computes the schedule skipped (forward and backward).
+    pub fn skipped(&self) -> usize {
+        self.forward.iter().chain(&self.backward).map(|s| s.skipped.len()).sum()
+    }
+
+    /// Check a schedule (built here or read back from JSON) against `spec`: ranks, heads
+    /// and tokens in range, and every (query, key) pair that `spec` allows computed
+    /// **exactly once** in the forward phase and exactly once in the backward phase.
+    /// Returns the first violation.
+    pub fn validate(&self, spec: &Spec) -> Result<()> {
+        self.chunks.validate()?;
+        let (ranks, heads, n) = (self.ranks(), self.heads, self.chunks.seq_len);
+        spec.pattern.validate(heads, n)?;
+        for op in self.forward.iter().chain(&self.backward).flat_map(|s| &s.ops) {
+            let (rank_list, head_range, token_lists): (Vec<usize>, &Range<usize>, Vec<&[usize]>) = match op {
+                Op::Send { from, to, heads, tokens, .. } => (vec![*from, *to], heads, vec![tokens]),
+                Op::Free { rank, heads, tokens, .. } => (vec![*rank], heads, vec![tokens]),
+                Op::Attend { rank, heads, queries, keys } | Op::AttendBackward { rank, heads, queries, keys } => {
+                    (vec![*rank], heads, vec![queries, keys])
+                }
+            };
+            if let Some(&rank) = rank_list.iter().find(|&&r| r >= ranks) {
+                return Err(Error::BadRank { rank, ranks });
+            }
+            if head_range.start > head_range.end || head_range.end > heads {
+                return Err(Error::BadHeads { start: head_range.start, end: head_range.end, heads });
+            }
+            for (what, list) in ["tokens", "keys"].into_iter().zip(token_lists) {
+                crate::check::positions(what, list, n)?;
+            }
+        }
+        let is_forward = |op: &Op| matches!(op, Op::Attend { .. });
+        let is_backward = |op: &Op| matches!(op, Op::AttendBackward { .. });
+        self.check_coverage(spec, &self.forward, is_forward)?;
+        self.check_coverage(spec, &self.backward, is_backward)
+    }
+
+    /// Every allowed pair `(q, k, h)` lies in exactly one compute of `steps`.
+    fn check_coverage(&self, spec: &Spec, steps: &[Step], select: impl Fn(&Op) -> bool) -> Result<()> {
+        let (heads, n) = (self.heads, self.chunks.seq_len);
+        // Per compute: its heads, its query set and its key set.
+        let computes: Vec<(Range<usize>, HashSet<usize>, HashSet<usize>)> = steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .filter(|op| select(op))
+            .filter_map(|op| match op {
+                Op::Attend { heads, queries, keys, .. } | Op::AttendBackward { heads, queries, keys, .. } => {
+                    Some((heads.clone(), queries.iter().copied().collect(), keys.iter().copied().collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        let limit = spec.key_lengths.as_ref().map_or(n, |l| l.iter().copied().max().unwrap_or(0).min(n));
+        let mut runs: Vec<KeyRun> = Vec::new();
+        let mut allowed: Vec<usize> = Vec::new();
+        for q in 0..n {
+            for h in 0..heads {
+                runs.clear();
+                spec.pattern.key_runs(q, h, heads, n, &mut runs);
+                let cut = if spec.causal { limit.min(q + 1) } else { limit };
+                allowed.clear();
+                allowed.extend(runs.iter().flat_map(|r| r.clipped(cut).iter()));
+                allowed.sort_unstable();
+                allowed.dedup();
+                let covering: Vec<&HashSet<usize>> =
+                    computes.iter().filter(|(hs, qs, _)| hs.contains(&h) && qs.contains(&q)).map(|c| &c.2).collect();
+                for &key in &allowed {
+                    let count = covering.iter().filter(|keys| keys.contains(&key)).count();
+                    if count != 1 {
+                        return Err(Error::PairCoverage { query: q, key, head: h, count });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Op {
+    /// `Send` of all of `tensors` for `tokens` in `heads`.
+    pub fn send(from: usize, to: usize, tensors: &[Tensor], heads: Range<usize>, tokens: &[usize]) -> Op {
+        Op::Send { from, to, tensors: tensors.to_vec(), heads, tokens: tokens.to_vec() }
+    }
+
+    /// `Free` of all of `tensors` for `tokens` in `heads`.
+    pub fn free(rank: usize, tensors: &[Tensor], heads: Range<usize>, tokens: &[usize]) -> Op {
+        Op::Free { rank, tensors: tensors.to_vec(), heads, tokens: tokens.to_vec() }
+    }
+
+    /// The forward (`backward = false`) or backward compute of `queries` over `keys`.
+    pub fn compute(backward: bool, rank: usize, heads: Range<usize>, queries: &[usize], keys: &[usize]) -> Op {
+        let (queries, keys) = (queries.to_vec(), keys.to_vec());
+        if backward { Op::AttendBackward { rank, heads, queries, keys } } else { Op::Attend { rank, heads, queries, keys } }
+    }
+}
+
+/// A readable listing, one operation per line: what the snapshots and
+/// `docs/schedules.md` show.
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |xs: &[usize]| xs.iter().map(usize::to_string).collect::<Vec<_>>().join(" ");
+        let names = |ts: &[Tensor]| ts.iter().map(|t| t.name()).collect::<Vec<_>>().join(",");
+        writeln!(f, "{:?}: {} tokens, {} ranks, {} heads", self.kind, self.chunks.seq_len, self.ranks(), self.heads)?;
+        for r in 0..self.ranks() {
+            writeln!(f, "  rank {r} owns [{}]", list(self.chunks.tokens(r)))?;
+        }
+        for (phase, steps) in [("forward", &self.forward), ("backward", &self.backward)] {
+            writeln!(f, "{phase}")?;
+            for (i, step) in steps.iter().enumerate() {
+                writeln!(f, "  step {i}")?;
+                for op in &step.ops {
+                    match op {
+                        Op::Send { from, to, tensors, heads, tokens } => {
+                            writeln!(f, "    send {} {from}->{to} h{heads:?} [{}]", names(tensors), list(tokens))?
+                        }
+                        Op::Free { rank, tensors, heads, tokens } => {
+                            writeln!(f, "    free {} @{rank} h{heads:?} [{}]", names(tensors), list(tokens))?
+                        }
+                        Op::Attend { rank, heads, queries, keys } => {
+                            writeln!(f, "    attend @{rank} h{heads:?} q[{}] k[{}]", list(queries), list(keys))?
+                        }
+                        Op::AttendBackward { rank, heads, queries, keys } => {
+                            writeln!(f, "    attend_backward @{rank} h{heads:?} q[{}] k[{}]", list(queries), list(keys))?
+                        }
+                    }
+                }
+                for skip in &step.skipped {
+                    writeln!(f, "    skip @{} keys of rank {} (no allowed pair)", skip.rank, skip.source)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

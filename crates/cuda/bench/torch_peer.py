@@ -1,0 +1,61 @@
+"""Time torch.nn.functional.scaled_dot_product_attention (flash and cuDNN backends) on the
+shapes of ringdil-cuda's gpu_bench, in the same run, and write JSON for it to read.
+
+usage: python3 torch_peer.py OUT.json
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+TOKENS = 16384   # batch * seq
+HIDDEN = 2048    # heads * head_dim
+WARMUP, ITERS = 5, 20
+
+
+def timed(fn):
+    for _ in range(WARMUP):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(ITERS):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / ITERS
+
+
+def main():
+    rows = []
+    for seq in (4096, 16384):
+        for d in (64, 128):
+            b, h = TOKENS // seq, HIDDEN // d
+            # The bench's layout [batch, seq, heads, dim], viewed as SDPA's [b, h, n, d].
+            q, k, v, do = (torch.randn(b, seq, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                           for _ in range(4))
+            for causal in (False, True):
+                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    row = dict(seq=seq, batch=b, heads=h, head_dim=d, causal=causal, backend=name)
+                    try:
+                        with sdpa_kernel(backend):
+                            row["fwd_ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+
+                            def fwd_bwd():
+                                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                                o.backward(do)
+
+                            row["fwd_bwd_ms"] = timed(fwd_bwd)
+                    except RuntimeError as e:  # backend unavailable for this shape
+                        row["error"] = str(e).splitlines()[0]
+                    rows.append(row)
+                    print(row, flush=True)
+    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows},
+              open(sys.argv[1], "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

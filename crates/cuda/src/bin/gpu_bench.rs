@@ -1,0 +1,160 @@
+//! The GPU benchmark: ringdil-cuda's kernels against torch's scaled_dot_product_attention
+//! (flash and cuDNN backends, timed by `bench/torch_peer.py` in the same run), and dilated
+//! branches against dense attention at the same length.
+//!
+//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT]`
+//!
+//! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
+//! head_dim in {64, 128}, causal and not. TFLOP/s counts `4 * b * h * n^2 * d` for the
+//! forward (halved when causal) and 3.5 times that for forward + backward (the
+//! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
+
+use ringdil_cuda::launch::Dtype;
+use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::SplitMix64;
+use serde_json::{Value, json};
+use std::fmt::Write;
+
+const TOKENS: usize = 16384;
+const HIDDEN: usize = 2048;
+const WARMUP: usize = 3;
+const ITERS: usize = 10;
+
+/// Mean milliseconds of `f` over ITERS runs after WARMUP, by CUDA events on the stream.
+fn time(gpu: &Gpu, mut f: impl FnMut()) -> f64 {
+    for _ in 0..WARMUP {
+        f();
+    }
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = gpu.context().new_event(flags).expect("event");
+    let end = gpu.context().new_event(flags).expect("event");
+    start.record(gpu.stream()).expect("record");
+    for _ in 0..ITERS {
+        f();
+    }
+    end.record(gpu.stream()).expect("record");
+    end.synchronize().expect("sync");
+    start.elapsed_ms(&end).expect("elapsed") as f64 / ITERS as f64
+}
+
+fn random_bits(n: usize, seed: u64) -> Vec<u16> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| half::bf16::from_f64(rng.normal()).to_bits()).collect()
+}
+
+struct Inputs {
+    q: ringdil_cuda::DeviceTensor,
+    k: ringdil_cuda::DeviceTensor,
+    v: ringdil_cuda::DeviceTensor,
+    dout: ringdil_cuda::DeviceTensor,
+}
+
+fn inputs(gpu: &Gpu, shape: &Shape) -> Inputs {
+    let dims = [shape.batch, shape.q_rows, shape.heads, shape.head_dim];
+    let n = shape.q_len();
+    let up = |seed| gpu.upload(&random_bits(n, seed), dims).expect("upload");
+    Inputs { q: up(1), k: up(2), v: up(3), dout: up(4) }
+}
+
+/// (forward ms, forward + backward ms) of one spec.
+fn run(gpu: &Gpu, shape: &Shape, spec: &GpuSpec, with_backward: bool) -> (f64, Option<f64>) {
+    let mut prep = gpu.prepare(shape, Dtype::Bf16, spec, &Chunk::whole(shape)).expect("prepare");
+    let x = inputs(gpu, shape);
+    let mut out = gpu.alloc_partial(&prep).expect("alloc");
+    let fwd = time(gpu, || gpu.forward_into(&mut prep, &x.q, &x.k, &x.v, &mut out).expect("forward"));
+    let both = with_backward.then(|| {
+        let mut grads = gpu.alloc_grads(&prep).expect("alloc");
+        time(gpu, || {
+            gpu.forward_into(&mut prep, &x.q, &x.k, &x.v, &mut out).expect("forward");
+            gpu.backward_into(&mut prep, &x.q, &x.k, &x.v, &out, &x.dout, &mut grads).expect("backward");
+        })
+    });
+    (fwd, both)
+}
+
+fn tflops(flops: f64, ms: f64) -> f64 {
+    flops / (ms * 1e-3) / 1e12
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let Some(gpu) = Gpu::probe().expect("CUDA probe") else {
+        println!("GPU bench: skipped: no CUDA device");
+        return;
+    };
+    let device = gpu.describe().expect("device");
+    let torch: Value = value("--torch")
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("torch json")).expect("torch json parses"))
+        .unwrap_or(json!({"rows": []}));
+    let torch_ms = |seq: usize, d: usize, causal: bool, backend: &str, key: &str| -> Option<f64> {
+        torch["rows"].as_array()?.iter().find_map(|r| {
+            (r["seq"] == seq && r["head_dim"] == d && r["causal"] == causal && r["backend"] == backend)
+                .then(|| r[key].as_f64())
+                .flatten()
+        })
+    };
+    let mut rows = Vec::new();
+    let mut md = String::new();
+    writeln!(md, "## {} on {device}\n", value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
+    writeln!(md, "torch {} (same run). TFLOP/s = 4*b*h*n^2*d (halved if causal); fwd+bwd counts 3.5x that.\n", torch["torch"].as_str().unwrap_or("not run")).unwrap();
+    writeln!(md, "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    for seq in [4096, 16384] {
+        for d in [64, 128] {
+            let (b, h) = (TOKENS / seq, HIDDEN / d);
+            let shape = Shape::square(b, seq, h, d);
+            for causal in [false, true] {
+                let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
+                let (fwd, both) = run(&gpu, &shape, &spec, true);
+                let flops = 4.0 * (b * h * seq * seq * d) as f64 / if causal { 2.0 } else { 1.0 };
+                for (pass, ms, work, key) in [("fwd", fwd, flops, "fwd_ms"), ("fwd+bwd", both.unwrap(), 3.5 * flops, "fwd_bwd_ms")] {
+                    let ours = tflops(work, ms);
+                    let flash = torch_ms(seq, d, causal, "flash", key).map(|t| tflops(work, t));
+                    let cudnn = torch_ms(seq, d, causal, "cudnn", key).map(|t| tflops(work, t));
+                    let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.0}"));
+                    let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}", ours / x));
+                    writeln!(
+                        md,
+                        "| {seq} | {b} x {h} | {d} | {causal} | {pass} | {ms:.3} | {ours:.0} | {} | {} | {} | {} |",
+                        fmt(flash),
+                        ratio(flash),
+                        fmt(cudnn),
+                        ratio(cudnn)
+                    )
+                    .unwrap();
+                    println!("seq {seq} d {d} causal {causal} {pass}: {ms:.3} ms {ours:.0} TFLOP/s (flash {flash:?}, cudnn {cudnn:?})");
+                    rows.push(json!({"seq": seq, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": pass,
+                        "ms": ms, "tflops": ours, "torch_flash_tflops": flash, "torch_cudnn_tflops": cudnn}));
+                }
+            }
+        }
+    }
+    // Dilated branches against dense attention at the same length (forward, non-causal).
+    let (n, h, d) = (16384, 16, 128);
+    let shape = Shape::square(1, n, h, d);
+    let (dense_ms, _) = run(&gpu, &shape, &GpuSpec::new(GpuPattern::Dense), false);
+    writeln!(md, "\n### Dilated branches vs dense, n = {n}, h = {h}, d = {d}, bf16 forward\n").unwrap();
+    writeln!(md, "Dense: {dense_ms:.3} ms. A branch (w, r) does n*w/r^2 of the dense n^2 work per head.\n").unwrap();
+    writeln!(md, "| branches | work share | time / dense | ms |\n|---|---|---|---|").unwrap();
+    let mut dilated = Vec::new();
+    let patterns: [&[(usize, usize)]; 5] =
+        [&[(2048, 1)], &[(4096, 4)], &[(8192, 8)], &[(16384, 16)], &[(2048, 1), (4096, 4), (8192, 8), (16384, 16)]];
+    for branches in patterns {
+        let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(branches)));
+        let (ms, _) = run(&gpu, &shape, &spec, false);
+        let share: f64 = branches.iter().map(|&(w, r)| w as f64 / (r * r) as f64 / n as f64).sum();
+        writeln!(md, "| {branches:?} | {share:.4} | {:.4} | {ms:.3} |", ms / dense_ms).unwrap();
+        println!("dilated {branches:?}: {ms:.3} ms = {:.4} of dense (work share {share:.4})", ms / dense_ms);
+        dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms}));
+    }
+    let report = json!({"device": device, "torch": torch, "rows": rows,
+        "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated}});
+    if let Some(p) = value("--json") {
+        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
+    }
+    if let Some(p) = value("--md") {
+        std::fs::write(p, md).expect("write md");
+    }
+}

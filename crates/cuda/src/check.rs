@@ -1,0 +1,446 @@
+//! The GPU check: every kernel against the f64 reference on fresh random inputs.
+//!
+//! Each case draws q, k, v (and d_out) from a seed, rounds them to bf16 or f16, and runs
+//! the reference in f64 on *the same rounded values*, so the only differences are the
+//! kernel's own arithmetic (16-bit P and dS operands of the tensor-core products, f32
+//! accumulation, exp2 approximations). The metric is the relative error
+//! `||gpu - ref||_2 / ||ref||_2` over a whole tensor, with the bounds of [`bound`]:
+//!
+//! * bf16: `< 1e-2` (8-bit mantissa: one rounding of P is ~2e-3 relative);
+//! * f16: `< 1e-3` (11-bit mantissa: ~2.4e-4).
+//!
+//! The LSE must be `-inf` exactly where the reference's is (rows with no key) and within
+//! the same bound elsewhere. Outputs are poisoned with NaN before each launch, so a
+//! row the kernel forgets to write fails, and a NaN anywhere fails (every comparison is
+//! written so that NaN is not below a bound). Sequence lengths include primes and lengths
+//! that are not multiples of the 64-row tile.
+
+use crate::error::Result;
+use crate::gpu::{DevicePartial, Gpu};
+use crate::launch::{Chunk, Dtype, Shape};
+use crate::spec::{GpuPattern, GpuSpec};
+use ndarray::{Array3, Array4, ArrayView3, s};
+use ringdil_reference::pattern::{BlockSparse, Dilated};
+use ringdil_reference::random::SplitMix64;
+use ringdil_reference::{Attention, Partial, attend_chunk, attention, attention_backward};
+
+/// The relative-error bound of an element type (module docs).
+pub fn bound(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Bf16 => 1e-2,
+        Dtype::F16 => 1e-3,
+    }
+}
+
+/// The merge kernel is f32 arithmetic on f32 inputs: compared with the reference merge of
+/// the same inputs in f64, it must agree to f32 rounding.
+pub const MERGE_BOUND: f64 = 1e-5;
+
+/// `||a - b|| / ||b||` (`||a - b||` when `b` is zero). NaN or infinity in `a` gives NaN,
+/// which no bound accepts.
+pub fn rel_err<'a>(a: impl IntoIterator<Item = &'a f64>, b: impl IntoIterator<Item = &'a f64>) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.into_iter().zip(b) {
+        if !x.is_finite() {
+            return f64::NAN;
+        }
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if den > 0.0 { (num / den).sqrt() } else { num.sqrt() }
+}
+
+/// LSE comparison: `-inf` exactly where the reference has it, relative error elsewhere.
+pub fn lse_err(gpu: ArrayView3<f64>, reference: ArrayView3<f64>) -> f64 {
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (&x, &y) in gpu.iter().zip(reference.iter()) {
+        match (x == f64::NEG_INFINITY, y == f64::NEG_INFINITY) {
+            (true, true) => {}
+            (false, false) => {
+                a.push(x);
+                b.push(y);
+            }
+            _ => return f64::NAN,
+        }
+    }
+    rel_err(&a, &b)
+}
+
+/// What a case exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One forward call over the whole sequence.
+    Forward,
+    /// One forward call of a query chunk over a key chunk (a ring step).
+    RingStep,
+    /// Two ring steps over disjoint key chunks, merged on the GPU.
+    Merge,
+    /// Forward, then dQ, dK, dV.
+    Backward,
+}
+
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub kind: Kind,
+    pub name: String,
+    pub dtype: Dtype,
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub seq: usize,
+    pub spec: GpuSpec,
+}
+
+/// One measured quantity of a case.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Metric {
+    pub what: &'static str,
+    pub err: f64,
+    pub bound: f64,
+}
+
+impl Metric {
+    pub fn passed(&self) -> bool {
+        self.err < self.bound // false for NaN
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    pub case: String,
+    pub metrics: Vec<Metric>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.metrics.iter().all(Metric::passed)
+    }
+}
+
+/// Sequence lengths: primes and non-multiples of 64 first, a few exact multiples.
+const LENGTHS: [usize; 12] = [1, 61, 97, 127, 131, 192, 257, 263, 509, 521, 640, 1021];
+
+/// The case list of one run, sizes and patterns drawn from `seed`. `quick` keeps the
+/// sizes small (the `cargo test` version).
+pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = Vec::new();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        for head_dim in [64, 128] {
+            let mut add = |kind: Kind, name: &str, spec: GpuSpec, rng: &mut SplitMix64| {
+                let seq = if quick {
+                    LENGTHS[rng.range(0, 6)]
+                } else if rng.uniform() < 0.75 {
+                    LENGTHS[rng.range(0, LENGTHS.len() - 1)]
+                } else {
+                    rng.range(2, 1100)
+                };
+                let (batch, heads) = (rng.range(1, 2), rng.range(1, 4));
+                let spec = fit_spec(spec, batch, seq, rng);
+                out.push(Case { kind, name: name.into(), dtype, batch, heads, head_dim, seq, spec });
+            };
+            let causal = rng.uniform() < 0.5;
+            let dense = GpuSpec::new(GpuPattern::Dense);
+            add(Kind::Forward, "dense", dense.clone(), &mut rng);
+            add(Kind::Forward, "dense causal", dense.clone().causal(true), &mut rng);
+            add(Kind::Forward, "causal + key padding", dense.clone().causal(true).key_lengths(vec![]), &mut rng);
+            let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
+            add(Kind::Forward, "sliding window", GpuSpec::new(window.clone()).causal(causal), &mut rng);
+            let bs = BlockSparse {
+                block: [16, 32, 64, 100][rng.range(0, 3)],
+                local_radius: Some(rng.range(0, 1)),
+                dilated_stride: Some(rng.range(2, 5)),
+                global_tokens: rng.range(0, 20),
+                block_mask: None,
+            };
+            add(Kind::Forward, "block sparse", GpuSpec::new(GpuPattern::BlockSparse(bs.clone())).causal(causal), &mut rng);
+            let user = BlockSparse { block_mask: Some(vec![]), local_radius: None, dilated_stride: None, ..bs };
+            add(Kind::Forward, "block sparse, user mask", GpuSpec::new(GpuPattern::BlockSparse(user)), &mut rng);
+            let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
+            let longnet = GpuPattern::Dilated(Dilated::longnet(&branches));
+            add(Kind::Forward, "dilated longnet", GpuSpec::new(longnet.clone()).causal(causal), &mut rng);
+            let torchscale = GpuPattern::Dilated(Dilated::torchscale(&[(rng.range(64, 256), 2), (rng.range(256, 1024), 8)]));
+            add(Kind::Forward, "dilated torchscale offsets", GpuSpec::new(torchscale), &mut rng);
+            add(Kind::RingStep, "ring step dense", dense.clone().causal(causal), &mut rng);
+            add(Kind::RingStep, "ring step dilated", GpuSpec::new(longnet.clone()).causal(true), &mut rng);
+            add(Kind::Merge, "ring merge causal", dense.clone().causal(true), &mut rng);
+            add(Kind::Merge, "ring merge window + padding", GpuSpec::new(window).key_lengths(vec![]), &mut rng);
+            add(Kind::Backward, "backward dense", dense.clone().causal(causal), &mut rng);
+            add(Kind::Backward, "backward causal + padding", dense.causal(true).key_lengths(vec![]), &mut rng);
+            add(Kind::Backward, "backward dilated", GpuSpec::new(longnet).causal(causal), &mut rng);
+        }
+    }
+    out
+}
+
+/// Draw what depends on the drawn sizes: key lengths (an empty list means "draw them")
+/// and a user block mask (an empty mask means "draw one for this length").
+fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -> GpuSpec {
+    if spec.key_lengths.is_some() {
+        spec.key_lengths = Some((0..batch).map(|_| rng.range(0, seq)).collect());
+    }
+    if let GpuPattern::BlockSparse(bs) = &mut spec.pattern
+        && bs.block_mask.as_ref().is_some_and(Vec::is_empty)
+    {
+        let nb = seq.div_ceil(bs.block);
+        bs.block_mask = Some((0..nb).map(|_| (0..nb).map(|_| rng.uniform() < 0.3).collect()).collect());
+    }
+    spec
+}
+
+/// Random normals rounded to `dtype`: the 16-bit words and their exact f64 values.
+fn rounded(dims: [usize; 4], dtype: Dtype, rng: &mut SplitMix64) -> (Vec<u16>, Array4<f64>) {
+    let n: usize = dims.iter().product();
+    let mut bits = Vec::with_capacity(n);
+    let mut vals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let x = rng.normal();
+        let (b, v) = match dtype {
+            Dtype::Bf16 => {
+                let h = half::bf16::from_f64(x);
+                (h.to_bits(), h.to_f64())
+            }
+            Dtype::F16 => {
+                let h = half::f16::from_f64(x);
+                (h.to_bits(), h.to_f64())
+            }
+        };
+        bits.push(b);
+        vals.push(v);
+    }
+    (bits, Array4::from_shape_vec(dims, vals).expect("sized above"))
+}
+
+fn to_f64(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
+    let [b, n, h, d] = p.dims;
+    let out = Array4::from_shape_vec((b, n, h, d), to_f64(&gpu.download(&p.out)?)).expect("dims");
+    let lse = Array3::from_shape_vec((b, h, n), to_f64(&gpu.download(&p.lse)?)).expect("dims");
+    Ok(Partial { out, lse })
+}
+
+fn compare_partial(metrics: &mut Vec<Metric>, gpu: &Partial<f64>, reference: &Partial<f64>, bound: f64) {
+    metrics.push(Metric { what: "out", err: rel_err(gpu.out.iter(), reference.out.iter()), bound });
+    metrics.push(Metric { what: "lse", err: lse_err(gpu.lse.view(), reference.lse.view()), bound });
+}
+
+/// Run one case on the GPU and compare with the reference.
+pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
+    let mut rng = SplitMix64::new(seed);
+    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
+    let dims = [b, n, h, d];
+    let (qb, q) = rounded(dims, case.dtype, &mut rng);
+    let (kb, k) = rounded(dims, case.dtype, &mut rng);
+    let (vb, v) = rounded(dims, case.dtype, &mut rng);
+    let reference_spec = case.spec.to_reference();
+    let bound = bound(case.dtype);
+    let mut metrics = Vec::new();
+    let all: Vec<usize> = (0..n).collect();
+    match case.kind {
+        Kind::Forward | Kind::Backward => {
+            let shape = Shape::square(b, n, h, d);
+            let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &Chunk::whole(&shape))?;
+            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, dims)?, gpu.upload(&vb, dims)?);
+            let mut out = poisoned_partial(gpu, dims)?;
+            gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
+            let got = partial_to_host(gpu, &out)?;
+            let want = attention(q.view(), k.view(), v.view(), &reference_spec)?;
+            let want_partial = Partial { out: want.out.clone(), lse: want.lse.clone() };
+            compare_partial(&mut metrics, &got, &want_partial, bound);
+            if case.kind == Kind::Backward {
+                let (dob, dout) = rounded(dims, case.dtype, &mut rng);
+                let dod = gpu.upload(&dob, dims)?;
+                let mut grads = crate::gpu::DeviceGrads {
+                    dq: gpu.filled(shape.q_len(), f32::NAN)?,
+                    dk: gpu.filled(shape.k_len(), f32::NAN)?,
+                    dv: gpu.filled(shape.k_len(), f32::NAN)?,
+                };
+                gpu.backward_into(&mut prep, &qd, &kd, &vd, &out, &dod, &mut grads)?;
+                let want_g = attention_backward(
+                    q.view(),
+                    k.view(),
+                    v.view(),
+                    &reference_spec,
+                    &Attention { out: want.out, lse: want.lse },
+                    dout.view(),
+                )?;
+                for (what, buf, reference) in
+                    [("dq", &grads.dq, &want_g.dq), ("dk", &grads.dk, &want_g.dk), ("dv", &grads.dv, &want_g.dv)]
+                {
+                    let got = to_f64(&gpu.download(buf)?);
+                    metrics.push(Metric { what, err: rel_err(&got, reference.iter()), bound });
+                }
+            }
+        }
+        Kind::RingStep => {
+            // Queries [qa, qa + nq) against keys [ka, ka + nk) of the global sequence.
+            let (qa, nq) = chunk_of(n, &mut rng);
+            let (ka, nk) = chunk_of(n, &mut rng);
+            let got = ring_step(gpu, case, (&qb, qa, nq), (&kb, &vb, ka, nk))?;
+            let got = partial_to_host(gpu, &got)?;
+            let qpos: Vec<usize> = (qa..qa + nq).collect();
+            let kpos: Vec<usize> = (ka..ka + nk).collect();
+            let want = attend_chunk(
+                q.slice(s![.., qa..qa + nq, .., ..]),
+                &qpos,
+                k.slice(s![.., ka..ka + nk, .., ..]),
+                v.slice(s![.., ka..ka + nk, .., ..]),
+                &kpos,
+                n,
+                &reference_spec,
+            )?;
+            compare_partial(&mut metrics, &got, &want, bound);
+        }
+        Kind::Merge => {
+            // All queries; keys split in two ring steps [0, cut) and [cut, n), merged.
+            if n < 2 {
+                return run_case(gpu, &Case { kind: Kind::Forward, ..case.clone() }, seed);
+            }
+            let cut = rng.range(1, n - 1);
+            let left = ring_step(gpu, case, (&qb, 0, n), (&kb, &vb, 0, cut))?;
+            let right = ring_step(gpu, case, (&qb, 0, n), (&kb, &vb, cut, n - cut))?;
+            let mut merged = poisoned_partial(gpu, dims)?;
+            gpu.merge_into(&left, &right, &mut merged)?;
+            let got = partial_to_host(gpu, &merged)?;
+            let want = attend_chunk(q.view(), &all, k.view(), v.view(), &all, n, &reference_spec)?;
+            compare_partial(&mut metrics, &got, &want, bound);
+            // The merge kernel itself against the reference merge of the same partials.
+            let exact = partial_to_host(gpu, &left)?.merge(&partial_to_host(gpu, &right)?)?;
+            metrics.push(Metric { what: "merge kernel out", err: rel_err(got.out.iter(), exact.out.iter()), bound: MERGE_BOUND });
+            metrics.push(Metric { what: "merge kernel lse", err: lse_err(got.lse.view(), exact.lse.view()), bound: MERGE_BOUND });
+            // Inputs keep their meaning: the left partial is still the left ring step.
+            let left_ref = attend_chunk(
+                q.view(),
+                &all,
+                k.slice(s![.., 0..cut, .., ..]),
+                v.slice(s![.., 0..cut, .., ..]),
+                &(0..cut).collect::<Vec<_>>(),
+                n,
+                &reference_spec,
+            )?;
+            let left_now = partial_to_host(gpu, &left)?;
+            metrics.push(Metric { what: "merge input intact", err: rel_err(left_now.out.iter(), left_ref.out.iter()), bound });
+        }
+    }
+    Ok(Outcome { case: describe(case), metrics })
+}
+
+/// A random non-empty chunk `[start, start + len)` of `0..n`.
+fn chunk_of(n: usize, rng: &mut SplitMix64) -> (usize, usize) {
+    let start = rng.range(0, n - 1);
+    (start, rng.range(1, n - start))
+}
+
+/// One ring step on the GPU: query rows `qa..qa+nq` over key rows `ka..ka+nk`.
+fn ring_step(
+    gpu: &Gpu,
+    case: &Case,
+    (qb, qa, nq): (&[u16], usize, usize),
+    (kb, vb, ka, nk): (&[u16], &[u16], usize, usize),
+) -> Result<DevicePartial> {
+    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
+    let rows = |src: &[u16], start: usize, len: usize| -> Vec<u16> {
+        let a = ndarray::ArrayView4::from_shape((b, n, h, d), src).expect("dims");
+        a.slice(s![.., start..start + len, .., ..]).iter().copied().collect()
+    };
+    let shape = Shape { batch: b, heads: h, head_dim: d, q_rows: nq, k_rows: nk };
+    let chunk = Chunk { q_offset: qa, k_offset: ka, seq_len: n };
+    let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &chunk)?;
+    let qd = gpu.upload(&rows(qb, qa, nq), [b, nq, h, d])?;
+    let kd = gpu.upload(&rows(kb, ka, nk), [b, nk, h, d])?;
+    let vd = gpu.upload(&rows(vb, ka, nk), [b, nk, h, d])?;
+    let mut out = poisoned_partial(gpu, [b, nq, h, d])?;
+    gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
+    Ok(out)
+}
+
+fn poisoned_partial(gpu: &Gpu, dims: [usize; 4]) -> Result<DevicePartial> {
+    let [b, n, h, d] = dims;
+    Ok(DevicePartial { out: gpu.filled(b * n * h * d, f32::NAN)?, lse: gpu.filled(b * h * n, f32::NAN)?, dims })
+}
+
+/// One line naming the case completely (enough to reproduce it with its seed).
+pub fn describe(c: &Case) -> String {
+    format!(
+        "{:?} {} {:?} d={} b={} h={} n={} causal={} pattern={:?} key_lengths={:?}",
+        c.kind, c.name, c.dtype, c.head_dim, c.batch, c.heads, c.seq, c.spec.causal, c.spec.pattern, c.spec.key_lengths
+    )
+}
+
+/// The worst error per (kind, dtype, metric) over a run, for the log's summary table.
+pub fn worst(cases: &[Case], outcomes: &[Outcome]) -> Vec<(String, f64, f64)> {
+    let mut table: Vec<(String, f64, f64)> = Vec::new();
+    for (c, o) in cases.iter().zip(outcomes) {
+        for m in &o.metrics {
+            let key = format!("{:?} {:?} {}", c.kind, c.dtype, m.what);
+            match table.iter_mut().find(|(k, _, _)| *k == key) {
+                Some(entry) => entry.1 = if m.err.is_nan() || entry.1.is_nan() { f64::NAN } else { entry.1.max(m.err) },
+                None => table.push((key, m.err, m.bound)),
+            }
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_error_rejects_nan_and_infinity() {
+        let r = [1.0, 2.0, 3.0];
+        assert_eq!(rel_err(&r, &r), 0.0);
+        assert!(rel_err(&[1.0, f64::NAN, 3.0], &r).is_nan());
+        assert!(rel_err(&[1.0, f64::INFINITY, 3.0], &r).is_nan());
+        let m = Metric { what: "out", err: f64::NAN, bound: 1.0 };
+        assert!(!m.passed());
+        assert!((rel_err(&[1.0, 2.0, 3.3], &r) - 0.3 / 14f64.sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn lse_error_requires_the_same_empty_rows() {
+        let inf = f64::NEG_INFINITY;
+        let a = Array3::from_shape_vec((1, 1, 3), vec![1.0, inf, 2.0]).unwrap();
+        let b = Array3::from_shape_vec((1, 1, 3), vec![1.0, inf, 2.0]).unwrap();
+        assert_eq!(lse_err(a.view(), b.view()), 0.0);
+        let c = Array3::from_shape_vec((1, 1, 3), vec![1.0, 0.5, 2.0]).unwrap();
+        assert!(lse_err(c.view(), b.view()).is_nan());
+        assert!(lse_err(b.view(), c.view()).is_nan());
+    }
+
+    #[test]
+    fn cases_cover_every_kernel_type_and_awkward_lengths() {
+        let c = cases(7, false);
+        for kind in [Kind::Forward, Kind::RingStep, Kind::Merge, Kind::Backward] {
+            for dtype in [Dtype::Bf16, Dtype::F16] {
+                for d in [64, 128] {
+                    assert!(c.iter().any(|x| x.kind == kind && x.dtype == dtype && x.head_dim == d));
+                }
+            }
+        }
+        assert!(c.iter().any(|x| x.seq % 64 != 0));
+        for x in &c {
+            x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", describe(x)));
+        }
+        // Fresh draws: another seed gives other sizes.
+        let other = cases(8, false);
+        assert!(c.iter().zip(&other).any(|(a, b)| (a.seq, a.heads) != (b.seq, b.heads)));
+    }
+
+    #[test]
+    fn rounded_inputs_are_exact_in_f64() {
+        let mut rng = SplitMix64::new(3);
+        let (bits, vals) = rounded([1, 5, 1, 4], Dtype::Bf16, &mut rng);
+        for (b, v) in bits.iter().zip(vals.iter()) {
+            assert_eq!(half::bf16::from_bits(*b).to_f64(), *v);
+        }
+        let (bits, vals) = rounded([1, 5, 1, 4], Dtype::F16, &mut rng);
+        for (b, v) in bits.iter().zip(vals.iter()) {
+            assert_eq!(half::f16::from_bits(*b).to_f64(), *v);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The error type of the GPU crate. Every check on user input runs on the host before
+//! any launch and names the value that failed, as in the reference crate.
+
+use std::fmt;
+
+/// What went wrong, with the offending value.
+#[derive(Debug)]
+pub enum CudaError {
+    /// The head dimension has no compiled kernel (the register tiles are compile-time).
+    UnsupportedHeadDim { head_dim: usize },
+    /// A pattern or combine rule the GPU kernels do not implement.
+    Unsupported { what: &'static str },
+    /// A tensor dimension that must be positive is zero.
+    ZeroDim { tensor: &'static str, dim: &'static str },
+    /// Two tensors disagree on a shape.
+    ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
+    /// A chunk (ring step) that does not fit in the global sequence.
+    ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, seq_len: usize },
+    /// A size that does not fit the kernels' 32-bit indexing or the launch grid.
+    TooLarge { what: &'static str, value: usize, max: usize },
+    /// The spec is invalid for these tensors (the reference crate's own check).
+    Spec(ringdil_reference::Error),
+    /// libcuda was found but NVRTC (libnvrtc) was not.
+    NvrtcMissing,
+    /// NVRTC rejected the kernel source; `log` is its compiler output.
+    Compile { module: String, log: String },
+    /// A CUDA driver call failed.
+    Driver(cudarc::driver::DriverError),
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CudaError::UnsupportedHeadDim { head_dim } => {
+                write!(f, "head_dim {head_dim} has no GPU kernel; supported: 64, 128")
+            }
+            CudaError::Unsupported { what } => write!(f, "not supported on the GPU: {what}"),
+            CudaError::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),
+            CudaError::ShapeMismatch { what, expected, got } => write!(f, "{what}: expected shape {expected:?}, got {got:?}"),
+            CudaError::ChunkOutOfRange { side, offset, rows, seq_len } => write!(
+                f,
+                "{side} chunk: offset {offset} + {rows} rows exceeds the global sequence length {seq_len}"
+            ),
+            CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
+            CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
+            CudaError::NvrtcMissing => write!(f, "libcuda is present but libnvrtc (NVRTC) could not be loaded"),
+            CudaError::Compile { module, log } => write!(f, "NVRTC failed to compile {module}:\n{log}"),
+            CudaError::Driver(e) => write!(f, "CUDA driver error: {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+impl From<cudarc::driver::DriverError> for CudaError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        CudaError::Driver(e)
+    }
+}
+
+impl From<ringdil_reference::Error> for CudaError {
+    fn from(e: ringdil_reference::Error) -> Self {
+        CudaError::Spec(e)
+    }
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T> = std::result::Result<T, CudaError>;

@@ -1,0 +1,480 @@
+//! The device side: context, NVRTC compilation (cached per process), device tensors and
+//! the forward / backward / merge calls.
+
+use crate::error::{CudaError, Result};
+use crate::launch::{self, Chunk, Dtype, LaunchSpec, Params, Shape, THREADS};
+use crate::plan::IndexMap;
+use crate::spec::GpuSpec;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// PTX compiled by NVRTC, per (architecture, element type, head dim), for the process.
+static PTX_CACHE: OnceLock<Mutex<HashMap<(String, Dtype, usize), Ptx>>> = OnceLock::new();
+
+/// The kernels of one (element type, head dim), loaded into a context.
+struct Kernels {
+    fwd: CudaFunction,
+    dq: CudaFunction,
+    dkdv: CudaFunction,
+    merge: CudaFunction,
+    fill: CudaFunction,
+    delta: CudaFunction,
+}
+
+/// One GPU with one stream; every call is ordered on that stream.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: String,
+    kernels: Mutex<HashMap<(Dtype, usize), Arc<Kernels>>>,
+}
+
+/// A `[batch, rows, heads, head_dim]` tensor of 16-bit floats (bf16 or f16 bits).
+pub struct DeviceTensor {
+    pub data: CudaSlice<u16>,
+    pub dims: [usize; 4],
+}
+
+/// A partial attention result on the device: `out` `[batch, rows, heads, head_dim]` and
+/// `lse` `[batch, heads, rows]`, both f32 (see `ringdil_reference::Partial`).
+pub struct DevicePartial {
+    pub out: CudaSlice<f32>,
+    pub lse: CudaSlice<f32>,
+    pub dims: [usize; 4],
+}
+
+/// dQ, dK, dV (f32), shaped like q, k, v.
+pub struct DeviceGrads {
+    pub dq: CudaSlice<f32>,
+    pub dk: CudaSlice<f32>,
+    pub dv: CudaSlice<f32>,
+}
+
+/// A validated call with its tile plans on the device, ready to launch repeatedly.
+pub struct Prepared {
+    shape: Shape,
+    dtype: Dtype,
+    launches: Vec<(LaunchSpec, DevicePlan)>,
+    key_len: Option<CudaSlice<i32>>,
+    block_mask: Option<CudaSlice<u8>>,
+    kernels: Arc<Kernels>,
+    /// Branch partials of a multi-launch (dilated) call: accumulator, branch, next.
+    scratch: Vec<DevicePartial>,
+    /// delta = rowsum(d_out * out) of the backward pass.
+    delta: CudaSlice<f32>,
+}
+
+struct DevicePlan {
+    rows_ptr: CudaSlice<i32>,
+    rows_idx: CudaSlice<i32>,
+    cols_ptr: CudaSlice<i32>,
+    cols_idx: CudaSlice<i32>,
+}
+
+fn nonempty(v: &[i32]) -> &[i32] {
+    // cudarc cannot copy an empty slice; a plan with no tile still needs a valid pointer.
+    if v.is_empty() { &[0] } else { v }
+}
+
+impl Gpu {
+    /// The first GPU, or `None` when this machine has no CUDA driver or no device (the
+    /// caller reports "skipped: no CUDA device"). Errors only when CUDA is half there.
+    pub fn probe() -> Result<Option<Gpu>> {
+        // SAFETY: only tries to dlopen the driver library.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Ok(None);
+        }
+        if CudaContext::device_count().unwrap_or(0) < 1 {
+            return Ok(None);
+        }
+        // SAFETY: as above, for NVRTC.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::NvrtcMissing);
+        }
+        let ctx = CudaContext::new(0)?;
+        let (major, minor) = ctx.compute_capability()?;
+        let stream = ctx.default_stream();
+        Ok(Some(Gpu { ctx, stream, arch: format!("sm_{major}{minor}"), kernels: Mutex::new(HashMap::new()) }))
+    }
+
+    /// Device name and architecture, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
+    pub fn describe(&self) -> Result<String> {
+        Ok(format!("{} ({})", self.ctx.name()?, self.arch))
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn kernels(&self, dtype: Dtype, head_dim: usize) -> Result<Arc<Kernels>> {
+        if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&(dtype, head_dim)) {
+            return Ok(k.clone());
+        }
+        let ptx = compile(&self.arch, dtype, head_dim)?;
+        let module = self.ctx.load_module(ptx)?;
+        let load = |name: &str, smem: u32| -> Result<CudaFunction> {
+            let f = module.load_function(name)?;
+            if smem > 48 * 1024 {
+                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+            }
+            Ok(f)
+        };
+        let k = Arc::new(Kernels {
+            fwd: load("attn_fwd", launch::smem_forward(head_dim))?,
+            dq: load("attn_bwd_dq", launch::smem_backward(head_dim))?,
+            dkdv: load("attn_bwd_dkdv", launch::smem_backward(head_dim))?,
+            merge: load("merge_partials", 0)?,
+            fill: load("fill_empty", 0)?,
+            delta: load("bwd_delta", 0)?,
+        });
+        self.kernels.lock().expect("kernel cache lock").insert((dtype, head_dim), k.clone());
+        Ok(k)
+    }
+
+    /// Copy 16-bit host data (bf16/f16 bits) to the device.
+    pub fn upload(&self, host: &[u16], dims: [usize; 4]) -> Result<DeviceTensor> {
+        let n: usize = dims.iter().product();
+        if host.len() != n {
+            return Err(CudaError::ShapeMismatch { what: "host tensor", expected: dims.to_vec(), got: vec![host.len()] });
+        }
+        Ok(DeviceTensor { data: self.stream.clone_htod(host)?, dims })
+    }
+
+    /// An f32 device buffer filled with `value` (NaN to poison outputs in checks).
+    pub fn filled(&self, len: usize, value: f32) -> Result<CudaSlice<f32>> {
+        Ok(self.stream.clone_htod(&vec![value; len.max(1)])?)
+    }
+
+    pub fn download(&self, x: &CudaSlice<f32>) -> Result<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(x)?)
+    }
+
+    /// Validate a call, build its tile plans and copy them to the device.
+    pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
+        let specs = launch::launches(shape, spec, chunk)?;
+        let kernels = self.kernels(dtype, shape.head_dim)?;
+        let launches = specs
+            .into_iter()
+            .map(|l| {
+                let plan = DevicePlan {
+                    rows_ptr: self.stream.clone_htod(&l.rows.ptr)?,
+                    rows_idx: self.stream.clone_htod(nonempty(&l.rows.idx))?,
+                    cols_ptr: self.stream.clone_htod(&l.cols.ptr)?,
+                    cols_idx: self.stream.clone_htod(nonempty(&l.cols.idx))?,
+                };
+                Ok((l, plan))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let key_len = match &spec.key_lengths {
+            Some(l) => Some(self.stream.clone_htod(&l.iter().map(|&x| x as i32).collect::<Vec<_>>())?),
+            None => None,
+        };
+        let block_mask = match launch::block_mask_bytes(spec) {
+            Some(m) => Some(self.stream.clone_htod(&m)?),
+            None => None,
+        };
+        let mut prep = Prepared {
+            shape: *shape,
+            dtype,
+            launches,
+            key_len,
+            block_mask,
+            kernels,
+            scratch: Vec::new(),
+            delta: self.filled(shape.lse_len(), 0.0)?,
+        };
+        if prep.launches.len() > 1 {
+            prep.scratch = (0..3).map(|_| self.alloc_partial(&prep)).collect::<Result<_>>()?;
+        }
+        Ok(prep)
+    }
+
+    /// Allocate an output partial for `prep` (uninitialised contents are never read:
+    /// every row is written by [`Gpu::forward_into`]).
+    pub fn alloc_partial(&self, prep: &Prepared) -> Result<DevicePartial> {
+        let s = prep.shape;
+        Ok(DevicePartial {
+            out: self.filled(s.q_len(), 0.0)?,
+            lse: self.filled(s.lse_len(), 0.0)?,
+            dims: [s.batch, s.q_rows, s.heads, s.head_dim],
+        })
+    }
+
+    fn check_inputs(&self, prep: &Prepared, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor) -> Result<()> {
+        let s = prep.shape;
+        let qd = [s.batch, s.q_rows, s.heads, s.head_dim];
+        let kd = [s.batch, s.k_rows, s.heads, s.head_dim];
+        for (what, t, d) in [("q", q, qd), ("k", k, kd), ("v", v, kd)] {
+            if t.dims != d {
+                return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: t.dims.to_vec() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Attention of `q` over `k`, `v` (a [`Partial`](ringdil_reference::Partial) on the
+    /// device), written to `out`. A dilated pattern runs one launch per branch into
+    /// scratch partials (rows a branch skips hold the merge identity) and merges them
+    /// pairwise into fresh buffers; no merge overwrites one of its inputs.
+    pub fn forward_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DevicePartial,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        self.check_partial("out", prep, out)?;
+        let [first, rest @ ..] = prep.launches.as_slice() else { unreachable!("a call has at least one launch") };
+        if rest.is_empty() {
+            return self.forward_launch(prep, first, q, k, v, out);
+        }
+        let mut scratch = std::mem::take(&mut prep.scratch);
+        let [acc, branch, next] = scratch.as_mut_slice() else { unreachable!("multi-launch calls own 3 scratch partials") };
+        let prep_ref = &*prep;
+        let (first, rest) = (&prep_ref.launches[0], &prep_ref.launches[1..]);
+        let result = (|| {
+            self.forward_launch(prep_ref, first, q, k, v, acc)?;
+            for (i, l) in rest.iter().enumerate() {
+                self.forward_launch(prep_ref, l, q, k, v, branch)?;
+                if i + 1 == rest.len() {
+                    self.merge_into(acc, branch, out)?;
+                } else {
+                    self.merge_into(acc, branch, next)?;
+                    std::mem::swap(acc, next);
+                }
+            }
+            Ok(())
+        })();
+        prep.scratch = scratch;
+        result
+    }
+
+    fn check_partial(&self, what: &'static str, prep: &Prepared, p: &DevicePartial) -> Result<()> {
+        let s = prep.shape;
+        let d = [s.batch, s.q_rows, s.heads, s.head_dim];
+        if p.dims != d || p.out.len() != s.q_len() || p.lse.len() != s.lse_len() {
+            return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: p.dims.to_vec() });
+        }
+        Ok(())
+    }
+
+    fn forward_launch(
+        &self,
+        prep: &Prepared,
+        (l, plan): &(LaunchSpec, DevicePlan),
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DevicePartial,
+    ) -> Result<()> {
+        let st = &self.stream;
+        if matches!(l.map, IndexMap::Compact { .. }) {
+            // Rows outside the branch are not visited: they must hold the merge identity.
+            self.fill_empty(prep, out)?;
+        }
+        let (qp, _a) = q.data.device_ptr(st);
+        let (kp, _b) = k.data.device_ptr(st);
+        let (vp, _c) = v.data.device_ptr(st);
+        let (op, _d) = out.out.device_ptr(st);
+        let (lp, _e) = out.lse.device_ptr(st);
+        let (pp, _f) = plan.rows_ptr.device_ptr(st);
+        let (pi, _g) = plan.rows_idx.device_ptr(st);
+        let params = Params {
+            q: qp,
+            k: kp,
+            v: vp,
+            out: op,
+            lse: lp,
+            plan_ptr: pp,
+            plan_idx: pi,
+            key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            ..l.params
+        };
+        let cfg = LaunchConfig {
+            grid_dim: l.grid_rows(),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: launch::smem_forward(prep.shape.head_dim),
+        };
+        // SAFETY: params point at live buffers of the validated shapes for this launch.
+        unsafe { st.launch_builder(&prep.kernels.fwd).arg(&params).launch(cfg) }?;
+        Ok(())
+    }
+
+    fn fill_empty(&self, prep: &Prepared, p: &mut DevicePartial) -> Result<()> {
+        let (n_out, n_lse) = (p.out.len(), p.lse.len());
+        let mut b = self.stream.launch_builder(&prep.kernels.fill);
+        b.arg(&mut p.out).arg(&mut p.lse).arg(&n_out).arg(&n_lse);
+        // SAFETY: lengths are the buffers' own.
+        unsafe { b.launch(elementwise(n_out)) }?;
+        Ok(())
+    }
+
+    /// The online-softmax merge of two partials into `out` (a third buffer: the inputs keep
+    /// their values, as the reference's `Partial::merge` requires).
+    pub fn merge_into(&self, a: &DevicePartial, b: &DevicePartial, out: &mut DevicePartial) -> Result<()> {
+        if a.dims != b.dims || a.dims != out.dims {
+            return Err(CudaError::ShapeMismatch { what: "merge partials", expected: a.dims.to_vec(), got: b.dims.to_vec() });
+        }
+        let [batch, rows, heads, d] = a.dims;
+        if !matches!(d, 64 | 128) {
+            return Err(CudaError::UnsupportedHeadDim { head_dim: d });
+        }
+        // The merge kernel only depends on the head dim; any element type's module has it.
+        let kernels = self.kernels(Dtype::Bf16, d)?;
+        let (batch, rows, heads) = (batch as i32, rows as i32, heads as i32);
+        let n = a.out.len();
+        let mut l = self.stream.launch_builder(&kernels.merge);
+        l.arg(&a.out).arg(&a.lse).arg(&b.out).arg(&b.lse).arg(&mut out.out).arg(&mut out.lse);
+        l.arg(&batch).arg(&rows).arg(&heads);
+        // SAFETY: all three partials have the checked dims.
+        unsafe { l.launch(elementwise(n)) }?;
+        Ok(())
+    }
+
+    /// Allocate gradient buffers for `prep`.
+    pub fn alloc_grads(&self, prep: &Prepared) -> Result<DeviceGrads> {
+        let s = prep.shape;
+        Ok(DeviceGrads { dq: self.filled(s.q_len(), 0.0)?, dk: self.filled(s.k_len(), 0.0)?, dv: self.filled(s.k_len(), 0.0)? })
+    }
+
+    /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
+    /// from the saved LSE. A single launch writes every gradient row; several (dilated
+    /// branches) clear the buffers and accumulate, since a row may be in several branches.
+    pub fn backward_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        fwd: &DevicePartial,
+        dout: &DeviceTensor,
+        grads: &mut DeviceGrads,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        self.check_partial("forward result", prep, fwd)?;
+        let s = prep.shape;
+        if dout.dims != fwd.dims {
+            return Err(CudaError::ShapeMismatch { what: "d_out", expected: fwd.dims.to_vec(), got: dout.dims.to_vec() });
+        }
+        for (what, buf, len) in [("dq", &grads.dq, s.q_len()), ("dk", &grads.dk, s.k_len()), ("dv", &grads.dv, s.k_len())] {
+            if buf.len() != len {
+                return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![buf.len()] });
+            }
+        }
+        let st = &self.stream;
+        let delta = &mut prep.delta;
+        {
+            let (batch, rows, heads) = (s.batch as i32, s.q_rows as i32, s.heads as i32);
+            let mut l = st.launch_builder(&prep.kernels.delta);
+            l.arg(&dout.data).arg(&fwd.out).arg(&mut *delta).arg(&batch).arg(&rows).arg(&heads);
+            // SAFETY: shapes checked above.
+            unsafe { l.launch(elementwise(s.lse_len())) }?;
+        }
+        let accumulate = prep.launches.len() > 1 || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
+        if accumulate {
+            st.memset_zeros(&mut grads.dq)?;
+            st.memset_zeros(&mut grads.dk)?;
+            st.memset_zeros(&mut grads.dv)?;
+        }
+        let smem = launch::smem_backward(s.head_dim);
+        for (l, plan) in &prep.launches {
+            let (qp, _a) = q.data.device_ptr(st);
+            let (kp, _b) = k.data.device_ptr(st);
+            let (vp, _c) = v.data.device_ptr(st);
+            let (op, _d) = fwd.out.device_ptr(st);
+            let (lp, _e) = fwd.lse.device_ptr(st);
+            let (dop, _f) = dout.data.device_ptr(st);
+            let (dlp, _g) = prep.delta.device_ptr(st);
+            let (dqp, _h) = grads.dq.device_ptr(st);
+            let (dkp, _i) = grads.dk.device_ptr(st);
+            let (dvp, _j) = grads.dv.device_ptr(st);
+            let base = Params {
+                q: qp,
+                k: kp,
+                v: vp,
+                out: op,
+                lse: lp,
+                dout: dop,
+                delta: dlp,
+                dq: dqp,
+                dk: dkp,
+                dv: dvp,
+                key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
+                block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0),
+                accumulate: accumulate as i32,
+                ..l.params
+            };
+            let rows = Params { plan_ptr: plan.rows_ptr.device_ptr(st).0, plan_idx: plan.rows_idx.device_ptr(st).0, ..base };
+            let cols = Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
+            let cfg = |grid| LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+            // SAFETY: params point at live buffers of the validated shapes for this launch.
+            unsafe {
+                st.launch_builder(&prep.kernels.dq).arg(&rows).launch(cfg(l.grid_rows()))?;
+                st.launch_builder(&prep.kernels.dkdv).arg(&cols).launch(cfg(l.grid_cols()))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+}
+
+impl Prepared {
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The host-side launch specs (plans, parameters) of this call.
+    pub fn launches(&self) -> impl Iterator<Item = &LaunchSpec> {
+        self.launches.iter().map(|(l, _)| l)
+    }
+}
+
+/// Grid-stride launch for `n` elements.
+fn elementwise(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n.div_ceil(256)).clamp(1, 65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// NVRTC-compile the kernels for `arch`, once per process per (arch, dtype, head dim).
+fn compile(arch: &str, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
+    let cache = PTX_CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let key = (arch.to_string(), dtype, head_dim);
+    if let Some(ptx) = cache.lock().expect("ptx cache lock").get(&key) {
+        return Ok(ptx.clone());
+    }
+    let module = format!("attention_{arch}_{dtype:?}_d{head_dim}");
+    let opts = CompileOptions {
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            format!("-DHEAD_DIM={head_dim}"),
+            format!("-DIS_F16={}", (dtype == Dtype::F16) as u8),
+            "--std=c++17".into(),
+        ],
+        name: Some(format!("{module}.cu")),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(crate::KERNEL_SOURCE, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+            CudaError::Compile { module: module.clone(), log: log.to_string_lossy().into_owned() }
+        }
+        other => CudaError::Compile { module: module.clone(), log: format!("{other:?}") },
+    })?;
+    cache.lock().expect("ptx cache lock").insert(key, ptx.clone());
+    Ok(ptx)
+}

@@ -1,0 +1,395 @@
+//! Host-side launch configuration: argument validation, the kernel parameter block, the
+//! tile plans and grid / shared-memory sizes of every launch. Pure host code (no CUDA), so
+//! it is tested on machines without a GPU.
+
+use crate::error::{CudaError, Result};
+use crate::plan::{IndexMap, TILE, TilePlan, plan};
+use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::pattern::{Branch, Offset};
+
+/// Element type of q, k, v and d_out (accumulation and outputs are f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Dtype {
+    Bf16,
+    F16,
+}
+
+/// Tensor sizes of one call: q / d_out / out are `[batch, q_rows, heads, head_dim]`,
+/// k / v are `[batch, k_rows, heads, head_dim]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub q_rows: usize,
+    pub k_rows: usize,
+}
+
+impl Shape {
+    /// Self-attention over a whole sequence.
+    pub fn square(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
+        Shape { batch, heads, head_dim, q_rows: seq, k_rows: seq }
+    }
+
+    pub fn q_len(&self) -> usize {
+        self.batch * self.q_rows * self.heads * self.head_dim
+    }
+
+    pub fn k_len(&self) -> usize {
+        self.batch * self.k_rows * self.heads * self.head_dim
+    }
+
+    /// Elements of the `[batch, heads, q_rows]` log-sum-exp.
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads * self.q_rows
+    }
+}
+
+/// Where the tensors sit in the global sequence: queries are global positions
+/// `q_offset..q_offset + q_rows`, keys `k_offset..k_offset + k_rows`, patterns are
+/// defined on `0..seq_len`. One ring step is one chunk pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub q_offset: usize,
+    pub k_offset: usize,
+    pub seq_len: usize,
+}
+
+impl Chunk {
+    /// The whole sequence (self-attention).
+    pub fn whole(shape: &Shape) -> Self {
+        Chunk { q_offset: 0, k_offset: 0, seq_len: shape.q_rows }
+    }
+
+    fn is_whole(&self, shape: &Shape) -> bool {
+        self.q_offset == 0 && self.k_offset == 0 && shape.q_rows == self.seq_len && shape.k_rows == self.seq_len
+    }
+}
+
+/// The kernels' parameter block, passed by value. Must match `struct Params` in
+/// `kernels/attention.cu` field for field (pointers are raw device addresses, 0 = null).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Params {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub out: u64,
+    pub lse: u64,
+    pub dout: u64,
+    pub delta: u64,
+    pub dq: u64,
+    pub dk: u64,
+    pub dv: u64,
+    pub key_len: u64,
+    pub plan_ptr: u64,
+    pub plan_idx: u64,
+    pub block_mask: u64,
+    pub batch: i32,
+    pub heads: i32,
+    pub nq: i32,
+    pub nk: i32,
+    pub q_rows: i32,
+    pub k_rows: i32,
+    pub q_offset: i32,
+    pub k_offset: i32,
+    pub seq_len: i32,
+    pub causal: i32,
+    pub pattern: i32,
+    pub win_left: i32,
+    pub win_right: i32,
+    pub bs_block: i32,
+    pub bs_radius: i32,
+    pub bs_stride: i32,
+    pub bs_global: i32,
+    pub bs_mask_blocks: i32,
+    pub dil_segment: i32,
+    pub dil_rate: i32,
+    pub dil_rule: i32,
+    pub dil_fixed: i32,
+    pub compact: i32,
+    pub dil_per_seg: i32,
+    pub accumulate: i32,
+    pub scale: f32,
+    pub scale_log2: f32,
+}
+
+// SAFETY: plain-old-data, `repr(C)`, laid out as the CUDA struct.
+unsafe impl cudarc::driver::DeviceRepr for Params {}
+
+/// One kernel launch of a call: a dense/masked pattern is one launch; a dilated pattern is
+/// one launch per branch, merged afterwards.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub params: Params,
+    pub map: IndexMap,
+    /// Query tile -> key tiles (forward, dQ).
+    pub rows: TilePlan,
+    /// Key tile -> query tiles (dK, dV).
+    pub cols: TilePlan,
+}
+
+impl LaunchSpec {
+    /// Grid of the forward and dQ kernels: (query tiles, heads, batch).
+    pub fn grid_rows(&self) -> (u32, u32, u32) {
+        (self.rows.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
+    }
+
+    /// Grid of the dK/dV kernel: (key tiles, heads, batch).
+    pub fn grid_cols(&self) -> (u32, u32, u32) {
+        (self.cols.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
+    }
+}
+
+/// Threads per block of the attention kernels (4 warps).
+pub const THREADS: u32 = 128;
+
+/// Dynamic shared memory of the forward kernel: Q, K, V tiles of 64 rows.
+pub fn smem_forward(head_dim: usize) -> u32 {
+    (3 * TILE * head_dim * 2) as u32
+}
+
+/// Dynamic shared memory of the backward kernels: Q, dO, K, V tiles (+ per-query
+/// lse/delta/position for dK/dV).
+pub fn smem_backward(head_dim: usize) -> u32 {
+    (4 * TILE * head_dim * 2 + 3 * TILE * 4) as u32
+}
+
+fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| CudaError::TooLarge { what, value, max: i32::MAX as usize })
+}
+
+/// Check a call's arguments: head dim, positive sizes, chunk placement, 32-bit indexing,
+/// grid limits and the spec itself. Every error names the failing value.
+pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
+    if !matches!(shape.head_dim, 64 | 128) {
+        return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim });
+    }
+    for (dim, size) in [("batch", shape.batch), ("heads", shape.heads), ("q_rows", shape.q_rows), ("k_rows", shape.k_rows)] {
+        if size == 0 {
+            return Err(CudaError::ZeroDim { tensor: "q/k/v", dim });
+        }
+    }
+    for (side, offset, rows) in [("query", chunk.q_offset, shape.q_rows), ("key", chunk.k_offset, shape.k_rows)] {
+        if offset + rows > chunk.seq_len {
+            return Err(CudaError::ChunkOutOfRange { side, offset, rows, seq_len: chunk.seq_len });
+        }
+    }
+    fits_i32("seq_len", chunk.seq_len)?;
+    for (what, value) in [("heads", shape.heads), ("batch", shape.batch)] {
+        if value > 65_535 {
+            return Err(CudaError::TooLarge { what, value, max: 65_535 });
+        }
+    }
+    spec.validate(shape.batch, shape.heads, chunk.seq_len)
+}
+
+/// Validate and build every launch of a call (host side only).
+pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<LaunchSpec>> {
+    validate(shape, spec, chunk)?;
+    let scale = spec.scale_for(shape.head_dim);
+    let base = Params {
+        batch: shape.batch as i32,
+        heads: shape.heads as i32,
+        q_rows: shape.q_rows as i32,
+        k_rows: shape.k_rows as i32,
+        q_offset: chunk.q_offset as i32,
+        k_offset: chunk.k_offset as i32,
+        seq_len: chunk.seq_len as i32,
+        causal: spec.causal as i32,
+        scale: scale as f32,
+        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        ..Params::default()
+    };
+    let identity = IndexMap::Identity { q_offset: chunk.q_offset, k_offset: chunk.k_offset };
+    let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
+        let (nq, nk) = (map.extent(shape.q_rows, chunk.seq_len), map.extent(shape.k_rows, chunk.seq_len));
+        let rows = plan(&spec.pattern, branch, spec.causal, map, nq, nk);
+        let cols = rows.transpose();
+        let params = Params { nq: fits_i32("query launch rows", nq)?, nk: fits_i32("key launch rows", nk)?, ..params };
+        Ok(LaunchSpec { params, map, rows, cols })
+    };
+    // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
+    let clamp = |x: usize| x.min(chunk.seq_len) as i32;
+    match &spec.pattern {
+        GpuPattern::Dense => Ok(vec![build(base, None, identity)?]),
+        GpuPattern::Window { left, right } => {
+            Ok(vec![build(Params { pattern: 1, win_left: clamp(*left), win_right: clamp(*right), ..base }, None, identity)?])
+        }
+        GpuPattern::BlockSparse(bs) => {
+            let params = Params {
+                pattern: 2,
+                bs_block: clamp(bs.block).max(1),
+                bs_radius: bs.local_radius.map_or(-1, clamp),
+                bs_stride: bs.dilated_stride.map_or(0, clamp),
+                bs_global: clamp(bs.global_tokens),
+                bs_mask_blocks: bs.block_mask.as_ref().map_or(0, |m| m.len() as i32),
+                ..base
+            };
+            Ok(vec![build(params, None, identity)?])
+        }
+        GpuPattern::Dilated(d) => d
+            .branches
+            .iter()
+            .map(|b| {
+                // A segment longer than the sequence is the whole sequence (same segment
+                // starts), so clamping changes no mask and keeps compact rows tight.
+                let branch = Branch { segment: b.segment.min(chunk.seq_len), ..*b };
+                let (rule, fixed) = match b.offset {
+                    Offset::HeadMod => (0, 0),
+                    Offset::HeadBlock => (1, 0),
+                    Offset::Fixed(o) => (2, o as i32),
+                };
+                let params = Params {
+                    pattern: 3,
+                    dil_segment: branch.segment as i32,
+                    dil_rate: fits_i32("dilation", branch.dilation)?,
+                    dil_rule: rule,
+                    dil_fixed: fixed,
+                    dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
+                    ..base
+                };
+                // Compaction needs the whole sequence on both sides (kept rows are found
+                // from segment starts); a ring chunk evaluates the branch mask in place.
+                if chunk.is_whole(shape) {
+                    let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation };
+                    build(Params { compact: 1, ..params }, Some(&branch), map)
+                } else {
+                    build(params, Some(&branch), identity)
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Block-sparse user mask flattened row-major for the kernel (`blocks x blocks` bytes).
+pub fn block_mask_bytes(spec: &GpuSpec) -> Option<Vec<u8>> {
+    match &spec.pattern {
+        GpuPattern::BlockSparse(bs) => bs.block_mask.as_ref().map(|m| {
+            let n = m.len();
+            m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringdil_reference::pattern::{BlockSparse, Dilated};
+
+    fn dense() -> GpuSpec {
+        GpuSpec::new(GpuPattern::Dense)
+    }
+
+    #[test]
+    fn params_layout_matches_the_cuda_struct() {
+        // 14 pointers, 25 ints, 2 floats, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Params>(), 14 * 8 + 25 * 4 + 2 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(Params, batch), 112);
+        assert_eq!(std::mem::offset_of!(Params, scale), 112 + 25 * 4);
+        // The CUDA source declares the same fields in the same order.
+        let src = crate::KERNEL_SOURCE;
+        let body = &src[src.find("struct Params {").unwrap()..];
+        let body = &body[..body.find("};").unwrap()];
+        let names: Vec<&str> = body
+            .lines()
+            .skip(1)
+            .map(|l| l.split("//").next().unwrap().trim().trim_end_matches(';'))
+            .filter(|l| !l.is_empty())
+            .flat_map(|l| l.split(',').map(|f| f.trim().rsplit([' ', '*']).next().unwrap()).collect::<Vec<_>>())
+            .collect();
+        let expected = [
+            "q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "key_len", "plan_ptr", "plan_idx",
+            "block_mask", "batch", "heads", "nq", "nk", "q_rows", "k_rows", "q_offset", "k_offset", "seq_len",
+            "causal", "pattern", "win_left", "win_right", "bs_block", "bs_radius", "bs_stride", "bs_global",
+            "bs_mask_blocks", "dil_segment", "dil_rate", "dil_rule", "dil_fixed", "compact", "dil_per_seg",
+            "accumulate", "scale", "scale_log2",
+        ];
+        assert_eq!(names, expected);
+    }
+
+    #[test]
+    fn dense_launch_configuration() {
+        let shape = Shape::square(2, 1000, 3, 128);
+        let l = launches(&shape, &dense().causal(true), &Chunk::whole(&shape)).unwrap();
+        assert_eq!(l.len(), 1);
+        let l = &l[0];
+        assert_eq!(l.grid_rows(), (16, 3, 2)); // ceil(1000 / 64) query tiles
+        assert_eq!(l.grid_cols(), (16, 3, 2));
+        assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
+        assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
+        assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
+        assert_eq!(l.rows.visits(), 16 * 17 / 2);
+        assert_eq!(smem_forward(128), 48 * 1024);
+        assert_eq!(smem_forward(64), 24 * 1024);
+        assert_eq!(smem_backward(128), 64 * 1024 + 768);
+    }
+
+    #[test]
+    fn dilated_whole_sequence_is_compact_and_a_ring_chunk_is_not() {
+        let d = Dilated::longnet(&[(512, 1), (1024, 4), (100_000, 16)]);
+        let spec = GpuSpec::new(GpuPattern::Dilated(d));
+        let shape = Shape::square(1, 4096, 8, 64);
+        let l = launches(&shape, &spec, &Chunk::whole(&shape)).unwrap();
+        assert_eq!(l.len(), 3);
+        assert!(l.iter().all(|l| l.params.compact == 1 && l.params.pattern == 3));
+        assert_eq!(l[1].params.nq, 4096 / 4);
+        assert_eq!(l[1].params.dil_per_seg, 256);
+        // The segment longer than the sequence is clamped to it: 4096 / 16 rows.
+        assert_eq!((l[2].params.dil_segment, l[2].params.nq), (4096, 256));
+        // Work (tiles) of each branch is its share n*w/r^2 of the dense n^2.
+        assert_eq!(l[1].rows.visits(), 4096 * 1024 / 16 / (64 * 64));
+
+        let ring = Shape { q_rows: 1024, k_rows: 1024, ..shape };
+        let chunk = Chunk { q_offset: 2048, k_offset: 1024, seq_len: 4096 };
+        let l = launches(&ring, &spec, &chunk).unwrap();
+        assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
+    }
+
+    #[test]
+    fn block_sparse_and_window_parameters() {
+        let bs = BlockSparse { dilated_stride: Some(4), global_tokens: 9, ..BlockSparse::local(32, 2) };
+        let shape = Shape::square(1, 100, 1, 64);
+        let l = &launches(&shape, &GpuSpec::new(GpuPattern::BlockSparse(bs)), &Chunk::whole(&shape)).unwrap()[0];
+        let p = l.params;
+        assert_eq!((p.pattern, p.bs_block, p.bs_radius, p.bs_stride, p.bs_global, p.bs_mask_blocks), (2, 32, 2, 4, 9, 0));
+        let w = GpuSpec::new(GpuPattern::Window { left: usize::MAX, right: 3 });
+        let p = launches(&shape, &w, &Chunk::whole(&shape)).unwrap()[0].params;
+        assert_eq!((p.pattern, p.win_left, p.win_right), (1, 100, 3));
+    }
+
+    #[test]
+    fn bad_arguments_are_typed_errors_naming_the_value() {
+        let shape = Shape::square(1, 100, 2, 64);
+        let whole = Chunk::whole(&shape);
+        let err = |s: &Shape, spec: &GpuSpec, c: &Chunk| launches(s, spec, c).unwrap_err().to_string();
+        assert_eq!(err(&Shape { head_dim: 96, ..shape }, &dense(), &whole), "head_dim 96 has no GPU kernel; supported: 64, 128");
+        assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
+        let chunk = Chunk { q_offset: 50, k_offset: 0, seq_len: 120 };
+        assert_eq!(
+            err(&shape, &dense(), &chunk),
+            "query chunk: offset 50 + 100 rows exceeds the global sequence length 120"
+        );
+        assert!(err(&Shape { batch: 70_000, ..shape }, &dense(), &Chunk::whole(&shape)).contains("batch = 70000"));
+        let d = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(16, 32)])));
+        assert!(err(&shape, &d, &whole).contains("dilation_rate 32 exceeds segment_length 16"));
+        let hg = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(16, 1), (32, 2)])));
+        assert!(err(&shape, &hg, &whole).contains("head-group combine"));
+        assert!(err(&shape, &dense().key_lengths(vec![101]), &whole).contains("length 101 > seq 100"));
+        let bad_scale = GpuSpec { scale: Some(-1.0), ..dense() };
+        assert!(err(&shape, &bad_scale, &whole).contains("scale -1"));
+        assert!(matches!(
+            launches(&shape, &GpuSpec::new(GpuPattern::BlockSparse(BlockSparse::local(0, 1))), &whole),
+            Err(CudaError::Spec(ringdil_reference::Error::ZeroParameter { parameter: "block", .. }))
+        ));
+    }
+
+    #[test]
+    fn block_mask_is_flattened_row_major() {
+        let m = vec![vec![true, false], vec![false, true]];
+        let bs = BlockSparse { block_mask: Some(m), local_radius: None, ..BlockSparse::local(8, 0) };
+        assert_eq!(block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs))), Some(vec![1, 0, 0, 1]));
+        assert_eq!(block_mask_bytes(&dense()), None);
+    }
+}

@@ -1,0 +1,39 @@
+//! # ringdil-cuda: GPU kernels for ringdil's attention
+//!
+//! Flash-attention-style kernels written in CUDA C++ (`kernels/attention.cu`), compiled at
+//! run time by NVRTC for the device's architecture (e.g. `sm_90`) and cached per process.
+//! The CUDA libraries are loaded dynamically (cudarc `dynamic-loading`), so this crate
+//! builds, and its host-side tests run, on machines without CUDA.
+//!
+//! * **Forward** ([`Gpu::forward_into`]): tiled online softmax, tensor cores
+//!   (`mma.sync.m16n8k16`, bf16 or f16 inputs, f32 accumulation), head dims 64 and 128,
+//!   returns the output and the log-sum-exp, i.e. a `ringdil_reference::Partial`.
+//! * **Masks** are evaluated in the kernel from *global* indices: causal, key padding,
+//!   sliding window, block-sparse, and LongNet dilated branches (segment, dilation,
+//!   per-head offset). Tiles a mask leaves empty are not visited at all: the host builds a
+//!   tile plan ([`plan`]) and the kernel walks only its entries. Sequence lengths are
+//!   arbitrary and a query/key global offset ([`Chunk`]) makes one launch one ring step.
+//! * **Dilated branches** use LongNet's identity: the softmax-denominator combine of the
+//!   branches *is* the online-softmax merge of the branch partials. Over a whole sequence
+//!   each branch runs on its kept rows only (compact index space, gather on load, scatter
+//!   on store), so a branch `(w, r)` costs `n*w/r^2` per head, not `n^2`.
+//! * **Merge** ([`Gpu::merge_into`]): the reference's `Partial::merge`, into a new buffer.
+//! * **Backward** ([`Gpu::backward_into`]): dQ, dK, dV from the saved LSE, same masks.
+//!
+//! The f64 reference is the specification: [`check`] compares every kernel with it.
+//! Design notes: `docs/gpu.md`.
+
+pub mod check;
+pub mod error;
+pub mod gpu;
+pub mod launch;
+pub mod plan;
+pub mod spec;
+
+pub use error::{CudaError, Result};
+pub use gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, Prepared};
+pub use launch::{Chunk, Dtype, Shape};
+pub use spec::{GpuPattern, GpuSpec};
+
+/// The CUDA source of every kernel, compiled by NVRTC at run time.
+pub const KERNEL_SOURCE: &str = include_str!("../kernels/attention.cu");

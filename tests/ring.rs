@@ -5,7 +5,7 @@
 
 use ndarray::Array4;
 use proptest::prelude::*;
-use ringdil_proofs::{Case, any_case, config, rel_err, ring_layout};
+use ringdil_proofs::{Case, any_case, assert_schedule_exact, config, rel_err, ring_layout};
 use ringdil_reference::pattern::{Dense, Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::ring::{
@@ -26,33 +26,13 @@ fn all_schedules(plan: &ChunkPlan, spec: &Spec, heads: usize) -> Vec<Schedule> {
 /// f64 tolerance of every distributed result against the single-device reference.
 const TOL_F64: f64 = 1e-12;
 
-/// Run `schedule` (after a JSON round trip) on the case's tensors and compare output, LSE
-/// and all three gradients with `attention` / `attention_backward`.
+/// A JSON round trip of `schedule`, then the replay checked against single-device
+/// attention, forward and backward.
 fn check_schedule(case: &Case, schedule: &Schedule) -> Result<(), TestCaseError> {
     let json = serde_json::to_string(schedule).unwrap();
     let replayed: Schedule = serde_json::from_str(&json).unwrap();
     prop_assert_eq!(&replayed, schedule);
-    let (q, k, v) = case.qkv();
-    let d_out = normal_tensor(case.shape(), case.seed + 7);
-    let want = attention(q.view(), k.view(), v.view(), &case.spec).unwrap();
-    let want_grad = attention_backward(q.view(), k.view(), v.view(), &case.spec, &want, d_out.view()).unwrap();
-    let (got, grad, report) =
-        simulate(&replayed, &case.spec, q.view(), k.view(), v.view(), Some(d_out.view())).unwrap();
-    let grad = grad.unwrap();
-    let kind = schedule.kind;
-    for (what, g, w) in [
-        ("out", &got.out, &want.out),
-        ("dq", &grad.dq, &want_grad.dq),
-        ("dk", &grad.dk, &want_grad.dk),
-        ("dv", &grad.dv, &want_grad.dv),
-    ] {
-        let e = rel_err(g.iter(), w.iter());
-        prop_assert!(e < TOL_F64, "{kind:?} {what}: rel err {e}");
-    }
-    // LSE: equal where finite, -inf exactly where the reference is -inf.
-    for (g, w) in got.lse.iter().zip(&want.lse) {
-        prop_assert!(g == w || (g - w).abs() <= TOL_F64 * w.abs().max(1.0), "{kind:?} lse {g} vs {w}");
-    }
+    let report = assert_schedule_exact(case, &replayed, TOL_F64)?;
     prop_assert_eq!(report.skipped, schedule.skipped());
     Ok(())
 }

@@ -16,8 +16,8 @@
 //!
 //! # Volume (elements sent by rank `r`; `n_s` tokens on rank `s`, `H` heads, batch `B`)
 //! ```text
-//!   forward:  sum_{s=1}^{P-1} 2 B H d n_{(r-s+1) mod P}          ~ 2 B H d N (P-1)/P
-//!   backward: sum_{s=1}^{P-1} 4 B H d n_{(r-s+1) mod P} + 2 B H d n_{r+1}
+//!   forward:  sum_{s=1}^{P-1} 2 B H d n_{(r-s+1) mod P} = 2 B H d (N - n_{r+1})   ~ 2 B H d N (P-1)/P
+//!   backward: 4 B H d (N - n_{r+1}) + 2 B H d n_{r+1}          (P > 1; indices mod P)
 //! ```
 //! (with `d_v = d`; `V`/`dV` rows are `B d_v`). Memory per rank is `O(n_r + max_s n_s)`.
 

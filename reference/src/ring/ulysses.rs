@@ -10,7 +10,7 @@
 //! # Volume (elements sent by rank `p`, `|H_p|` its heads, `d_v = d`)
 //! ```text
 //!   forward:  3 B d n_p (H - |H_p|)  +  B (d + 1) |H_p| (N - n_p)
-//!   backward: B (4d + 1) n_p (H - |H_p|)  +  3 B d |H_p| (N - n_p)
+//!   backward: B (5d + 1) n_p (H - |H_p|)  +  3 B d |H_p| (N - n_p)
 //! ```
 //! (in: `Q, K, V` forward; `Q, K, V, dOut, Out+LSE` backward; out: `Out+LSE`, then
 //! `dQ, dK, dV`). Memory per rank `O(N |H_p| + n_p H)`: `O(N H / P)`.

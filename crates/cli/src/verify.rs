@@ -215,7 +215,7 @@ fn check_masked(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, 
 /// compare forward and the summed backward with the full computation.
 fn check_merge(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<f64> {
     let (batch, n, heads, d) = q.dim();
-    let mut rng = SplitMix64::new(seed ^ 0x6d65_7267_65);
+    let mut rng = SplitMix64::new(seed ^ 0x006d_6572_6765);
     let parts = rng.range(1, 5);
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); parts];
     for key in 0..n {

@@ -176,10 +176,32 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
     return true;
 }
 
-// A tile that needs no per-element mask: dense, every key valid and visible to every query.
-__device__ __forceinline__ bool tile_full(const Params& p, int q0, int k0, int klimit) {
-    return !p.compact && p.pattern == 0 && k0 + BN <= p.nk && p.k_offset + k0 + BN <= klimit &&
-           (!p.causal || p.k_offset + k0 + BN - 1 <= p.q_offset + q0);
+// Compact segment of launch index c (0 outside compact mode).
+__device__ __forceinline__ int seg_of(const Params& p, int c) { return p.compact ? c / p.dil_per_seg : 0; }
+
+// The element mask with per-row precomputed positions (-1: no row) and compact segments.
+// In compact mode every valid index pair of one segment is a kept pair of the branch, so
+// only segment, causality and padding remain: no division per element.
+__device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qseg, int kpos, int kseg, int klimit) {
+    if (qpos < 0 || kpos < 0) return false;
+    if (p.compact) return qseg == kseg && kpos < klimit && (!p.causal || kpos <= qpos);
+    return allowed(p, h, qpos, kpos, klimit);
+}
+
+// A tile (query indices q0..q0+qn-1, keys k0..k0+BN-1) that needs no per-element mask:
+// every key is a valid row visible to every query.
+__device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn, int k0, int klimit) {
+    const int k1 = k0 + BN - 1;
+    if (p.compact) {
+        // One segment for the whole tile, no hole (rows grow within a segment, so the
+        // last key decides), below the diagonal, inside the padding limit.
+        const int s = seg_of(p, k0);
+        const int last = row_of(p, k1, p.nk, p.k_rows, h);
+        return seg_of(p, k1) == s && seg_of(p, q0) == s && seg_of(p, q0 + qn - 1) == s && last >= 0 &&
+               last < klimit && (!p.causal || k1 <= q0);
+    }
+    return p.pattern == 0 && k1 < p.nk && p.k_offset + k1 < klimit &&
+           (!p.causal || p.k_offset + k1 <= p.q_offset + q0);
 }
 
 __device__ __forceinline__ int key_limit(const Params& p, int b) {
@@ -194,11 +216,13 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
     return p.k_offset + first >= klimit;
 }
 
-// Asynchronously copy 64 rows (launch indices c0..c0+63) of one head into a swizzled tile;
+// Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
+template <int ROWS = 64>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, int b, int h, int c0,
                                           int n, int rows) {
-    for (int idx = threadIdx.x; idx < 64 * CH; idx += NTHREADS) {
+#pragma unroll
+    for (int idx = threadIdx.x; idx < ROWS * CH; idx += NTHREADS) {
         int r = idx / CH, ch = idx - r * CH;
         int row = row_of(p, c0 + r, n, rows, h);
         const u16* src = row >= 0 ? g + (((size_t)b * rows + row) * p.heads + h) * D + ch * 8 : g;
@@ -208,32 +232,46 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 
 // ---------------------------------------------------------------- forward
 
-// One block: 64 query rows (launch indices) of one (batch, head); 4 warps of 16 rows.
+// Each warp owns WM m16 row tiles, so every K / V fragment read from shared memory feeds
+// WM tensor-core products (the smem traffic per flop falls by WM).
+#define WM 2
+#define FBM (16 * 4 * WM)  // query rows per forward block
+
+// One block: FBM query rows (launch indices) of one (batch, head); 4 warps of 16*WM rows.
 // Visits only the key tiles of its plan row; online softmax in the log2 domain.
 extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     u16* sQ = smem;
-    u16* sK = sQ + BM * D;
+    u16* sK = sQ + FBM * D;
     u16* sV = sK + BN * D;
     const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * BM;
+    const int q0 = qt * FBM;
     const int klimit = key_limit(p, b);
     const int kbeg = p.plan_ptr[qt];
     int kend = p.plan_ptr[qt + 1];  // plan rows are ascending: drop the padded tail
     while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
 
-    int qrow[2], qpos[2];
-    for (int r = 0; r < 2; ++r) {
-        qrow[r] = row_of(p, q0 + warp * 16 + g + 8 * r, p.nq, p.q_rows, h);
-        qpos[r] = qrow[r] >= 0 ? p.q_offset + qrow[r] : -1;
-    }
-    float o[D / 8][4];
-    for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-    u32 qf[D / 16][4];
+    int qrow[WM][2], qpos[WM][2], qseg[WM][2];
+    #pragma unroll
+    for (int mt = 0; mt < WM; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int c = q0 + (warp * WM + mt) * 16 + g + 8 * r;
+            qrow[mt][r] = row_of(p, c, p.nq, p.q_rows, h);
+            qpos[mt][r] = qrow[mt][r] >= 0 ? p.q_offset + qrow[mt][r] : -1;
+            qseg[mt][r] = seg_of(p, c);
+        }
+    float o[WM][D / 8][4];
+    #pragma unroll
+    for (int mt = 0; mt < WM; ++mt)
+        #pragma unroll
+        for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    float m[WM][2], l[WM][2];
+    #pragma unroll
+    for (int mt = 0; mt < WM; ++mt) m[mt][0] = m[mt][1] = NEG_INF, l[mt][0] = l[mt][1] = 0.f;
 
-    load_tile(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
+    load_tile<FBM>(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
     if (kbeg < kend) load_tile(sK, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
     cp_commit();
     if (kbeg < kend) load_tile(sV, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
@@ -243,64 +281,101 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         const int k0 = p.plan_idx[it] * BN;
         cp_wait<1>();  // Q (first time) and K of this tile have landed
         __syncthreads();
-        if (it == kbeg)
-            for (int kk = 0; kk < D / 16; ++kk) frag_a(qf[kk], sQ, warp * 16, kk, lane);
 
-        float s[BN / 8][4];
-        for (int nb = 0; nb < BN / 8; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-        for (int kk = 0; kk < D / 16; kk += 2)
+        float s[WM][BN / 8][4];
+        #pragma unroll
+        for (int mt = 0; mt < WM; ++mt)
+            #pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.f;
+        #pragma unroll
+        for (int kk = 0; kk < D / 16; kk += 2) {
+            u32 qa[WM][2][4];
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt) {
+                frag_a(qa[mt][0], sQ, (warp * WM + mt) * 16, kk, lane);
+                frag_a(qa[mt][1], sQ, (warp * WM + mt) * 16, kk + 1, lane);
+            }
+            #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb) {
                 u32 bf[4];
                 frag_b_rows(bf, sK, nb, kk, lane);
-                mma(s[nb], qf[kk], bf[0], bf[1]);
-                mma(s[nb], qf[kk + 1], bf[2], bf[3]);
+                #pragma unroll
+                for (int mt = 0; mt < WM; ++mt) {
+                    mma(s[mt][nb], qa[mt][0], bf[0], bf[1]);
+                    mma(s[mt][nb], qa[mt][1], bf[2], bf[3]);
+                }
             }
+        }
         __syncthreads();  // every warp is done with sK: prefetch the next key tile
         if (it + 1 < kend) load_tile(sK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
         cp_commit();
 
-        if (!tile_full(p, q0, k0, klimit)) {
+        if (!tile_full(p, h, q0, FBM, k0, klimit)) {
+            #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb)
+                #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    int krow = row_of(p, k0 + nb * 8 + 2 * t + e, p.nk, p.k_rows, h);
-                    int kpos = krow >= 0 ? p.k_offset + krow : -1;
-                    for (int r = 0; r < 2; ++r)
-                        if (qpos[r] < 0 || kpos < 0 || !allowed(p, h, qpos[r], kpos, klimit))
-                            s[nb][2 * r + e] = NEG_INF;
+                    const int kc = k0 + nb * 8 + 2 * t + e;
+                    const int krow = row_of(p, kc, p.nk, p.k_rows, h);
+                    const int kpos = krow >= 0 ? p.k_offset + krow : -1, kseg = seg_of(p, kc);
+                    #pragma unroll
+                    for (int mt = 0; mt < WM; ++mt)
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                            if (!visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit))
+                                s[mt][nb][2 * r + e] = NEG_INF;
                 }
         }
-        for (int r = 0; r < 2; ++r) {
-            float mx = m[r];
-            for (int nb = 0; nb < BN / 8; ++nb)
-                mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]) * p.scale_log2);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            const float base = mx == NEG_INF ? 0.f : mx;  // a row with no key yet: no NaN
-            const float alpha = exp2f(m[r] - base);
-            m[r] = mx;
-            l[r] *= alpha;
-            for (int i = 0; i < D / 8; ++i) {
-                o[i][2 * r] *= alpha;
-                o[i][2 * r + 1] *= alpha;
+        #pragma unroll
+        for (int mt = 0; mt < WM; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = m[mt][r];
+                #pragma unroll
+                for (int nb = 0; nb < BN / 8; ++nb)
+                    mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]) * p.scale_log2);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                const float base = mx == NEG_INF ? 0.f : mx;  // a row with no key yet: no NaN
+                const float alpha = exp2f(m[mt][r] - base);
+                m[mt][r] = mx;
+                l[mt][r] *= alpha;
+                #pragma unroll
+                for (int i = 0; i < D / 8; ++i) {
+                    o[mt][i][2 * r] *= alpha;
+                    o[mt][i][2 * r + 1] *= alpha;
+                }
+                #pragma unroll
+                for (int nb = 0; nb < BN / 8; ++nb)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float pe = exp2f(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
+                        s[mt][nb][2 * r + e] = pe;
+                        l[mt][r] += pe;
+                    }
             }
-            for (int nb = 0; nb < BN / 8; ++nb)
-                for (int e = 0; e < 2; ++e) {
-                    float pe = exp2f(fmaf(s[nb][2 * r + e], p.scale_log2, -base));
-                    s[nb][2 * r + e] = pe;
-                    l[r] += pe;
-                }
-        }
 
         cp_wait<1>();  // V of this tile has landed (the next K may still be in flight)
         __syncthreads();
+        #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            u32 a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                        pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            u32 a[WM][4];
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt) {
+                a[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+            #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {
                 u32 bf[4];
                 frag_b_cols(bf, sV, kk, cb, lane);
-                mma(o[cb], a, bf[0], bf[1]);
-                mma(o[cb + 1], a, bf[2], bf[3]);
+                #pragma unroll
+                for (int mt = 0; mt < WM; ++mt) {
+                    mma(o[mt][cb], a[mt], bf[0], bf[1]);
+                    mma(o[mt][cb + 1], a[mt], bf[2], bf[3]);
+                }
             }
         }
         __syncthreads();  // every warp is done with sV
@@ -309,18 +384,24 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     }
     cp_wait<0>();
 
-    for (int r = 0; r < 2; ++r) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffff, lr, 1);
-        lr += __shfl_xor_sync(0xffffffff, lr, 2);
-        if (qrow[r] < 0) continue;
-        const float inv = lr > 0.f ? 1.f / lr : 0.f;
-        float* orow = p.out + (((size_t)b * p.q_rows + qrow[r]) * p.heads + h) * D;
-        for (int i = 0; i < D / 8; ++i)
-            *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) = make_float2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-        if (t == 0)
-            p.lse[((size_t)b * p.heads + h) * p.q_rows + qrow[r]] = lr > 0.f ? (m[r] + log2f(lr)) * LN2 : NEG_INF;
-    }
+    #pragma unroll
+    for (int mt = 0; mt < WM; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(0xffffffff, lr, 1);
+            lr += __shfl_xor_sync(0xffffffff, lr, 2);
+            if (qrow[mt][r] < 0) continue;
+            const float inv = lr > 0.f ? 1.f / lr : 0.f;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow[mt][r]) * p.heads + h) * D;
+            #pragma unroll
+            for (int i = 0; i < D / 8; ++i)
+                *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
+                    make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+            if (t == 0)
+                p.lse[((size_t)b * p.heads + h) * p.q_rows + qrow[mt][r]] =
+                    lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
+        }
 }
 
 // ---------------------------------------------------------------- merge and helpers
@@ -364,6 +445,7 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, float* d
     for (size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x; row < total;
          row += (size_t)gridDim.x * blockDim.x) {
         float acc = 0.f;
+        #pragma unroll
         for (int d = 0; d < D; ++d) acc += to_f32(dout[row * D + d]) * out[row * D + d];
         int hh = (int)(row % heads);
         size_t bi = row / heads;
@@ -407,15 +489,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
     int kend = p.plan_ptr[qt + 1];  // plan rows are ascending: drop the padded tail
     while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
 
-    int qrow[2], qpos[2];
+    int qrow[2], qpos[2], qseg[2];
     float lse2[2], dl[2];
+    #pragma unroll
     for (int r = 0; r < 2; ++r) {
         qrow[r] = row_of(p, q0 + warp * 16 + g + 8 * r, p.nq, p.q_rows, h);
+        qseg[r] = seg_of(p, q0 + warp * 16 + g + 8 * r);
         qpos[r] = qrow[r] >= 0 ? p.q_offset + qrow[r] : -1;
         lse2[r] = lse2_of(p, b, h, qrow[r]);
         dl[r] = qrow[r] >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + qrow[r]] : 0.f;
     }
     float acc[D / 8][4];
+    #pragma unroll
     for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     u32 qf[D / 16][4], of[D / 16][4];
 
@@ -430,14 +515,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
         cp_wait<0>();
         __syncthreads();
         if (it == kbeg)
+            #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 frag_a(qf[kk], sQ, warp * 16, kk, lane);
                 frag_a(of[kk], sO, warp * 16, kk, lane);
             }
         float s[BN / 8][4], dp[BN / 8][4];
+        #pragma unroll
         for (int nb = 0; nb < BN / 8; ++nb)
+            #pragma unroll
             for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
+        #pragma unroll
         for (int kk = 0; kk < D / 16; kk += 2)
+            #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb) {
                 u32 bf[4];
                 frag_b_rows(bf, sK, nb, kk, lane);
@@ -447,23 +537,30 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
                 mma(dp[nb], of[kk], bf[0], bf[1]);
                 mma(dp[nb], of[kk + 1], bf[2], bf[3]);
             }
-        const bool full = tile_full(p, q0, k0, klimit);
+        const bool full = tile_full(p, h, q0, BM, k0, klimit);
+        #pragma unroll
         for (int nb = 0; nb < BN / 8; ++nb)
+            #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                int kpos = 0;
+                int kpos = 0, kseg = 0;
                 if (!full) {
-                    int krow = row_of(p, k0 + nb * 8 + 2 * t + e, p.nk, p.k_rows, h);
+                    const int kc = k0 + nb * 8 + 2 * t + e;
+                    const int krow = row_of(p, kc, p.nk, p.k_rows, h);
                     kpos = krow >= 0 ? p.k_offset + krow : -1;
+                    kseg = seg_of(p, kc);
                 }
+                #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    bool ok = full || (qpos[r] >= 0 && kpos >= 0 && allowed(p, h, qpos[r], kpos, klimit));
+                    bool ok = full || visible(p, h, qpos[r], qseg[r], kpos, kseg, klimit);
                     float pe = ok ? exp2f(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r])) : 0.f;
                     s[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - dl[r]);
                 }
             }
+        #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             u32 a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
                         pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {
                 u32 bf[4];
                 frag_b_cols(bf, sK, kk, cb, lane);
@@ -474,9 +571,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
         __syncthreads();
     }
     cp_wait<0>();
+    #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (qrow[r] < 0) continue;
         float* row = p.dq + (((size_t)b * p.q_rows + qrow[r]) * p.heads + h) * D;
+        #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
             float v[2] = {acc[i][2 * r] * p.scale, acc[i][2 * r + 1] * p.scale};
             store_row(row + i * 8 + 2 * t, v, p.accumulate);
@@ -503,13 +602,17 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
     const int qbeg = p.plan_ptr[kt];
     const int qend = keys_past_limit(p, k0, klimit) ? qbeg : p.plan_ptr[kt + 1];  // all keys padded: zeros
 
-    int krow[2], kpos[2];
+    int krow[2], kpos[2], kseg[2];
+    #pragma unroll
     for (int r = 0; r < 2; ++r) {
         krow[r] = row_of(p, k0 + warp * 16 + g + 8 * r, p.nk, p.k_rows, h);
+        kseg[r] = seg_of(p, k0 + warp * 16 + g + 8 * r);
         kpos[r] = krow[r] >= 0 ? p.k_offset + krow[r] : -1;
     }
     float dk[D / 8][4], dv[D / 8][4];
+    #pragma unroll
     for (int i = 0; i < D / 8; ++i)
+        #pragma unroll
         for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
     load_tile(sK, p.k, p, b, h, k0, p.nk, p.k_rows);
@@ -529,14 +632,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
         cp_wait<0>();
         __syncthreads();
         float s[BM / 8][4], dp[BM / 8][4];
+        #pragma unroll
         for (int nb = 0; nb < BM / 8; ++nb)
+            #pragma unroll
             for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
+        #pragma unroll
         for (int kk = 0; kk < D / 16; kk += 2) {
             u32 ka[4], kb[4], va[4], vb[4];
             frag_a(ka, sK, warp * 16, kk, lane);
             frag_a(kb, sK, warp * 16, kk + 1, lane);
             frag_a(va, sV, warp * 16, kk, lane);
             frag_a(vb, sV, warp * 16, kk + 1, lane);
+            #pragma unroll
             for (int nb = 0; nb < BM / 8; ++nb) {
                 u32 bf[4];
                 frag_b_rows(bf, sQ, nb, kk, lane);
@@ -547,23 +654,28 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                 mma(dp[nb], vb, bf[2], bf[3]);
             }
         }
-        const bool full = tile_full(p, q0, k0, klimit);
+        const bool full = tile_full(p, h, q0, BM, k0, klimit);
+        #pragma unroll
         for (int nb = 0; nb < BM / 8; ++nb)
+            #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qc = nb * 8 + 2 * t + e;
-                const int qp = sP[qc];
+                const int qp = sP[qc], qs = seg_of(p, q0 + qc);
+                #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    bool ok = full || (qp >= 0 && kpos[r] >= 0 && allowed(p, h, qp, kpos[r], klimit));
+                    bool ok = full || visible(p, h, qp, qs, kpos[r], kseg[r], klimit);
                     float pe = ok ? exp2f(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc])) : 0.f;
                     s[nb][2 * r + e] = pe;
                     dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
                 }
             }
+        #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) {
             u32 pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
                          pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             u32 da[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]), pack2(dp[2 * kk][2], dp[2 * kk][3]),
                          pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {
                 u32 bf[4];
                 frag_b_cols(bf, sO, kk, cb, lane);
@@ -577,9 +689,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
         __syncthreads();
     }
     cp_wait<0>();
+    #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (krow[r] < 0) continue;
         size_t base = (((size_t)b * p.k_rows + krow[r]) * p.heads + h) * D;
+        #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
             float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
             float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};

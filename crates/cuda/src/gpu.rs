@@ -68,6 +68,8 @@ pub struct Prepared {
 }
 
 struct DevicePlan {
+    fwd_ptr: CudaSlice<i32>,
+    fwd_idx: CudaSlice<i32>,
     rows_ptr: CudaSlice<i32>,
     rows_idx: CudaSlice<i32>,
     cols_ptr: CudaSlice<i32>,
@@ -103,6 +105,17 @@ impl Gpu {
     /// Device name and architecture, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
     pub fn describe(&self) -> Result<String> {
         Ok(format!("{} ({})", self.ctx.name()?, self.arch))
+    }
+
+    /// Registers per thread and local (spilled) bytes of each attention kernel, for the
+    /// benchmark notes.
+    pub fn kernel_resources(&self, dtype: Dtype, head_dim: usize) -> Result<String> {
+        let k = self.kernels(dtype, head_dim)?;
+        let mut parts = Vec::new();
+        for (name, f) in [("fwd", &k.fwd), ("dq", &k.dq), ("dkdv", &k.dkdv)] {
+            parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
+        }
+        Ok(parts.join(", "))
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -164,6 +177,8 @@ impl Gpu {
             .into_iter()
             .map(|l| {
                 let plan = DevicePlan {
+                    fwd_ptr: self.stream.clone_htod(&l.fwd.ptr)?,
+                    fwd_idx: self.stream.clone_htod(nonempty(&l.fwd.idx))?,
                     rows_ptr: self.stream.clone_htod(&l.rows.ptr)?,
                     rows_idx: self.stream.clone_htod(nonempty(&l.rows.idx))?,
                     cols_ptr: self.stream.clone_htod(&l.cols.ptr)?,
@@ -286,8 +301,8 @@ impl Gpu {
         let (vp, _c) = v.data.device_ptr(st);
         let (op, _d) = out.out.device_ptr(st);
         let (lp, _e) = out.lse.device_ptr(st);
-        let (pp, _f) = plan.rows_ptr.device_ptr(st);
-        let (pi, _g) = plan.rows_idx.device_ptr(st);
+        let (pp, _f) = plan.fwd_ptr.device_ptr(st);
+        let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let params = Params {
             q: qp,
             k: kp,
@@ -301,7 +316,7 @@ impl Gpu {
             ..l.params
         };
         let cfg = LaunchConfig {
-            grid_dim: l.grid_rows(),
+            grid_dim: l.grid_fwd(),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: launch::smem_forward(prep.shape.head_dim),
         };

@@ -3,7 +3,7 @@
 //! it is tested on machines without a GPU.
 
 use crate::error::{CudaError, Result};
-use crate::plan::{IndexMap, TILE, TilePlan, plan};
+use crate::plan::{FWD_Q_TILE, IndexMap, TILE, TilePlan, plan};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
 
@@ -123,14 +123,21 @@ unsafe impl cudarc::driver::DeviceRepr for Params {}
 pub struct LaunchSpec {
     pub params: Params,
     pub map: IndexMap,
-    /// Query tile -> key tiles (forward, dQ).
+    /// Forward: query tile of [`FWD_Q_TILE`] rows -> key tiles.
+    pub fwd: TilePlan,
+    /// Query tile -> key tiles (dQ).
     pub rows: TilePlan,
     /// Key tile -> query tiles (dK, dV).
     pub cols: TilePlan,
 }
 
 impl LaunchSpec {
-    /// Grid of the forward and dQ kernels: (query tiles, heads, batch).
+    /// Grid of the forward kernel: (query tiles of 128 rows, heads, batch).
+    pub fn grid_fwd(&self) -> (u32, u32, u32) {
+        (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
+    }
+
+    /// Grid of the dQ kernel: (query tiles of 64 rows, heads, batch).
     pub fn grid_rows(&self) -> (u32, u32, u32) {
         (self.rows.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
@@ -144,9 +151,9 @@ impl LaunchSpec {
 /// Threads per block of the attention kernels (4 warps).
 pub const THREADS: u32 = 128;
 
-/// Dynamic shared memory of the forward kernel: Q, K, V tiles of 64 rows.
+/// Dynamic shared memory of the forward kernel: a Q tile of 128 rows, K and V tiles of 64.
 pub fn smem_forward(head_dim: usize) -> u32 {
-    (3 * TILE * head_dim * 2) as u32
+    ((FWD_Q_TILE + 2 * TILE) * head_dim * 2) as u32
 }
 
 /// Dynamic shared memory of the backward kernels: Q, dO, K, V tiles (+ per-query
@@ -204,10 +211,11 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
     let identity = IndexMap::Identity { q_offset: chunk.q_offset, k_offset: chunk.k_offset };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let (nq, nk) = (map.extent(shape.q_rows, chunk.seq_len), map.extent(shape.k_rows, chunk.seq_len));
-        let rows = plan(&spec.pattern, branch, spec.causal, map, nq, nk);
+        let fwd = plan(&spec.pattern, branch, spec.causal, map, (nq, FWD_Q_TILE), nk);
+        let rows = plan(&spec.pattern, branch, spec.causal, map, (nq, TILE), nk);
         let cols = rows.transpose();
         let params = Params { nq: fits_i32("query launch rows", nq)?, nk: fits_i32("key launch rows", nk)?, ..params };
-        Ok(LaunchSpec { params, map, rows, cols })
+        Ok(LaunchSpec { params, map, fwd, rows, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
@@ -315,14 +323,17 @@ mod tests {
         let l = launches(&shape, &dense().causal(true), &Chunk::whole(&shape)).unwrap();
         assert_eq!(l.len(), 1);
         let l = &l[0];
-        assert_eq!(l.grid_rows(), (16, 3, 2)); // ceil(1000 / 64) query tiles
+        assert_eq!(l.grid_fwd(), (8, 3, 2)); // ceil(1000 / 128) forward query tiles
+        assert_eq!(l.grid_rows(), (16, 3, 2)); // ceil(1000 / 64) dQ query tiles
         assert_eq!(l.grid_cols(), (16, 3, 2));
         assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
         assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
         assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
         assert_eq!(l.rows.visits(), 16 * 17 / 2);
-        assert_eq!(smem_forward(128), 48 * 1024);
-        assert_eq!(smem_forward(64), 24 * 1024);
+        // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
+        assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
+        assert_eq!(smem_forward(128), 64 * 1024);
+        assert_eq!(smem_forward(64), 32 * 1024);
         assert_eq!(smem_backward(128), 64 * 1024 + 768);
     }
 

@@ -11,8 +11,11 @@
 use crate::spec::GpuPattern;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
-/// Rows of a tile on both sides (queries per block, keys per tile), as in the kernels.
+/// Rows of a key tile, and of a query tile of the backward kernels (`BN`, `BM` in the kernels).
 pub const TILE: usize = 64;
+
+/// Query rows per forward block (`FBM`: 4 warps of 2 m16 tiles each).
+pub const FWD_Q_TILE: usize = 128;
 
 /// How a launch index becomes a row of the tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,31 +97,32 @@ fn positions(a: usize, b: usize, n: usize, offset: usize) -> Option<(usize, usiz
     (a < n).then(|| (offset + a, offset + b.min(n) - 1))
 }
 
-/// The tile plan of one launch: query indices `0..nq`, key indices `0..nk` under `map`.
-/// `pattern` is the launch's pattern (for a dilated pattern: `branch` is the branch).
+/// The tile plan of one launch: query indices `0..nq` in tiles of `q_tile`, key indices
+/// `0..nk` in tiles of [`TILE`], under `map`. `pattern` is the launch's pattern (for a
+/// dilated pattern, `branch` is the branch).
 pub fn plan(
     pattern: &GpuPattern,
     branch: Option<&Branch>,
     causal: bool,
     map: IndexMap,
-    nq: usize,
+    (nq, q_tile): (usize, usize),
     nk: usize,
 ) -> TilePlan {
-    let (rt, ct) = (nq.div_ceil(TILE), nk.div_ceil(TILE));
+    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(TILE));
     match map {
         IndexMap::Compact { segment, dilation } => {
             // Kept rows of one segment are m consecutive indices; rows grow with the index,
             // so causality is `first key index <= last query index`.
             let m = segment.div_ceil(dilation);
             TilePlan::build(rt, ct, |r, c| {
-                let (q0, q1) = (r * TILE, ((r + 1) * TILE).min(nq) - 1);
+                let (q0, q1) = (r * q_tile, ((r + 1) * q_tile).min(nq) - 1);
                 let (k0, k1) = (c * TILE, ((c + 1) * TILE).min(nk) - 1);
                 (!causal || k0 <= q1) && (q0 / m).max(k0 / m) <= (q1 / m).min(k1 / m)
             })
         }
         IndexMap::Identity { q_offset, k_offset } => TilePlan::build(rt, ct, |r, c| {
             let (Some(q), Some(k)) =
-                (positions(r * TILE, (r + 1) * TILE, nq, q_offset), positions(c * TILE, (c + 1) * TILE, nk, k_offset))
+                (positions(r * q_tile, (r + 1) * q_tile, nq, q_offset), positions(c * TILE, (c + 1) * TILE, nk, k_offset))
             else {
                 return false;
             };
@@ -195,7 +199,7 @@ mod tests {
     }
 
     fn identity_plan(spec: &GpuSpec, n: usize) -> TilePlan {
-        plan(&spec.pattern, None, spec.causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, n, n)
+        plan(&spec.pattern, None, spec.causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (n, TILE), n)
     }
 
     fn planned(p: &TilePlan) -> Vec<(usize, usize)> {
@@ -252,7 +256,7 @@ mod tests {
         for (i, branch) in d.branches.iter().enumerate() {
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(i))).causal(causal);
-                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, n, n);
+                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (n, TILE), n);
                 for (r, c) in needed_tiles(&spec, 8, n) {
                     assert!(p.contains(r, c), "branch {i} causal={causal}: tile ({r}, {c}) not planned");
                 }
@@ -260,7 +264,7 @@ mod tests {
         }
         // A 64-token segment: only the diagonal tiles.
         let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(0)));
-        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::Identity { q_offset: 0, k_offset: 0 }, 640, 640);
+        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (640, TILE), 640);
         assert_eq!(p.visits(), 10);
     }
 
@@ -269,9 +273,9 @@ mod tests {
         // Queries 128..256 against keys 0..128 under causality: every tile is below the
         // diagonal; the reverse chunk pair is empty.
         let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
-        let below = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 128, k_offset: 0 }, 128, 128);
+        let below = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 128, k_offset: 0 }, (128, TILE), 128);
         assert_eq!(below.visits(), 4);
-        let above = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 128 }, 128, 128);
+        let above = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 128 }, (128, TILE), 128);
         assert_eq!(above.visits(), 0);
     }
 
@@ -283,17 +287,32 @@ mod tests {
         let map = IndexMap::Compact { segment: w, dilation: r };
         let nc = map.extent(n, n);
         assert_eq!(nc, 1024);
-        let p = plan(&GpuPattern::Dense, None, false, map, nc, nc);
+        let p = plan(&GpuPattern::Dense, None, false, map, (nc, TILE), nc);
         assert_eq!(p.visits(), n * w / (r * r) / (TILE * TILE));
-        let causal = plan(&GpuPattern::Dense, None, true, map, nc, nc);
+        let causal = plan(&GpuPattern::Dense, None, true, map, (nc, TILE), nc);
         assert_eq!(causal.visits(), 4 * (4 * 5 / 2));
         // Segments that do not fill tiles (w = 100, r = 3: 34 compact rows per segment).
         let map = IndexMap::Compact { segment: 100, dilation: 3 };
         let nc = map.extent(1000, 1000);
-        let p = plan(&GpuPattern::Dense, None, false, map, nc, nc);
+        let p = plan(&GpuPattern::Dense, None, false, map, (nc, TILE), nc);
         for s in 0..10 {
             let (a, b) = (s * 34 / TILE, (s * 34 + 33) / TILE);
             assert!(p.contains(a, b) && p.contains(b, a));
+        }
+    }
+
+    #[test]
+    fn forward_plan_with_128_row_query_tiles() {
+        // Causal, 300 tokens: query tiles [0,128), [128,256), [256,300) see key tiles up
+        // to their last row: 2, 4 and 5 tiles.
+        let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (300, FWD_Q_TILE), 300);
+        assert_eq!((p.row_tiles, p.col_tiles), (3, 5));
+        assert_eq!((p.row(0).len(), p.row(1).len(), p.row(2).len()), (2, 4, 5));
+        let spec = GpuSpec::new(GpuPattern::Window { left: 10, right: 0 }).causal(true);
+        for (r, c) in needed_tiles(&spec, 1, 300) {
+            let q_tile = r * TILE / FWD_Q_TILE;
+            let p = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (300, FWD_Q_TILE), 300);
+            assert!(p.contains(q_tile, c));
         }
     }
 

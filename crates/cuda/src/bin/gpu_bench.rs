@@ -99,6 +99,11 @@ fn main() {
     let mut md = String::new();
     writeln!(md, "## {} on {device}\n", value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
     writeln!(md, "torch {} (same run). TFLOP/s = 4*b*h*n^2*d (halved if causal); fwd+bwd counts 3.5x that.\n", torch["torch"].as_str().unwrap_or("not run")).unwrap();
+    for d in [64, 128] {
+        let res = gpu.kernel_resources(Dtype::Bf16, d).expect("kernel attributes");
+        writeln!(md, "Kernels, bf16, d = {d}: {res}.\n").unwrap();
+        println!("d={d}: {res}");
+    }
     writeln!(md, "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |").unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     for seq in [4096, 16384] {

@@ -206,7 +206,7 @@ pub fn window_counts(left: usize, right: usize, heads: usize, n: usize) -> Array
 pub fn block_sparse_counts(p: &BlockSparse, heads: usize, n: usize) -> Array3<u32> {
     Array3::from_shape_fn((heads, n, n), |(_, i, j)| {
         let (a, c) = (i / p.block, j / p.block);
-        let dist = if a > c { a - c } else { c - a };
+        let dist = a.abs_diff(c);
         let global = i < p.global_tokens || j < p.global_tokens;
         let local = p.local_radius.is_some_and(|w| dist <= w);
         let strided = p.dilated_stride.is_some_and(|s| dist % s == 0);

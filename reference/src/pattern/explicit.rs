@@ -15,9 +15,9 @@ pub struct Explicit {
 }
 
 impl Explicit {
-    /// A boolean mask, the same for every head of `heads`.
-    pub fn from_fn(heads: usize, seq_len: usize, allowed: impl Fn(usize, usize, usize) -> u32) -> Self {
-        Explicit { counts: Array3::from_shape_fn((heads, seq_len, seq_len), |(h, i, j)| allowed(h, i, j)) }
+    /// The mask with `counts[[h, i, j]] = count(h, i, j)` for `heads` heads of `seq_len` tokens.
+    pub fn from_fn(heads: usize, seq_len: usize, count: impl Fn(usize, usize, usize) -> u32) -> Self {
+        Explicit { counts: Array3::from_shape_fn((heads, seq_len, seq_len), |(h, i, j)| count(h, i, j)) }
     }
 }
 

@@ -26,7 +26,7 @@ fn per_rank(sent: &[Vec<usize>], ranks: usize) -> Vec<usize> {
 }
 
 proptest! {
-    #![proptest_config(config(48))]
+    #![proptest_config(config(128))]
 
     /// For random cases, ranks and layouts: every key row the plan ships (`src -> dst`,
     /// head `h`) is seen by some query of `dst` in head `h` (minimal), every allowed

@@ -38,7 +38,7 @@ fn check_schedule(case: &Case, schedule: &Schedule) -> Result<(), TestCaseError>
 }
 
 proptest! {
-    #![proptest_config(config(48))]
+    #![proptest_config(config(128))]
 
     /// Ring, pattern-aware ring, all-gather and Ulysses, forward and backward, equal the
     /// single-device reference to 1e-12 (f64) for random N (primes and N < P included),

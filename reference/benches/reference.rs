@@ -165,6 +165,9 @@ fn main() {
         .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v} ")))
         .collect();
     let command = format!("{knobs}cargo bench -p ringdil-reference --bench reference");
+    // The commit of the sources being measured: taken before the run, since others may
+    // commit while it lasts.
+    let commit = git_commit();
     let load_before = load_average();
     let threads = rayon::current_num_threads();
     println!("{command}\n{} threads, load average before: {load_before}", threads);
@@ -228,7 +231,7 @@ fn main() {
     let report = json!({
         "command": command,
         "date_utc": shell("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_else(|| "unknown".into()),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "machine": { "cpu": cpu_model(), "threads": threads, "loadavg_before": load_before, "loadavg_after": load_after },
         "config": {
             "batch": 1,

@@ -4,7 +4,9 @@
 //! Tensors are `[batch, seq, heads, head_dim]`; the log-sum-exp is `[batch, heads, seq]`.
 //! A query row with no allowed key (a causal row under key padding, a dilated head that
 //! keeps no position of a short last segment, ...) has output 0 and LSE `-inf`; its
-//! gradient contributions are 0. No NaN is ever produced from valid inputs.
+//! gradient contributions are 0. No NaN is produced from finite inputs whose scores
+//! `scale * q . k` are finite (scores that overflow the element type, around 1e38 in f32,
+//! are outside the domain).
 
 use crate::blocked::{Chunk, row_dots};
 use crate::check;

@@ -17,7 +17,7 @@ pub enum Error {
     NonFinite { tensor: &'static str, index: Vec<usize>, value: f64 },
     /// A LongNet branch with segment length 0.
     SegmentZero { branch: usize },
-    /// A LongNet branch (or block-sparse rule) with dilation 0.
+    /// A LongNet branch with dilation 0.
     DilationZero { branch: usize },
     /// A LongNet branch whose dilation exceeds its segment length (the branch would keep
     /// one position per segment at best, and none for most offsets).

@@ -15,7 +15,7 @@
 //! (see [`dilated`]), so they are part of the semantics, not an accident.
 //!
 //! Causality and key padding are not patterns; they are applied on top of any pattern by
-//! [`crate::Mask`].
+//! [`crate::Spec`].
 //!
 //! # Adding a pattern
 //! Write one file in this folder with a struct, implement [`Pattern`] for it (a

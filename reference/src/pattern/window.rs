@@ -4,7 +4,7 @@ use super::{KeyRun, Pattern};
 use crate::error::Result;
 
 /// Query `i` sees keys `i - left ..= i + right`, clipped to the sequence.
-/// With [`crate::Mask::causal`] the right side is cut away, which gives the usual causal
+/// With [`crate::Spec::causal`] the right side is cut away, which gives the usual causal
 /// window of `left + 1` keys (Longformer / Mistral style).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SlidingWindow {

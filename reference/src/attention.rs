@@ -160,7 +160,7 @@ pub fn attention<T: NdFloat>(q: ArrayView4<T>, k: ArrayView4<T>, v: ArrayView4<T
     Ok(attend_chunk(q, &all, k, v, &all, n, spec)?.finish(spec))
 }
 
-/// dQ, dK, dV of [`attention`] for the upstream gradient `d_out`, from the saved output
+/// dQ, dK, dV of [`attention()`] for the upstream gradient `d_out`, from the saved output
 /// and LSE (nothing else is stored between the passes).
 pub fn attention_backward<T: NdFloat>(
     q: ArrayView4<T>,

@@ -13,7 +13,7 @@
 //! * Scale: `1/sqrt(head_dim)` unless [`Spec::scale`] sets it.
 //!
 //! The semantic rules are stated in math in `docs/semantics.md` and in the docs of
-//! [`pattern`], [`partial`] and [`attention`].
+//! [`pattern`], [`partial`] and [`mod@attention`].
 //!
 //! ```
 //! use ringdil_reference::{attention, pattern::Dilated, random::normal_tensor, Spec};

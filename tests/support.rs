@@ -404,3 +404,69 @@ pub fn render_grid(title: &str, n: usize, count: impl Fn(usize, usize) -> u32) -
     }
     s
 }
+
+// ---------------------------------------------------------------------------------
+// Distributed layouts (issue 3)
+// ---------------------------------------------------------------------------------
+
+/// `ranks + 1` random non-decreasing boundaries from 0 to `n` (unequal parts, empty
+/// ranks included).
+pub fn boundaries(n: usize, ranks: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(0..=n, ranks - 1).prop_map(move |mut cuts| {
+        cuts.sort_unstable();
+        let mut b = vec![0];
+        b.extend(cuts);
+        b.push(n);
+        b
+    })
+}
+
+/// Any layout of `n` tokens over `ranks` ranks: contiguous, zigzag, striped, random
+/// boundaries, or a random permutation with random or even boundaries.
+pub fn ring_layout(n: usize, ranks: usize) -> BoxedStrategy<ringdil_reference::ring::Layout> {
+    use ringdil_reference::ring::Layout;
+    prop_oneof![
+        Just(Layout::Contiguous),
+        Just(Layout::Zigzag),
+        Just(Layout::Striped),
+        boundaries(n, ranks).prop_map(Layout::Boundaries),
+        (any::<u64>(), prop::option::of(boundaries(n, ranks))).prop_map(move |(seed, boundaries)| Layout::Permuted {
+            order: shuffled((0..n).collect(), &mut SplitMix64::new(seed)),
+            boundaries,
+        }),
+    ]
+    .boxed()
+}
+
+/// Replay `schedule` on the case's tensors (forward and backward with a random upstream
+/// gradient) and check output, LSE and dQ, dK, dV against the single-device
+/// `attention` / `attention_backward` to `tol` (relative). Returns the simulation report.
+pub fn assert_schedule_exact(
+    case: &Case,
+    schedule: &ringdil_reference::ring::Schedule,
+    tol: f64,
+) -> Result<ringdil_reference::ring::Report, TestCaseError> {
+    use ringdil_reference::{attention, attention_backward, ring::simulate};
+    let (q, k, v) = case.qkv();
+    let d_out = normal_tensor(case.shape(), case.seed + 7);
+    let want = attention(q.view(), k.view(), v.view(), &case.spec).unwrap();
+    let want_grad = attention_backward(q.view(), k.view(), v.view(), &case.spec, &want, d_out.view()).unwrap();
+    let (got, grad, report) = simulate(schedule, &case.spec, q.view(), k.view(), v.view(), Some(d_out.view()))
+        .map_err(|e| TestCaseError::fail(format!("{:?}: {e}", schedule.kind)))?;
+    let grad = grad.expect("backward was requested");
+    let kind = schedule.kind;
+    for (what, g, w) in [
+        ("out", &got.out, &want.out),
+        ("dq", &grad.dq, &want_grad.dq),
+        ("dk", &grad.dk, &want_grad.dk),
+        ("dv", &grad.dv, &want_grad.dv),
+    ] {
+        let e = rel_err(g.iter(), w.iter());
+        prop_assert!(e < tol, "{kind:?} {what}: rel err {e}");
+    }
+    // LSE: -inf exactly where the reference has no key, close elsewhere.
+    for (g, w) in got.lse.iter().zip(&want.lse) {
+        prop_assert!(g == w || (g - w).abs() <= tol * w.abs().max(1.0), "{kind:?} lse {g} vs {w}");
+    }
+    Ok(report)
+}

@@ -13,11 +13,18 @@ use ringdil_reference::ring::{
 use ringdil_reference::Spec;
 use std::collections::HashMap;
 
-/// Forward-only simulation of `schedule` on random tensors `[batch, n, heads, dim]`.
+/// Forward and backward simulation of `schedule` on random tensors `[batch, n, heads, dim]`.
+///
+/// Every measurement also checks that the volume read off the schedule's `Send`
+/// operations alone (what `ringdil plan` prints for long sequences) is what the replay
+/// actually moved.
 fn measure(schedule: &Schedule, spec: &Spec, batch: usize, dim: usize) -> Report {
     let shape = [batch, schedule.chunks.seq_len, schedule.heads, dim];
     let (q, k, v, g) = (normal_tensor(shape, 1), normal_tensor(shape, 2), normal_tensor(shape, 3), normal_tensor(shape, 4));
-    simulate(schedule, spec, q.view(), k.view(), v.view(), Some(g.view())).unwrap().2
+    let report = simulate(schedule, spec, q.view(), k.view(), v.view(), Some(g.view())).unwrap().2;
+    let [forward, backward] = schedule.sent_elements(batch, dim, dim);
+    assert_eq!((&forward, &backward), (&report.forward_sent, &report.backward_sent), "static volume != measured volume");
+    report
 }
 
 /// Elements sent by each rank over a phase.

@@ -48,6 +48,16 @@ impl Tensor {
         }
     }
 
+    /// Elements of one row (one token, one head, one batch row) of this tensor, for
+    /// query/key width `d` and value width `dv`; `Out` carries its LSE along.
+    pub fn width(self, d: usize, dv: usize) -> usize {
+        match self {
+            Tensor::Q | Tensor::K | Tensor::DQ | Tensor::DK => d,
+            Tensor::V | Tensor::DOut | Tensor::DV => dv,
+            Tensor::Out => dv + 1,
+        }
+    }
+
     /// Accumulators move and combine; inputs are copied (see the module docs).
     pub fn is_accumulator(self) -> bool {
         matches!(self, Tensor::Out | Tensor::DQ | Tensor::DK | Tensor::DV)
@@ -202,6 +212,31 @@ impl Op {
     pub fn compute(backward: bool, rank: usize, heads: Range<usize>, queries: &[usize], keys: &[usize]) -> Op {
         let (queries, keys) = (queries.to_vec(), keys.to_vec());
         if backward { Op::AttendBackward { rank, heads, queries, keys } } else { Op::Attend { rank, heads, queries, keys } }
+    }
+}
+
+impl Schedule {
+    /// Elements each rank sends at each step, `[forward, backward][step][rank]`, read off
+    /// the `Send` operations alone for `batch` rows and widths `d`, `dv`: what a
+    /// [`super::Simulation`] measures, without needing tensors (so plans for long
+    /// sequences can be costed).
+    pub fn sent_elements(&self, batch: usize, d: usize, dv: usize) -> [Vec<Vec<usize>>; 2] {
+        let ranks = self.ranks();
+        [&self.forward, &self.backward].map(|steps| {
+            steps
+                .iter()
+                .map(|step| {
+                    let mut sent = vec![0; ranks];
+                    for op in &step.ops {
+                        if let Op::Send { from, tensors, heads, tokens, .. } = op {
+                            let width: usize = tensors.iter().map(|t| t.width(d, dv)).sum();
+                            sent[*from] += batch * tokens.len() * heads.len() * width;
+                        }
+                    }
+                    sent
+                })
+                .collect()
+        })
     }
 }
 

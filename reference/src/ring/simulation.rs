@@ -210,12 +210,7 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
 
     /// Row width of `tensor` (per batch row).
     fn width(&self, tensor: Tensor) -> usize {
-        let (_, _, _, d, dv) = self.dims;
-        match tensor {
-            Tensor::Q | Tensor::K | Tensor::DQ | Tensor::DK => d,
-            Tensor::V | Tensor::DOut | Tensor::DV => dv,
-            Tensor::Out => dv + 1,
-        }
+        tensor.width(self.dims.3, self.dims.4)
     }
 
     /// The rows `tokens x heads` of `tensor` on `rank` as `[batch, tokens, heads, width]`.

@@ -1,11 +1,22 @@
-//! `ringdil attend`: reference attention on tensors from files.
+//! `ringdil attend`: reference attention on tensors from files, on one device or on
+//! simulated ranks.
 
+use crate::distributed::{self, ScheduleKind};
 use crate::tensor_io::{self, Tensor};
-use ndarray::Array3;
+use ndarray::{Array3, Array4, NdFloat};
+use ringdil_reference::ring::{ChunkPlan, Layout, Report, simulate};
 use ringdil_reference::{Spec, attention};
 use serde::Serialize;
 use std::error::Error;
 use std::path::Path;
+
+/// Where the attention is computed.
+pub enum How {
+    SingleDevice,
+    /// On `ranks` simulated ranks with `layout` and `schedule`; the output is gathered
+    /// back into the original token order.
+    Distributed { ranks: usize, layout: Layout, schedule: ScheduleKind },
+}
 
 /// What `attend` did, for the terminal and for `--json`.
 #[derive(Debug, Clone, Serialize)]
@@ -14,34 +25,56 @@ pub struct AttendReport {
     pub dtype: &'static str,
     pub empty_rows: usize,
     pub seconds: f64,
+    /// Elements sent per step and rank, and peak memory, when computed on ranks.
+    pub distributed: Option<Report>,
+}
+
+/// Attention under `spec`, `how` says where; returns output, LSE and the
+/// communication report of a distributed run.
+fn compute<T: NdFloat>(q: Array4<T>, k: Array4<T>, v: Array4<T>, spec: &Spec, how: &How) -> Result<(Array4<T>, Array3<T>, Option<Report>), Box<dyn Error>> {
+    match how {
+        How::SingleDevice => {
+            let r = attention(q.view(), k.view(), v.view(), spec)?;
+            Ok((r.out, r.lse, None))
+        }
+        How::Distributed { ranks, layout, schedule } => {
+            let (seq, heads) = (q.dim().1, q.dim().2);
+            let chunks = ChunkPlan::new(seq, *ranks, layout)?;
+            let plan = distributed::schedule(*schedule, &chunks, spec, heads)?;
+            let (r, _, report) = simulate(&plan, spec, q.view(), k.view(), v.view(), None)?;
+            Ok((r.out, r.lse, Some(report)))
+        }
+    }
 }
 
 /// Read `q`, `k`, `v`, compute attention under `spec` in the inputs' precision (f64 if
 /// all are f64, else f32), write the output (and the LSE, `[batch, heads, seq]`) as
 /// `.npy` in that precision.
-pub fn attend(q: &str, k: &str, v: &str, spec: &Spec, out: &Path, lse: Option<&Path>) -> Result<AttendReport, Box<dyn Error>> {
+pub fn attend(q: &str, k: &str, v: &str, spec: &Spec, how: &How, out: &Path, lse: Option<&Path>) -> Result<AttendReport, Box<dyn Error>> {
     let (q, k, v) = (tensor_io::read(q)?, tensor_io::read(k)?, tensor_io::read(v)?);
+    let shape = q.shape().to_vec();
     let all_f64 = [&q, &k, &v].iter().all(|t| matches!(t, Tensor::F64(_)));
     let start = std::time::Instant::now();
-    let (dtype, lse_f64): (&'static str, Array3<f64>) = if all_f64 {
-        let r = attention(q.to_f64().view(), k.to_f64().view(), v.to_f64().view(), spec)?;
-        tensor_io::write_npy(out, &r.out)?;
+    let (dtype, lse_f64, distributed) = if all_f64 {
+        let (o, l, report) = compute(q.to_f64(), k.to_f64(), v.to_f64(), spec, how)?;
+        tensor_io::write_npy(out, &o)?;
         if let Some(path) = lse {
-            tensor_io::write_npy(path, &r.lse)?;
+            tensor_io::write_npy(path, &l)?;
         }
-        ("f64", r.lse)
+        ("f64", l, report)
     } else {
-        let r = attention(q.to_f32().view(), k.to_f32().view(), v.to_f32().view(), spec)?;
-        tensor_io::write_npy(out, &r.out)?;
+        let (o, l, report) = compute(q.to_f32(), k.to_f32(), v.to_f32(), spec, how)?;
+        tensor_io::write_npy(out, &o)?;
         if let Some(path) = lse {
-            tensor_io::write_npy(path, &r.lse)?;
+            tensor_io::write_npy(path, &l)?;
         }
-        ("f32", r.lse.mapv(f64::from))
+        ("f32", l.mapv(f64::from), report)
     };
     Ok(AttendReport {
-        shape: q.shape().to_vec(),
+        shape,
         dtype,
         empty_rows: lse_f64.iter().filter(|l| l.is_infinite()).count(),
         seconds: start.elapsed().as_secs_f64(),
+        distributed,
     })
 }

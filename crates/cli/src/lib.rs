@@ -3,6 +3,7 @@
 //! pieces can be tested directly and reused from user code.
 
 pub mod attend;
+pub mod distributed;
 pub mod pattern_file;
 pub mod pattern_view;
 pub mod table;

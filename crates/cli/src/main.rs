@@ -3,7 +3,9 @@
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ringdil_cli::pattern_file::PatternFile;
+use ringdil_cli::distributed::{self, LayoutArg, PlanCost, ScheduleKind};
 use ringdil_cli::{attend, pattern_view, table};
+use ringdil_reference::ring::ChunkPlan;
 use ringdil_reference::Spec;
 use std::error::Error;
 use ringdil_cli::verify::{self, Check, Row};
@@ -67,13 +69,73 @@ enum Command {
         /// Log-sum-exp output (.npy); rows with no allowed key hold -inf.
         #[arg(long)]
         lse: Option<PathBuf>,
+        /// Compute on this many simulated ranks (the reference's distributed schedules);
+        /// the output comes back in the original token order and the report says what
+        /// each rank sent.
+        #[arg(long, value_name = "P")]
+        ring: Option<usize>,
+        #[command(flatten)]
+        distribution: Distribution,
         /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a distributed schedule's communication plan: bytes each rank sends at each
+    /// step (forward and backward), against the dense ring, and the computes the pattern
+    /// lets it skip. `--listing` prints every send and compute; `--svg` draws the table.
+    Plan {
+        /// Pattern file (JSON or TOML).
+        file: PathBuf,
+        /// Sequence length.
+        #[arg(long, default_value_t = 4096)]
+        seq: usize,
+        /// Number of ranks.
+        #[arg(long, default_value_t = 4)]
+        ranks: usize,
+        #[command(flatten)]
+        distribution: Distribution,
+        /// Number of heads.
+        #[arg(long, default_value_t = 8)]
+        heads: usize,
+        /// Head dimension (sets the bytes per row).
+        #[arg(long, default_value_t = 128)]
+        head_dim: usize,
+        /// Bytes per element (2 for bf16/f16, 4 for f32).
+        #[arg(long, default_value_t = 2)]
+        element_bytes: usize,
+        /// Also print every operation of the schedule.
+        #[arg(long)]
+        listing: bool,
+        /// Write an SVG drawing of the per-rank, per-step volumes.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+        /// Print the plan (costs and the full schedule) as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Inspect attention patterns.
     #[command(subcommand)]
     Pattern(PatternCommand),
+}
+
+/// How a sequence is spread over ranks, and which schedule moves the data.
+#[derive(clap::Args)]
+struct Distribution {
+    /// Token layout over ranks.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Zigzag)]
+    layout: LayoutArg,
+    /// Explicit chunk boundaries `0,b1,...,seq` (any split; overrides --layout).
+    #[arg(long, value_delimiter = ',')]
+    boundaries: Option<Vec<usize>>,
+    /// The distributed schedule.
+    #[arg(long, value_enum, default_value_t = ScheduleKind::Pattern)]
+    schedule: ScheduleKind,
+}
+
+impl Distribution {
+    fn chunks(&self, seq: usize, ranks: usize) -> Result<ChunkPlan, Box<dyn Error>> {
+        Ok(ChunkPlan::new(seq, ranks, &distributed::layout(self.layout, self.boundaries.clone()))?)
+    }
 }
 
 #[derive(Subcommand)]
@@ -112,8 +174,12 @@ enum PatternCommand {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Verify { cases, seed, pattern, json } => return run_verify(cases, seed, pattern, json),
-        Command::Attend { q, k, v, pattern, causal, out, lse, json } => {
-            run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), json)
+        Command::Attend { q, k, v, pattern, causal, out, lse, ring, distribution, json } => {
+            let distributed = ring.map(|p| (p, distribution));
+            run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), distributed, json)
+        }
+        Command::Plan { file, seq, ranks, distribution, heads, head_dim, element_bytes, listing, svg, json } => {
+            run_plan(&file, seq, ranks, &distribution, heads, head_dim, element_bytes, listing, svg.as_deref(), json)
         }
         Command::Pattern(PatternCommand::Show { file, seq, heads, head, all_heads, layers, png, json }) => {
             run_show(&file, seq, heads, head, all_heads, layers, png.as_deref(), json)
@@ -144,11 +210,16 @@ fn run_attend(
     causal: bool,
     out: &std::path::Path,
     lse: Option<&std::path::Path>,
+    distributed: Option<(usize, Distribution)>,
     json: bool,
 ) -> Result<(), Box<dyn Error>> {
     let mut spec = load_spec(pattern.as_deref())?;
     spec.causal |= causal;
-    let report = attend::attend(q, k, v, &spec, out, lse)?;
+    let how = match &distributed {
+        None => attend::How::SingleDevice,
+        Some((ranks, d)) => attend::How::Distributed { ranks: *ranks, layout: distributed::layout(d.layout, d.boundaries.clone()), schedule: d.schedule },
+    };
+    let report = attend::attend(q, k, v, &spec, &how, out, lse)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -160,6 +231,52 @@ fn run_attend(
             report.empty_rows,
             out.display()
         );
+        if let Some(comm) = &report.distributed {
+            let rows: Vec<Vec<String>> = (0..comm.peak.len())
+                .map(|r| {
+                    let sent = |steps: &[Vec<usize>]| steps.iter().map(|s| s[r]).sum::<usize>() * comm.element_bytes;
+                    vec![
+                        r.to_string(),
+                        format!("{:.1}", sent(&comm.forward_sent) as f64 / 1024.0),
+                        format!("{:.1}", sent(&comm.backward_sent) as f64 / 1024.0),
+                        format!("{:.1}", (comm.peak[r] * comm.element_bytes) as f64 / 1024.0),
+                    ]
+                })
+                .collect();
+            print!("{}", table::render(&["rank", "forward sent KiB", "backward sent KiB", "peak KiB"], &rows));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_plan(
+    file: &std::path::Path,
+    seq: usize,
+    ranks: usize,
+    distribution: &Distribution,
+    heads: usize,
+    head_dim: usize,
+    element_bytes: usize,
+    listing: bool,
+    svg: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), Box<dyn Error>> {
+    let spec = load_spec(Some(file))?;
+    let chunks = distribution.chunks(seq, ranks)?;
+    let schedule = distributed::schedule(distribution.schedule, &chunks, &spec, heads)?;
+    let dense = distributed::schedule(ScheduleKind::Ring, &chunks, &Spec::dense(), heads)?;
+    let cost = PlanCost::new(distribution.schedule, &schedule, &dense, head_dim, element_bytes);
+    if let Some(path) = svg {
+        std::fs::write(path, cost.svg())?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "cost": cost, "schedule": schedule }))?);
+        return Ok(());
+    }
+    print!("{}", cost.render());
+    if listing {
+        print!("\n{schedule}");
     }
     Ok(())
 }

@@ -8,7 +8,9 @@
 
 use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow, key_counts};
+use crate::distributed::{self, ScheduleKind};
 use ringdil_reference::compare::rel_err;
+use ringdil_reference::ring::{ChunkPlan, Layout, simulate};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
 use ringdil_reference::{Attention, OutputGrad, Partial, Spec, attend_chunk, attention, attention_backward, backward_chunk};
 use serde::Serialize;
@@ -29,16 +31,19 @@ pub enum Check {
     Backward,
     /// f32 evaluation vs f64 on the same inputs.
     F32,
+    /// A distributed schedule (ring, pattern-aware ring, all-gather or Ulysses) on 1..=8
+    /// simulated ranks with a random layout == single-device, forward and backward (f64).
+    Ring,
 }
 
 impl Check {
-    pub const ALL: [Check; 4] = [Check::Masked, Check::Merge, Check::Backward, Check::F32];
+    pub const ALL: [Check; 5] = [Check::Masked, Check::Merge, Check::Backward, Check::F32, Check::Ring];
 
     /// The bound on the relative error, and why it is what it is.
     pub fn bound(self) -> f64 {
         match self {
             // Same math in f64, different summation order: a few hundred ulps at most.
-            Check::Masked | Check::Merge => 1e-11,
+            Check::Masked | Check::Merge | Check::Ring => 1e-11,
             // Central differences with eps = 1e-5 have O(eps^2) truncation and
             // O(1e-16 / eps) rounding error: about 1e-10 each, so 1e-6 is generous.
             Check::Backward => 1e-6,
@@ -53,6 +58,7 @@ impl Check {
             Check::Merge => "merge",
             Check::Backward => "backward",
             Check::F32 => "f32",
+            Check::Ring => "ring",
         }
     }
 }
@@ -155,6 +161,7 @@ pub fn run_case(case: &Case) -> Res<Vec<Row>> {
             Check::Merge => check_merge(&q, &k, &v, spec, &full, case.seed)?,
             Check::Backward => check_backward(&q, &k, &v, spec, &full, case.seed)?,
             Check::F32 => check_f32(&q, &k, &v, spec, &full)?,
+            Check::Ring => check_ring(&q, &k, &v, spec, &full, case.seed)?,
         };
         rows.push(Row {
             case: case.index,
@@ -289,4 +296,40 @@ fn check_f32(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, ful
     let low = attention(narrow(q).view(), narrow(k).view(), narrow(v).view(), spec)?;
     let widen = Partial { out: low.out, lse: low.lse }.cast::<f64>();
     Ok(err_pair(&widen.out, &widen.lse, full))
+}
+
+/// Replay a random distributed schedule on simulated ranks and compare the gathered
+/// output and gradients with the single-device ones.
+fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<f64> {
+    let (_, n, heads, _) = q.dim();
+    let mut rng = SplitMix64::new(seed ^ 0x7269_6e67);
+    let ranks = rng.range(1, 8);
+    let layout = match rng.range(0, 4) {
+        0 => Layout::Contiguous,
+        1 => Layout::Zigzag,
+        2 => Layout::Striped,
+        3 => {
+            let mut cuts: Vec<usize> = (0..ranks - 1).map(|_| rng.range(0, n)).collect();
+            cuts.sort_unstable();
+            Layout::Boundaries([vec![0], cuts, vec![n]].concat())
+        }
+        _ => {
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, rng.range(0, i));
+            }
+            Layout::Permuted { order, boundaries: None }
+        }
+    };
+    let kind = [ScheduleKind::Ring, ScheduleKind::Pattern, ScheduleKind::AllGather, ScheduleKind::Ulysses][rng.range(0, 3)];
+    let chunks = ChunkPlan::new(n, ranks, &layout)?;
+    let schedule = distributed::schedule(kind, &chunks, spec, heads)?;
+    let g = normal_tensor(q.dim().into(), seed ^ 0x6772);
+    let exact = attention_backward(q.view(), k.view(), v.view(), spec, full, g.view())?;
+    let (out, grads, _) = simulate(&schedule, spec, q.view(), k.view(), v.view(), Some(g.view()))?;
+    let grads = grads.expect("backward was requested");
+    Ok(err_pair(&out.out, &out.lse, full)
+        .max(rel_err(&grads.dq, &exact.dq))
+        .max(rel_err(&grads.dk, &exact.dk))
+        .max(rel_err(&grads.dv, &exact.dv)))
 }

@@ -46,7 +46,7 @@ fn verify_json_reports_every_row() {
     assert_eq!(code, 0);
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
     let rows = report["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 3 * 4);
+    assert_eq!(rows.len(), 3 * 5);
     assert!(rows.iter().all(|r| r["pass"] == true && r["rel_err"].as_f64().unwrap() <= r["bound"].as_f64().unwrap()));
 }
 
@@ -54,7 +54,7 @@ fn verify_json_reports_every_row() {
 fn verify_with_a_pattern_file_uses_it_for_every_case() {
     let (stdout, _, code) = ringdil(&["verify", "--cases", "2", "--pattern", "docs/patterns/longnet.json"]);
     assert_eq!(code, 0);
-    assert_eq!(stdout.matches("docs/patterns/longnet.json").count(), 2 * 4, "{stdout}");
+    assert_eq!(stdout.matches("docs/patterns/longnet.json").count(), 2 * 5, "{stdout}");
 }
 
 #[test]
@@ -138,6 +138,54 @@ fn attend_matches_the_library_on_npy_files() {
     let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
     assert!(rel_err(&out, &expected.out) < 1e-14);
     assert!(rel_err(&lse, &expected.lse) < 1e-14);
+}
+
+/// The same tensors on 3 simulated ranks (every schedule) give the single-device output
+/// back in the original token order, and the report says what each rank sent.
+#[test]
+fn attend_on_simulated_ranks_matches_single_device() {
+    let shape = [1, 23, 2, 4];
+    let (q, k, v) = (normal_tensor(shape, 21), normal_tensor(shape, 22), normal_tensor(shape, 23));
+    let paths: Vec<PathBuf> = ["q", "k", "v", "o"].iter().map(|n| scratch(&format!("ring-{n}.npy"))).collect();
+    for (path, x) in paths.iter().zip([&q, &k, &v]) {
+        write_npy(path, x).unwrap();
+    }
+    let arg = |i: usize| paths[i].to_str().unwrap().to_string();
+    let spec = Spec::new(Dilated::longnet(&[(16, 1), (32, 2), (64, 4)])).causal(true);
+    let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
+    for schedule in ["ring", "pattern", "all-gather", "ulysses"] {
+        let (stdout, stderr, code) = ringdil(&[
+            "attend", "--q", &arg(0), "--k", &arg(1), "--v", &arg(2), "--pattern", "docs/patterns/longnet.json", "--out", &arg(3),
+            "--ring", "3", "--layout", "striped", "--schedule", schedule, "--json",
+        ]);
+        assert_eq!(code, 0, "{schedule}: {stderr}");
+        let out: Array4<f64> = read_npy(&paths[3]).unwrap();
+        assert!(rel_err(&out, &expected.out) < 1e-13, "{schedule}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(report["distributed"]["peak"].as_array().unwrap().len(), 3, "{schedule}");
+    }
+}
+
+/// A small plan, as text: who sends how much at each step, against the dense ring.
+#[test]
+fn plan_prints_bytes_per_rank_and_step() {
+    let (stdout, stderr, code) = ringdil(&[
+        "plan", "docs/patterns/longnet.json", "--seq", "128", "--ranks", "4", "--heads", "2", "--head-dim", "64",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!(stdout);
+    let svg = scratch("plan.svg");
+    let (_, _, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "128", "--ranks", "4", "--svg", svg.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawing.starts_with("<svg") && drawing.matches("<rect").count() == 4 * 8, "4 ranks x (4 forward + 4 backward steps)");
+}
+
+#[test]
+fn plan_rejects_bad_boundaries() {
+    let (_, stderr, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "10", "--ranks", "2", "--boundaries", "0,4,9"]);
+    assert_eq!(code, 2);
+    insta::assert_snapshot!(stderr);
 }
 
 #[test]

@@ -1,0 +1,184 @@
+//! The CLI's view of the reference's distributed schedules: choosing a layout and a
+//! schedule from the command line, and costing a schedule per rank and step (`plan`).
+
+use clap::ValueEnum;
+use ringdil_reference::ring::{ChunkPlan, Layout, Schedule, all_gather, pattern_ring, ring, ulysses};
+use ringdil_reference::{Result, Spec};
+use serde::Serialize;
+
+/// Which distributed schedule to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScheduleKind {
+    /// Ring attention: K/V blocks travel around the ring, partials are merged.
+    Ring,
+    /// The ring, moving only the K/V rows the pattern needs (dilated rows, nothing for
+    /// segments inside a rank).
+    Pattern,
+    /// Context parallelism: all-gather K and V (Megatron / Llama 3).
+    AllGather,
+    /// Head parallelism: all-to-all to heads and back (DeepSpeed-Ulysses).
+    Ulysses,
+}
+
+/// How tokens are laid out over ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// Rank r owns the r-th contiguous chunk.
+    Contiguous,
+    /// Rank r owns chunks r and 2P-1-r of 2P (balances causal work).
+    Zigzag,
+    /// Token t lives on rank t mod P.
+    Striped,
+}
+
+/// The layout from `--layout`, or explicit `--boundaries` (which win).
+pub fn layout(arg: LayoutArg, boundaries: Option<Vec<usize>>) -> Layout {
+    match (boundaries, arg) {
+        (Some(b), _) => Layout::Boundaries(b),
+        (None, LayoutArg::Contiguous) => Layout::Contiguous,
+        (None, LayoutArg::Zigzag) => Layout::Zigzag,
+        (None, LayoutArg::Striped) => Layout::Striped,
+    }
+}
+
+/// Build the schedule `kind` for `chunks` and `heads` heads under `spec`.
+pub fn schedule(kind: ScheduleKind, chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
+    spec.pattern.validate(heads, chunks.seq_len)?;
+    match kind {
+        ScheduleKind::Ring => ring(chunks, spec, heads),
+        ScheduleKind::Pattern => pattern_ring(chunks, spec, heads),
+        ScheduleKind::AllGather => Ok(all_gather(chunks, heads)),
+        ScheduleKind::Ulysses => Ok(ulysses(chunks, heads)),
+    }
+}
+
+/// Bytes sent per rank and step of one schedule, and the dense ring's totals for
+/// comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanCost {
+    pub schedule: ScheduleKind,
+    pub ranks: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub element_bytes: usize,
+    pub tokens_per_rank: Vec<usize>,
+    /// `forward[step][rank]`, bytes.
+    pub forward: Vec<Vec<usize>>,
+    pub backward: Vec<Vec<usize>>,
+    pub skipped_computes: usize,
+    pub dense_ring_forward: usize,
+    pub dense_ring_backward: usize,
+}
+
+impl PlanCost {
+    /// Cost `schedule` for batch 1, query/key/value width `head_dim` and
+    /// `element_bytes` bytes per element; `dense` is the plain ring on the same chunks.
+    pub fn new(kind: ScheduleKind, schedule: &Schedule, dense: &Schedule, head_dim: usize, element_bytes: usize) -> Self {
+        let bytes = |steps: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
+            steps.into_iter().map(|s| s.into_iter().map(|e| e * element_bytes).collect()).collect()
+        };
+        let [forward, backward] = schedule.sent_elements(1, head_dim, head_dim).map(bytes);
+        let [dense_forward, dense_backward] = dense.sent_elements(1, head_dim, head_dim);
+        let total = |steps: Vec<Vec<usize>>| steps.iter().flatten().sum::<usize>() * element_bytes;
+        PlanCost {
+            schedule: kind,
+            ranks: schedule.ranks(),
+            seq: schedule.chunks.seq_len,
+            heads: schedule.heads,
+            head_dim,
+            element_bytes,
+            tokens_per_rank: (0..schedule.ranks()).map(|r| schedule.chunks.tokens(r).len()).collect(),
+            forward,
+            backward,
+            skipped_computes: schedule.skipped(),
+            dense_ring_forward: total(dense_forward),
+            dense_ring_backward: total(dense_backward),
+        }
+    }
+
+    pub fn forward_total(&self) -> usize {
+        self.forward.iter().flatten().sum()
+    }
+
+    pub fn backward_total(&self) -> usize {
+        self.backward.iter().flatten().sum()
+    }
+
+    /// The text `ringdil plan` prints: a step x rank table of KiB sent per phase, then
+    /// totals against the dense ring.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "{:?} schedule: {} tokens over {} ranks (tokens per rank {:?}), {} heads, head_dim {}, {} bytes per element\n",
+            self.schedule, self.seq, self.ranks, self.tokens_per_rank, self.heads, self.head_dim, self.element_bytes
+        );
+        let mut headers = vec!["phase".to_string(), "step".to_string()];
+        headers.extend((0..self.ranks).map(|r| format!("rank {r} KiB")));
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let mut rows = Vec::new();
+        for (phase, steps) in [("forward", &self.forward), ("backward", &self.backward)] {
+            for (i, step) in steps.iter().enumerate() {
+                let mut row = vec![phase.to_string(), i.to_string()];
+                row.extend(step.iter().map(|&b| format!("{:.1}", b as f64 / 1024.0)));
+                rows.push(row);
+            }
+        }
+        text.push('\n');
+        text.push_str(&crate::table::render(&headers, &rows));
+        let ratio = |x: usize, dense: usize| if dense == 0 { "-".to_string() } else { format!("{:.3}", x as f64 / dense as f64) };
+        text.push_str(&format!(
+            "\nforward  {:.1} KiB sent in all (dense ring {:.1} KiB, ratio {})\nbackward {:.1} KiB sent in all (dense ring {:.1} KiB, ratio {})\ncomputes skipped because the pattern leaves them empty: {}\n",
+            self.forward_total() as f64 / 1024.0,
+            self.dense_ring_forward as f64 / 1024.0,
+            ratio(self.forward_total(), self.dense_ring_forward),
+            self.backward_total() as f64 / 1024.0,
+            self.dense_ring_backward as f64 / 1024.0,
+            ratio(self.backward_total(), self.dense_ring_backward),
+            self.skipped_computes
+        ));
+        text
+    }
+
+    /// An SVG drawing: one row per rank, one column per step (forward then backward),
+    /// each cell shaded by the bytes that rank sends in that step and labelled in KiB.
+    pub fn svg(&self) -> String {
+        const CELL_W: usize = 86;
+        const CELL_H: usize = 34;
+        const LEFT: usize = 80;
+        const TOP: usize = 50;
+        let steps: Vec<(&str, usize, &Vec<usize>)> = [("fwd", &self.forward), ("bwd", &self.backward)]
+            .into_iter()
+            .flat_map(|(phase, s)| s.iter().enumerate().map(move |(i, step)| (phase, i, step)))
+            .collect();
+        let max = steps.iter().flat_map(|(_, _, s)| s.iter()).copied().max().unwrap_or(0).max(1);
+        let (width, height) = (LEFT + steps.len() * CELL_W + 10, TOP + self.ranks * CELL_H + 30);
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"12\">\n\
+             <text x=\"4\" y=\"18\">{:?}: {} tokens, {} ranks, {} heads, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
+            self.schedule, self.seq, self.ranks, self.heads, self.head_dim, self.element_bytes
+        );
+        for (c, (phase, i, _)) in steps.iter().enumerate() {
+            svg.push_str(&format!("<text x=\"{}\" y=\"{}\">{phase} {i}</text>\n", LEFT + c * CELL_W + 8, TOP - 8));
+        }
+        for r in 0..self.ranks {
+            let y = TOP + r * CELL_H;
+            svg.push_str(&format!("<text x=\"4\" y=\"{}\">rank {r}</text>\n", y + CELL_H / 2 + 4));
+            for (c, (_, _, step)) in steps.iter().enumerate() {
+                let shade = 255 - (step[r] * 200 / max) as u8;
+                let x = LEFT + c * CELL_W;
+                svg.push_str(&format!(
+                    "<rect x=\"{x}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"rgb({shade},{shade},255)\" stroke=\"#888\"/>\n\
+                     <text x=\"{}\" y=\"{}\">{:.1}</text>\n",
+                    CELL_W - 2,
+                    CELL_H - 2,
+                    x + 6,
+                    y + CELL_H / 2 + 4,
+                    step[r] as f64 / 1024.0
+                ));
+            }
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}

@@ -29,9 +29,11 @@ pub struct AttendReport {
     pub distributed: Option<Report>,
 }
 
-/// Attention under `spec`, `how` says where; returns output, LSE and the
-/// communication report of a distributed run.
-fn compute<T: NdFloat>(q: Array4<T>, k: Array4<T>, v: Array4<T>, spec: &Spec, how: &How) -> Result<(Array4<T>, Array3<T>, Option<Report>), Box<dyn Error>> {
+/// Output, LSE and, for a distributed run, its communication report.
+type Computed<T> = (Array4<T>, Array3<T>, Option<Report>);
+
+/// Attention under `spec`; `how` says where.
+fn compute<T: NdFloat>(q: Array4<T>, k: Array4<T>, v: Array4<T>, spec: &Spec, how: &How) -> Result<Computed<T>, Box<dyn Error>> {
     match how {
         How::SingleDevice => {
             let r = attention(q.view(), k.view(), v.view(), spec)?;

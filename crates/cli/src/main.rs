@@ -28,7 +28,8 @@ struct Cli {
 enum Command {
     /// Prove on random cases that the reference agrees with itself: blocked engine ==
     /// explicit mask, merge of partials over any key partition == full attention (and
-    /// the merge laws), analytic gradients == finite differences, f32 ~ f64.
+    /// the merge laws), analytic gradients == finite differences, f32 ~ f64, and every
+    /// distributed schedule on 1..=8 simulated ranks == single device.
     ///
     /// Prints one row per case and check (relative error ||x - ref|| / ||ref|| against
     /// an f64 oracle, its bound, pass) and exits non-zero if any check fails.

@@ -211,3 +211,17 @@ fn attend_reports_non_finite_inputs_by_index() {
     assert_eq!(code, 2);
     assert!(stderr.contains("q: non-finite value NaN at index [0, 3, 0, 1]"), "{stderr}");
 }
+
+/// docs/guide/cli.md quotes every command's `--help` verbatim; regenerate it when the
+/// help changes (the command is in the page's first lines).
+#[test]
+fn cli_reference_page_quotes_the_current_help() {
+    let page = std::fs::read_to_string(workspace().join("docs/guide/cli.md")).unwrap();
+    for command in [vec![], vec!["verify"], vec!["attend"], vec!["pattern", "show"], vec!["plan"]] {
+        let mut args = command.clone();
+        args.push("--help");
+        let (help, _, code) = ringdil(&args);
+        assert_eq!(code, 0);
+        assert!(page.contains(&help), "docs/guide/cli.md is out of date for `ringdil {}`", command.join(" "));
+    }
+}

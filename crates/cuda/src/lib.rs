@@ -20,10 +20,14 @@
 //! * **Merge** ([`Gpu::merge_into`]): the reference's `Partial::merge`, into a new buffer.
 //! * **Backward** ([`Gpu::backward_into`]): dQ, dK, dV from the saved LSE, same masks.
 //!
+//! * **Distributed** ([`dist`]): ring attention over NCCL (one process per GPU), the
+//!   pattern-aware plan, all-gather, virtual ranks on one GPU, a launcher.
+//!
 //! The f64 reference is the specification: [`check`] compares every kernel with it.
 //! Design notes: `docs/gpu.md`.
 
 pub mod check;
+pub mod dist;
 pub mod error;
 pub mod gpu;
 pub mod launch;

@@ -1,0 +1,176 @@
+//! The NCCL communicator of one rank (one process per GPU), on its own stream.
+//!
+//! Transfers run on a **communication stream**, created non-blocking so it never
+//! serialises with the compute stream of [`Gpu`]. Ordering between the two streams comes
+//! from cudarc's per-buffer events: a send waits for the last write of its buffer (the
+//! kernel that produced it), a kernel that reads a received buffer waits for the receive,
+//! and a freed buffer waits for every reader. The guards that record those events are
+//! dropped only after `ncclGroupEnd`, when the transfers are really enqueued.
+//!
+//! Each rank's process sees one GPU (the launcher sets `CUDA_VISIBLE_DEVICES`), so
+//! device 0 of [`Gpu::probe`] is this rank's GPU and the same code runs on one host or
+//! many. The unique id comes from rank 0 through a file (or the `RINGDIL_NCCL_ID`
+//! variable): see [`super::launcher`].
+
+use super::error::{DistError, DistResult};
+use crate::gpu::Gpu;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::nccl::{result, sys};
+use std::sync::Arc;
+
+/// Element types moved by NCCL: the bits travel unchanged.
+pub trait Wire: DeviceRepr {
+    const TYPE: sys::ncclDataType_t;
+}
+
+impl Wire for u16 {
+    // bf16/f16 bits: the type only sizes the message (send/recv never does arithmetic).
+    const TYPE: sys::ncclDataType_t = sys::ncclDataType_t::ncclBfloat16;
+}
+
+impl Wire for f32 {
+    const TYPE: sys::ncclDataType_t = sys::ncclDataType_t::ncclFloat32;
+}
+
+fn nccl(call: &'static str, r: Result<result::NcclStatus, result::NcclError>) -> DistResult<()> {
+    r.map(|_| ()).map_err(|e| DistError::Nccl { call, code: format!("{e:?}") })
+}
+
+/// An NCCL unique id: 128 bytes that rank 0 creates and every rank must receive.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId(pub [u8; 128]);
+
+impl UniqueId {
+    /// A fresh id (rank 0 only). Needs libnccl.
+    pub fn new() -> DistResult<Self> {
+        let id = result::get_uniqueid().map_err(|e| DistError::Nccl { call: "ncclGetUniqueId", code: format!("{e:?}") })?;
+        Ok(UniqueId(id.internal.map(|c| c as u8)))
+    }
+
+    /// 256 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parse [`UniqueId::to_hex`]; `var` names where the text came from, for the error.
+    pub fn from_hex(var: &'static str, text: &str) -> DistResult<Self> {
+        let t = text.trim();
+        let bad = |reason| DistError::Env { var, value: t.chars().take(40).collect(), reason };
+        if t.len() != 256 {
+            return Err(bad("an NCCL id is 256 hex digits"));
+        }
+        let mut id = [0u8; 128];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).map_err(|_| bad("not hexadecimal"))?;
+        }
+        Ok(UniqueId(id))
+    }
+}
+
+/// One rank's NCCL communicator and its communication stream.
+pub struct Communicator {
+    comm: sys::ncclComm_t,
+    rank: usize,
+    world: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl Communicator {
+    /// Join the communicator `id` as `rank` of `world` on `gpu` (collective: every rank
+    /// must call it).
+    pub fn init(gpu: &Gpu, rank: usize, world: usize, id: UniqueId) -> DistResult<Self> {
+        if rank >= world {
+            return Err(DistError::BadRank { rank, world });
+        }
+        gpu.context().bind_to_thread()?;
+        let stream = gpu.context().new_stream()?;
+        let mut comm = std::ptr::null_mut();
+        let raw = sys::ncclUniqueId { internal: id.0.map(|b| b as std::ffi::c_char) };
+        // SAFETY: `comm` is a valid out-pointer; the device is bound to this thread.
+        nccl("ncclCommInitRank", unsafe { result::comm_init_rank(&mut comm, world as i32, raw, rank as i32) })?;
+        Ok(Communicator { comm, rank, world, stream })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The communication stream.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// One NCCL group of sends `(peer, buffer)` and receives `(peer, buffer)`, enqueued on
+    /// the communication stream. Matching is by order per peer pair, as in NCCL.
+    pub fn exchange<T: Wire>(&self, sends: &[(usize, &CudaSlice<T>)], recvs: &mut [(usize, &mut CudaSlice<T>)]) -> DistResult<()> {
+        let st = &self.stream;
+        let mut guards = Vec::with_capacity(sends.len() + recvs.len());
+        let mut ops: Vec<(bool, u64, usize, usize)> = Vec::with_capacity(sends.len() + recvs.len());
+        for (peer, buf) in sends {
+            let (ptr, g) = buf.device_ptr(st);
+            ops.push((true, ptr, buf.len(), *peer));
+            guards.push(g);
+        }
+        for (peer, buf) in recvs.iter_mut() {
+            let len = buf.len();
+            let (ptr, g) = buf.device_ptr_mut(st);
+            ops.push((false, ptr, len, *peer));
+            guards.push(g);
+        }
+        nccl("ncclGroupStart", result::group_start())?;
+        let mut status = Ok(());
+        for (send, ptr, len, peer) in ops {
+            let s = st.cu_stream() as sys::cudaStream_t;
+            // SAFETY: pointers and lengths come from live buffers held by `guards`.
+            let r = unsafe {
+                if send {
+                    result::send(ptr as *const _, len, T::TYPE, peer as i32, self.comm, s)
+                } else {
+                    result::recv(ptr as *mut _, len, T::TYPE, peer as i32, self.comm, s)
+                }
+            };
+            if status.is_ok() {
+                status = nccl(if send { "ncclSend" } else { "ncclRecv" }, r);
+            }
+        }
+        nccl("ncclGroupEnd", result::group_end())?;
+        drop(guards);
+        status
+    }
+
+    /// Every rank waits here until all have arrived (an all-reduce of one value), and
+    /// both streams of this rank are drained.
+    pub fn barrier(&self, gpu: &Gpu) -> DistResult<()> {
+        gpu.synchronize()?;
+        let mut x = self.stream.alloc_zeros::<f32>(1)?;
+        {
+            let (p, _g) = x.device_ptr_mut(&self.stream);
+            // SAFETY: in-place all-reduce of one live f32.
+            nccl("ncclAllReduce", unsafe {
+                result::all_reduce(
+                    p as *const _,
+                    p as *mut _,
+                    1,
+                    sys::ncclDataType_t::ncclFloat32,
+                    sys::ncclRedOp_t::ncclSum,
+                    self.comm,
+                    self.stream.cu_stream() as _,
+                )
+            })?;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        // SAFETY: the communicator is live and no operation is pending on its stream.
+        let _ = unsafe { result::comm_destroy(self.comm) };
+    }
+}

@@ -1,0 +1,79 @@
+//! Errors of the distributed runtime. Every variant names the value that failed.
+
+use crate::error::CudaError;
+use std::fmt;
+
+#[derive(Debug)]
+pub enum DistError {
+    /// A kernel, driver or argument error of the single-GPU layer.
+    Cuda(CudaError),
+    /// The chunk plan or spec was rejected by the reference crate.
+    Reference(ringdil_reference::Error),
+    /// An NCCL call failed (`call` names it; `code` is NCCL's result code).
+    Nccl { call: &'static str, code: String },
+    /// A layout the GPU ring cannot run, with the reason.
+    UnsupportedLayout { layout: &'static str, reason: &'static str },
+    /// A rank's tokens fall into more contiguous runs than the ring launches per step.
+    TooManyPieces { rank: usize, pieces: usize, max: usize },
+    /// Rank and world size that do not fit together.
+    BadRank { rank: usize, world: usize },
+    /// A launcher environment variable that is missing or malformed.
+    Env { var: &'static str, value: String, reason: &'static str },
+    /// The NCCL unique-id file could not be written or read in time.
+    IdFile { path: String, reason: String },
+    /// `nproc`/`nnodes` of a launch that cannot work.
+    BadLaunch { what: &'static str, value: usize, reason: &'static str },
+    /// A worker process could not be started or failed.
+    Worker { rank: usize, reason: String },
+    /// Tensors of a distributed call that disagree with the plan.
+    ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
+    /// The plan has `plan` ranks but the communicator (or virtual set) has `world`.
+    WorldMismatch { plan: usize, world: usize },
+    /// `backward` called before `forward`.
+    BackwardBeforeForward,
+}
+
+impl fmt::Display for DistError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DistError::Cuda(e) => write!(f, "{e}"),
+            DistError::Reference(e) => write!(f, "{e}"),
+            DistError::Nccl { call, code } => write!(f, "NCCL {call} failed: {code}"),
+            DistError::UnsupportedLayout { layout, reason } => write!(f, "layout `{layout}` is not supported on the GPU ring: {reason}"),
+            DistError::TooManyPieces { rank, pieces, max } => write!(
+                f,
+                "rank {rank} owns {pieces} separate runs of tokens; the GPU ring launches at most {max} per step (use contiguous, zigzag or striped layouts, or coarser permutations)"
+            ),
+            DistError::BadRank { rank, world } => write!(f, "rank {rank} is not below the world size {world}"),
+            DistError::Env { var, value, reason } => write!(f, "environment variable {var}={value:?}: {reason}"),
+            DistError::IdFile { path, reason } => write!(f, "NCCL id file {path}: {reason}"),
+            DistError::BadLaunch { what, value, reason } => write!(f, "launch: {what} = {value}: {reason}"),
+            DistError::Worker { rank, reason } => write!(f, "worker rank {rank}: {reason}"),
+            DistError::ShapeMismatch { what, expected, got } => write!(f, "{what}: expected shape {expected:?}, got {got:?}"),
+            DistError::WorldMismatch { plan, world } => write!(f, "the chunk plan has {plan} ranks but the world has {world}"),
+            DistError::BackwardBeforeForward => write!(f, "backward called before forward"),
+        }
+    }
+}
+
+impl std::error::Error for DistError {}
+
+impl From<CudaError> for DistError {
+    fn from(e: CudaError) -> Self {
+        DistError::Cuda(e)
+    }
+}
+
+impl From<cudarc::driver::DriverError> for DistError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        DistError::Cuda(CudaError::Driver(e))
+    }
+}
+
+impl From<ringdil_reference::Error> for DistError {
+    fn from(e: ringdil_reference::Error) -> Self {
+        DistError::Reference(e)
+    }
+}
+
+pub type DistResult<T> = std::result::Result<T, DistError>;

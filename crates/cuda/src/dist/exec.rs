@@ -1,0 +1,210 @@
+//! One rank's compute for one step: its query pieces over the key/value pieces of one
+//! source block, forward (merged partials) and backward (accumulated gradients). Shared
+//! by the NCCL ring, the pattern-aware plan, the all-gather baseline and virtual ranks,
+//! so every schedule runs the same launches in the same merge order:
+//! rank `r` visits sources `r, r-1, ..., r-P+1 (mod P)`.
+//!
+//! Two helper kernels live here (compiled by NVRTC like the attention kernels): `f32`
+//! addition (`dst += src`, for dQ/dK/dV accumulation across steps) and a fill (the LSE
+//! `-inf` of query rows that saw no key at all).
+
+use super::error::DistResult;
+use super::layout::DistPlan;
+use crate::gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, Prepared};
+use crate::launch::Dtype;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+const SOURCE: &str = r#"
+extern "C" __global__ void ringdil_add_f32(float* __restrict__ dst, const float* __restrict__ src, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        dst[i] += src[i];
+    }
+}
+extern "C" __global__ void ringdil_fill_f32(float* __restrict__ dst, float value, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        dst[i] = value;
+    }
+}
+"#;
+
+static PTX: OnceLock<Ptx> = OnceLock::new();
+
+/// The helper kernels, loaded into one GPU's context.
+pub(crate) struct Helpers {
+    add: CudaFunction,
+    fill: CudaFunction,
+}
+
+fn grid(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+impl Helpers {
+    pub(crate) fn load(gpu: &Gpu) -> DistResult<Self> {
+        let ptx = match PTX.get() {
+            Some(p) => p.clone(),
+            None => {
+                let p = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| crate::CudaError::Compile {
+                    module: "ringdil_dist_helpers".into(),
+                    log: format!("{e:?}"),
+                })?;
+                PTX.get_or_init(|| p).clone()
+            }
+        };
+        let module = gpu.context().load_module(ptx)?;
+        Ok(Helpers { add: module.load_function("ringdil_add_f32")?, fill: module.load_function("ringdil_fill_f32")? })
+    }
+
+    /// `dst += src` on the compute stream.
+    pub(crate) fn add(&self, gpu: &Gpu, dst: &mut CudaSlice<f32>, src: &CudaSlice<f32>) -> DistResult<()> {
+        let n = dst.len().min(src.len()) as u64;
+        let mut l = gpu.stream().launch_builder(&self.add);
+        l.arg(dst).arg(src).arg(&n);
+        // SAFETY: n is within both buffers.
+        unsafe { l.launch(grid(n as usize)) }?;
+        Ok(())
+    }
+
+    pub(crate) fn fill(&self, gpu: &Gpu, dst: &mut CudaSlice<f32>, value: f32) -> DistResult<()> {
+        let n = dst.len() as u64;
+        let mut l = gpu.stream().launch_builder(&self.fill);
+        l.arg(dst).arg(&value).arg(&n);
+        // SAFETY: n is the buffer's own length.
+        unsafe { l.launch(grid(n as usize)) }?;
+        Ok(())
+    }
+}
+
+/// Zeroed f32 buffers, one per length, on the compute stream.
+pub(crate) fn zeros(gpu: &Gpu, lens: &[usize]) -> DistResult<Vec<CudaSlice<f32>>> {
+    lens.iter().map(|&n| Ok(gpu.stream().alloc_zeros::<f32>(n.max(1))?)).collect()
+}
+
+/// One rank's launches: a [`Prepared`] call per needed piece pair, built once.
+pub(crate) struct RankCompute {
+    rank: usize,
+    preps: HashMap<(usize, usize, usize), Prepared>,
+}
+
+impl RankCompute {
+    pub(crate) fn new(gpu: &Gpu, plan: &DistPlan, dtype: Dtype, rank: usize) -> DistResult<Self> {
+        let mut preps = HashMap::new();
+        for src in 0..plan.ranks() {
+            for &(qi, kj) in plan.needed(rank, src) {
+                let (shape, chunk) = plan.pair(rank, qi, src, kj);
+                preps.insert((src, qi, kj), gpu.prepare(&shape, dtype, &plan.spec, &chunk)?);
+            }
+        }
+        Ok(RankCompute { rank, preps })
+    }
+
+    /// Attend the query pieces `q` of this rank over the key/value pieces of `src`
+    /// (`kv[kj]`; `None` for pieces this rank does not need) and merge each partial into
+    /// `acc[qi]` (`None` = nothing seen yet: the first partial is taken as is).
+    pub(crate) fn attend(
+        &mut self,
+        gpu: &Gpu,
+        plan: &DistPlan,
+        src: usize,
+        q: &[DeviceTensor],
+        kv: &[Option<(&DeviceTensor, &DeviceTensor)>],
+        acc: &mut [Option<DevicePartial>],
+    ) -> DistResult<()> {
+        for &(qi, kj) in plan.needed(self.rank, src) {
+            let Some((k, v)) = kv[kj] else { continue };
+            let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
+            let mut part = alloc_partial(gpu, q[qi].dims)?;
+            gpu.forward_into(prep, &q[qi], k, v, &mut part)?;
+            acc[qi] = Some(match acc[qi].take() {
+                None => part,
+                Some(prev) => {
+                    let mut merged = alloc_partial(gpu, q[qi].dims)?;
+                    gpu.merge_into(&prev, &part, &mut merged)?;
+                    merged
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The backward of [`RankCompute::attend`]: add the contributions of the pairs with
+    /// `src` to `dq[qi]` and to the source block's `dk[kj]`, `dv[kj]`. `fin[qi]` is the
+    /// finished forward result of query piece `qi`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward(
+        &mut self,
+        gpu: &Gpu,
+        helpers: &Helpers,
+        plan: &DistPlan,
+        src: usize,
+        q: &[DeviceTensor],
+        kv: &[Option<(&DeviceTensor, &DeviceTensor)>],
+        fin: &[DevicePartial],
+        dout: &[DeviceTensor],
+        dq: &mut [CudaSlice<f32>],
+        dkv: &mut [Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>],
+    ) -> DistResult<()> {
+        for &(qi, kj) in plan.needed(self.rank, src) {
+            let (Some((k, v)), Some((dk, dv))) = (kv[kj], dkv[kj].as_mut()) else { continue };
+            let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
+            let s = prep.shape();
+            let st = gpu.stream();
+            let mut g = DeviceGrads {
+                dq: st.alloc_zeros::<f32>(s.q_len())?,
+                dk: st.alloc_zeros::<f32>(s.k_len())?,
+                dv: st.alloc_zeros::<f32>(s.k_len())?,
+            };
+            gpu.backward_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], &mut g)?;
+            helpers.add(gpu, &mut dq[qi], &g.dq)?;
+            helpers.add(gpu, dk, &g.dk)?;
+            helpers.add(gpu, dv, &g.dv)?;
+        }
+        Ok(())
+    }
+}
+
+/// An uninitialised partial: every row is written by the forward or merge kernel.
+pub(crate) fn alloc_partial(gpu: &Gpu, dims: [usize; 4]) -> DistResult<DevicePartial> {
+    let [b, n, h, d] = dims;
+    let st = gpu.stream();
+    // SAFETY: the kernels write every element before anything reads it.
+    let (out, lse) = unsafe { (st.alloc::<f32>((b * n * h * d).max(1))?, st.alloc::<f32>((b * h * n).max(1))?) };
+    Ok(DevicePartial { out, lse, dims })
+}
+
+/// The finished output of each query piece: query pieces that saw no key at all hold the
+/// merge identity (output 0, LSE `-inf`), as in the reference.
+pub(crate) fn finish(gpu: &Gpu, helpers: &Helpers, plan: &DistPlan, rank: usize, acc: Vec<Option<DevicePartial>>) -> DistResult<Vec<DevicePartial>> {
+    acc.into_iter()
+        .enumerate()
+        .map(|(qi, a)| match a {
+            Some(p) => Ok(p),
+            None => {
+                let dims = plan.piece_dims(rank, qi);
+                let [b, n, h, d] = dims;
+                let st = gpu.stream();
+                let mut lse = st.alloc_zeros::<f32>(b * h * n)?;
+                helpers.fill(gpu, &mut lse, f32::NEG_INFINITY)?;
+                Ok(DevicePartial { out: st.alloc_zeros::<f32>(b * n * h * d)?, lse, dims })
+            }
+        })
+        .collect()
+}
+
+/// `kv[kj]` views of a whole block.
+pub(crate) fn all_of<'a>(k: &'a [DeviceTensor], v: &'a [DeviceTensor]) -> Vec<Option<(&'a DeviceTensor, &'a DeviceTensor)>> {
+    k.iter().zip(v).map(Some).collect()
+}
+
+/// `dkv[kj]` views of whole gradient buffers.
+pub(crate) fn all_of_mut<'a>(
+    dk: &'a mut [CudaSlice<f32>],
+    dv: &'a mut [CudaSlice<f32>],
+) -> Vec<Option<(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>)>> {
+    dk.iter_mut().zip(dv.iter_mut()).map(Some).collect()
+}

@@ -1,0 +1,33 @@
+//! Distributed attention over NCCL: ring attention, the pattern-aware plan and the
+//! all-gather baseline, one rank per GPU; and virtual ranks that run the same steps on
+//! one GPU.
+//!
+//! * [`layout`]: the reference's [`ChunkPlan`](ringdil_reference::ring::ChunkPlan) as
+//!   GPU pieces, the kernel positions of every (query piece, key piece) pair and the
+//!   pairs the pattern needs.
+//! * [`ring`]: one rank's forward and backward for each [`Schedule`], transfers on a
+//!   second stream overlapping the kernels (double-buffered, ordered by events).
+//! * [`virtual_ranks`]: `P` ranks simulated on one GPU with the same launches and merge
+//!   order (bit-identical to the ring).
+//! * [`comm`]: the NCCL communicator (unique id, grouped send/recv, barrier).
+//! * [`launcher`]: one process per GPU started by [`launch`], torchrun-style, for one
+//!   host or several.
+//! * [`auto`]: single GPU, ring or all-gather from the problem and measured speeds.
+//!
+//! `docs/distributed.md` describes the runtime, the volumes and the auto rule.
+
+pub mod auto;
+pub mod comm;
+pub mod error;
+mod exec;
+pub mod launcher;
+pub mod layout;
+pub mod ring;
+pub mod virtual_ranks;
+
+pub use comm::{Communicator, UniqueId};
+pub use error::{DistError, DistResult};
+pub use launcher::{LaunchOptions, RankEnv, launch};
+pub use layout::{DistPlan, Piece};
+pub use ring::{DistRank, Probe, RankData, RankGrads, Schedule};
+pub use virtual_ranks::VirtualRanks;

@@ -1,0 +1,431 @@
+//! One rank of ring attention over NCCL: the dense ring, the pattern-aware plan and the
+//! all-gather baseline, forward and backward.
+//!
+//! # Dense ring ([`Schedule::Ring`])
+//! Rank `r` keeps its query pieces and, at step `s = 0..P-1`, computes over the block
+//! of `src = (r - s) mod P`. Before that compute is enqueued, the block it holds is sent
+//! to `r + 1` and the block of `(r - s - 1) mod P` is received from `r - 1`, in one NCCL
+//! group on the communication stream, into a fresh buffer: **double buffering** (the
+//! block being computed on and the block arriving are different buffers), ordered by
+//! events, so the transfer of step `s + 1` runs while step `s` computes. Per step and
+//! rank `2 B H d n_src` elements move; in total `2 B H d (N - n_{r+1})` (reference
+//! `ring` module). Memory: own block + two travelling blocks, `~3 N/P` rows of K and V.
+//!
+//! Backward (ring-flash-attention): the block travels with f32 `dK`, `dV` accumulators.
+//! At step `s` the kernels write this pair's gradients into fresh buffers; they are added
+//! to the accumulators after the accumulators of step `s - 1` arrive, so the accumulator
+//! hop overlaps the next step's kernels. One more hop after the last step brings each
+//! accumulator home. Volume `4 B H d (N - n_{r+1}) + 2 B H d n_{r+1}` per rank (K/V in
+//! bf16, dK/dV in f32: bytes are `2*2 + 2*4` per element pair).
+//!
+//! # Pattern-aware plan ([`Schedule::PatternRing`])
+//! Same steps, but at step `s` rank `r` receives **directly** from `src = r - s` only
+//! the pieces it needs ([`DistPlan::needed_pieces`]) and sends its own needed pieces to
+//! `r + s`; a step nobody needs moves nothing (a dilated branch whose segments fit in
+//! one rank, causal blocks above the diagonal). Backward: the dK/dV contributions go back
+//! to their owner directly at the same step. Volume received by `r`:
+//! `sum_{s != r} 2 B H d sum_{kj needed} n_kj`.
+//!
+//! # All-gather ([`Schedule::AllGather`])
+//! One group gathers every other rank's pieces (`2 B H d (N - n_r)` received), then the
+//! same computes run in the same order; backward gathers again and returns each block's
+//! dK/dV contributions to its owner in one group. Memory `O(N)` per rank: the baseline.
+
+use super::comm::Communicator;
+use super::error::{DistError, DistResult};
+use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, zeros};
+use super::layout::DistPlan;
+use crate::gpu::{DevicePartial, DeviceTensor, Gpu};
+use crate::launch::Dtype;
+use cudarc::driver::CudaSlice;
+
+/// Which communication schedule a distributed call uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    Ring,
+    PatternRing,
+    AllGather,
+}
+
+impl Schedule {
+    pub const ALL: [Schedule; 3] = [Schedule::Ring, Schedule::PatternRing, Schedule::AllGather];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Ring => "ring",
+            Schedule::PatternRing => "pattern_ring",
+            Schedule::AllGather => "all_gather",
+        }
+    }
+}
+
+/// A rank's inputs, one device tensor per piece (see [`DistPlan::scatter`]).
+pub struct RankData {
+    pub q: Vec<DeviceTensor>,
+    pub k: Vec<DeviceTensor>,
+    pub v: Vec<DeviceTensor>,
+}
+
+impl RankData {
+    /// Upload the pieces of `rank` from host tensors in global token order.
+    pub fn upload(gpu: &Gpu, plan: &DistPlan, rank: usize, q: &[u16], k: &[u16], v: &[u16]) -> DistResult<Self> {
+        Ok(RankData { q: upload_pieces(gpu, plan, rank, q)?, k: upload_pieces(gpu, plan, rank, k)?, v: upload_pieces(gpu, plan, rank, v)? })
+    }
+}
+
+/// Upload one `[batch, seq, heads, head_dim]` host tensor's pieces of `rank`.
+pub fn upload_pieces(gpu: &Gpu, plan: &DistPlan, rank: usize, x: &[u16]) -> DistResult<Vec<DeviceTensor>> {
+    let want = plan.batch * plan.seq_len() * plan.heads * plan.head_dim;
+    if x.len() != want {
+        return Err(DistError::ShapeMismatch { what: "host tensor", expected: vec![want], got: vec![x.len()] });
+    }
+    plan.scatter(x, plan.head_dim, rank)
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Ok(gpu.upload(p, plan.piece_dims(rank, i))?))
+        .collect()
+}
+
+/// dQ of this rank's query pieces and dK, dV of its key pieces (f32).
+pub struct RankGrads {
+    pub dq: Vec<CudaSlice<f32>>,
+    pub dk: Vec<CudaSlice<f32>>,
+    pub dv: Vec<CudaSlice<f32>>,
+}
+
+/// What [`DistRank::forward_probe`] runs: everything, or one half, to measure overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The real forward.
+    Full,
+    /// The same kernels with the rank's own K/V standing in for every block (needs equal
+    /// piece sizes), no transfer.
+    ComputeOnly,
+    /// The same transfers, no kernel.
+    CommOnly,
+}
+
+/// One rank of a distributed attention call.
+pub struct DistRank<'a> {
+    gpu: &'a Gpu,
+    comm: &'a Communicator,
+    plan: &'a DistPlan,
+    compute: RankCompute,
+    helpers: Helpers,
+}
+
+type Block = (Vec<DeviceTensor>, Vec<DeviceTensor>);
+
+impl<'a> DistRank<'a> {
+    /// Prepare this rank's launches (tile plans for every needed pair) and helpers.
+    pub fn new(gpu: &'a Gpu, comm: &'a Communicator, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
+        if plan.ranks() != comm.world() {
+            return Err(DistError::WorldMismatch { plan: plan.ranks(), world: comm.world() });
+        }
+        let compute = RankCompute::new(gpu, plan, dtype, comm.rank())?;
+        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)? })
+    }
+
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Fresh receive buffers for the pieces `which` of `src` (others `None`).
+    fn recv_block(&self, src: usize, which: &[usize]) -> DistResult<Vec<Option<(DeviceTensor, DeviceTensor)>>> {
+        let st = self.comm.stream();
+        let mut out: Vec<Option<(DeviceTensor, DeviceTensor)>> = (0..self.plan.pieces(src).len()).map(|_| None).collect();
+        for &kj in which {
+            let dims = self.plan.piece_dims(src, kj);
+            let n = dims.iter().product::<usize>();
+            // SAFETY: fully written by the receive before any kernel reads it.
+            let (k, v) = unsafe { (st.alloc::<u16>(n)?, st.alloc::<u16>(n)?) };
+            out[kj] = Some((DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }));
+        }
+        Ok(out)
+    }
+
+    /// Send `send` (pieces `which` of a block) to `to`; receive pieces into `recv` from `from`.
+    fn swap_kv(&self, send: &[(usize, &DeviceTensor, &DeviceTensor)], recv: &mut [Option<(DeviceTensor, DeviceTensor)>], from: usize) -> DistResult<()> {
+        let mut sends = Vec::new();
+        for (to, k, v) in send {
+            sends.push((*to, &k.data));
+            sends.push((*to, &v.data));
+        }
+        let mut recvs = Vec::new();
+        for (k, v) in recv.iter_mut().flatten() {
+            recvs.push((from, &mut k.data));
+            recvs.push((from, &mut v.data));
+        }
+        self.comm.exchange(&sends, &mut recvs)
+    }
+
+    /// The forward pass: the finished output of each query piece of this rank.
+    pub fn forward(&mut self, schedule: Schedule, data: &RankData) -> DistResult<Vec<DevicePartial>> {
+        self.forward_probe(schedule, data, Probe::Full)
+    }
+
+    /// [`DistRank::forward`], or only its kernels or only its transfers (benchmarks).
+    pub fn forward_probe(&mut self, schedule: Schedule, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
+        let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
+        let mut acc: Vec<Option<DevicePartial>> = (0..data.q.len()).map(|_| None).collect();
+        if probe == Probe::ComputeOnly {
+            for s in 0..p {
+                let src = (me + p - s) % p;
+                if plan.piece_lens(src) != plan.piece_lens(me) {
+                    return Err(DistError::ShapeMismatch { what: "compute-only probe (equal blocks)", expected: plan.piece_lens(me), got: plan.piece_lens(src) });
+                }
+                self.compute.attend(gpu, plan, src, &data.q, &all_of(&data.k, &data.v), &mut acc)?;
+            }
+            return finish(gpu, &self.helpers, plan, me, acc);
+        }
+        let compute = probe == Probe::Full;
+        match schedule {
+            Schedule::Ring => {
+                let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+                let mut cur: Option<Block> = None;
+                for s in 0..p {
+                    let src = (me + p - s) % p;
+                    let (ck, cv) = match &cur {
+                        None => (&data.k, &data.v),
+                        Some((k, v)) => (k, v),
+                    };
+                    let incoming = if s + 1 < p {
+                        let nsrc = (me + p - s - 1) % p;
+                        let all: Vec<usize> = (0..plan.pieces(nsrc).len()).collect();
+                        let mut recv = self.recv_block(nsrc, &all)?;
+                        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
+                        self.swap_kv(&send, &mut recv, prev)?;
+                        Some(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
+                    } else {
+                        None
+                    };
+                    if compute {
+                        self.compute.attend(gpu, plan, src, &data.q, &all_of(ck, cv), &mut acc)?;
+                    }
+                    cur = incoming;
+                }
+            }
+            Schedule::PatternRing => {
+                let mut incoming = self.pattern_fetch(1, data)?;
+                if compute {
+                    self.compute.attend(gpu, plan, me, &data.q, &all_of(&data.k, &data.v), &mut acc)?;
+                }
+                for s in 1..p {
+                    let src = (me + p - s) % p;
+                    let held = std::mem::take(&mut incoming);
+                    if s + 1 < p {
+                        incoming = self.pattern_fetch(s + 1, data)?;
+                    }
+                    let kv: Vec<_> = held.iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect();
+                    if compute {
+                        self.compute.attend(gpu, plan, src, &data.q, &kv, &mut acc)?;
+                    }
+                }
+            }
+            Schedule::AllGather => {
+                let blocks = self.gather_all(data)?;
+                for s in 0..p {
+                    let src = (me + p - s) % p;
+                    let kv: Vec<_> = match &blocks[src] {
+                        None => all_of(&data.k, &data.v),
+                        Some(b) => b.iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect(),
+                    };
+                    if compute {
+                        self.compute.attend(gpu, plan, src, &data.q, &kv, &mut acc)?;
+                    }
+                }
+            }
+        }
+        finish(gpu, &self.helpers, plan, me, acc)
+    }
+
+    /// Step `s` of the pattern-aware plan: send my pieces that `me + s` needs, receive
+    /// the pieces of `me - s` that I need. Returns the received block (`None` for pieces
+    /// not needed; empty when `s >= P`).
+    fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Vec<Option<(DeviceTensor, DeviceTensor)>>> {
+        let (plan, me, p) = (self.plan, self.rank(), self.plan.ranks());
+        if s >= p {
+            return Ok(Vec::new());
+        }
+        let (dst, src) = ((me + s) % p, (me + p - s) % p);
+        let send: Vec<_> = plan.needed_pieces(dst, me).into_iter().map(|kj| (dst, &data.k[kj], &data.v[kj])).collect();
+        let mut recv = self.recv_block(src, &plan.needed_pieces(me, src))?;
+        if !send.is_empty() || recv.iter().any(Option::is_some) {
+            self.swap_kv(&send, &mut recv, src)?;
+        }
+        Ok(recv)
+    }
+
+    /// All-gather: every other rank's whole block (`None` at my own index).
+    fn gather_all(&self, data: &RankData) -> DistResult<Vec<Option<Vec<Option<(DeviceTensor, DeviceTensor)>>>>> {
+        let (me, p) = (self.rank(), self.plan.ranks());
+        let mut blocks = Vec::with_capacity(p);
+        for o in 0..p {
+            blocks.push(if o == me { None } else { Some(self.recv_block(o, &(0..self.plan.pieces(o).len()).collect::<Vec<_>>())?) });
+        }
+        let mut sends = Vec::new();
+        for o in (0..p).filter(|&o| o != me) {
+            for (k, v) in data.k.iter().zip(&data.v) {
+                sends.push((o, &k.data));
+                sends.push((o, &v.data));
+            }
+        }
+        let mut recvs = Vec::new();
+        for (o, b) in blocks.iter_mut().enumerate() {
+            for (k, v) in b.iter_mut().flatten().flatten() {
+                recvs.push((o, &mut k.data));
+                recvs.push((o, &mut v.data));
+            }
+        }
+        self.comm.exchange(&sends, &mut recvs)?;
+        Ok(blocks)
+    }
+
+    /// The backward pass for `out` (this rank's finished forward, from
+    /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
+    pub fn backward(&mut self, schedule: Schedule, data: &RankData, out: &[DevicePartial], dout: &[DeviceTensor]) -> DistResult<RankGrads> {
+        let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
+        if out.len() != data.q.len() || dout.len() != data.q.len() {
+            return Err(DistError::ShapeMismatch { what: "backward pieces (out, d_out)", expected: vec![data.q.len()], got: vec![out.len(), dout.len()] });
+        }
+        let qlens = plan.piece_lens(me);
+        let mut dq = zeros(gpu, &qlens)?;
+        let helpers = &self.helpers;
+        match schedule {
+            Schedule::Ring => {
+                let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+                let mut cur: Option<Block> = None;
+                let mut dk = zeros(gpu, &qlens)?;
+                let mut dv = zeros(gpu, &qlens)?;
+                for s in 0..p {
+                    let src = (me + p - s) % p;
+                    let (ck, cv) = match &cur {
+                        None => (&data.k, &data.v),
+                        Some((k, v)) => (k, v),
+                    };
+                    let nsrc = (me + p - s - 1) % p;
+                    let incoming: Option<Block> = if s + 1 < p {
+                        let all: Vec<usize> = (0..plan.pieces(nsrc).len()).collect();
+                        let mut recv = self.recv_block(nsrc, &all)?;
+                        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
+                        self.swap_kv(&send, &mut recv, prev)?;
+                        Some(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
+                    } else {
+                        None
+                    };
+                    self.compute.backward(gpu, helpers, plan, src, &data.q, &all_of(ck, cv), out, dout, &mut dq, &mut all_of_mut(&mut dk, &mut dv))?;
+                    if p > 1 {
+                        // Pass the accumulators on; after the last step they go home (to r + 1).
+                        let target = if s + 1 < p { nsrc } else { me };
+                        let lens = plan.piece_lens(target);
+                        let st = self.comm.stream();
+                        // SAFETY: fully written by the receive.
+                        let mut rdk: Vec<CudaSlice<f32>> = lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
+                        let mut rdv: Vec<CudaSlice<f32>> = lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
+                        let sends: Vec<_> = dk.iter().chain(&dv).map(|b| (next, b)).collect();
+                        let mut recvs: Vec<_> = rdk.iter_mut().chain(rdv.iter_mut()).map(|b| (prev, b)).collect();
+                        self.comm.exchange(&sends, &mut recvs)?;
+                        dk = rdk;
+                        dv = rdv;
+                    }
+                    cur = incoming;
+                }
+                Ok(RankGrads { dq, dk, dv })
+            }
+            Schedule::PatternRing | Schedule::AllGather => {
+                let mut dk = zeros(gpu, &qlens)?;
+                let mut dv = zeros(gpu, &qlens)?;
+                // Own block first (no transfer).
+                self.compute.backward(gpu, helpers, plan, me, &data.q, &all_of(&data.k, &data.v), out, dout, &mut dq, &mut all_of_mut(&mut dk, &mut dv))?;
+                let gathered = if schedule == Schedule::AllGather { Some(self.gather_all(data)?) } else { None };
+                let mut incoming = if gathered.is_none() { self.pattern_fetch(1, data)? } else { Vec::new() };
+                // Contributions received for my pieces, added after the next step's kernels
+                // are enqueued, so the return hop overlaps them.
+                let mut pending: Option<(Vec<usize>, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = None;
+                let mut returns: Vec<(usize, Vec<usize>, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = Vec::new();
+                for s in 1..p {
+                    let src = (me + p - s) % p;
+                    let held: Vec<Option<(DeviceTensor, DeviceTensor)>> = match &gathered {
+                        Some(_) => Vec::new(),
+                        None => {
+                            let h = std::mem::take(&mut incoming);
+                            if s + 1 < p {
+                                incoming = self.pattern_fetch(s + 1, data)?;
+                            }
+                            h
+                        }
+                    };
+                    let kv: Vec<_> = match &gathered {
+                        Some(g) => g[src].as_ref().expect("other ranks' blocks").iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect(),
+                        None => held.iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect(),
+                    };
+                    let which: Vec<usize> = kv.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i).collect();
+                    let lens = plan.piece_lens(src);
+                    let mut sdk = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
+                    let mut sdv = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
+                    {
+                        let mut dkv: Vec<Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>> = (0..lens.len()).map(|_| None).collect();
+                        for ((kj, a), b) in which.iter().zip(sdk.iter_mut()).zip(sdv.iter_mut()) {
+                            dkv[*kj] = Some((a, b));
+                        }
+                        self.compute.backward(gpu, helpers, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
+                    }
+                    if let Some((mine, a, b)) = pending.take() {
+                        self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
+                    }
+                    if gathered.is_none() {
+                        // Return the contributions to src; receive mine from me + s.
+                        let dst = (me + s) % p;
+                        let mine = plan.needed_pieces(dst, me);
+                        let mut rdk = self.recv_f32(&mine.iter().map(|&kj| qlens[kj]).collect::<Vec<_>>())?;
+                        let mut rdv = self.recv_f32(&mine.iter().map(|&kj| qlens[kj]).collect::<Vec<_>>())?;
+                        let sends: Vec<_> = sdk.iter().chain(&sdv).map(|b| (src, b)).collect();
+                        let mut recvs: Vec<_> = rdk.iter_mut().chain(rdv.iter_mut()).map(|b| (dst, b)).collect();
+                        if !sends.is_empty() || !recvs.is_empty() {
+                            self.comm.exchange(&sends, &mut recvs)?;
+                        }
+                        drop(sends);
+                        pending = Some((mine, rdk, rdv));
+                    } else {
+                        returns.push((src, which, sdk, sdv));
+                    }
+                }
+                if let Some((mine, a, b)) = pending.take() {
+                    self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
+                }
+                if gathered.is_some() && p > 1 {
+                    // Reduce-scatter by hand: each block's contributions go to its owner.
+                    let mut recv_from: Vec<(usize, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = Vec::new();
+                    for o in (0..p).filter(|&o| o != me) {
+                        recv_from.push((o, self.recv_f32(&qlens)?, self.recv_f32(&qlens)?));
+                    }
+                    {
+                        let sends: Vec<_> = returns.iter().flat_map(|(src, _, a, b)| a.iter().chain(b).map(move |x| (*src, x))).collect();
+                        let mut recvs: Vec<_> = recv_from.iter_mut().flat_map(|(o, a, b)| a.iter_mut().chain(b.iter_mut()).map(|x| (*o, x)).collect::<Vec<_>>()).collect();
+                        self.comm.exchange(&sends, &mut recvs)?;
+                    }
+                    let all: Vec<usize> = (0..qlens.len()).collect();
+                    for (_, a, b) in recv_from {
+                        self.add_pieces(&mut dk, &mut dv, &all, a, b)?;
+                    }
+                }
+                Ok(RankGrads { dq, dk, dv })
+            }
+        }
+    }
+
+    fn recv_f32(&self, lens: &[usize]) -> DistResult<Vec<CudaSlice<f32>>> {
+        // SAFETY: fully written by the receive.
+        lens.iter().map(|&n| Ok(unsafe { self.comm.stream().alloc::<f32>(n) }?)).collect()
+    }
+
+    /// `dk[kj] += a[i]`, `dv[kj] += b[i]` for `kj = which[i]` (waits for the receive).
+    fn add_pieces(&self, dk: &mut [CudaSlice<f32>], dv: &mut [CudaSlice<f32>], which: &[usize], a: Vec<CudaSlice<f32>>, b: Vec<CudaSlice<f32>>) -> DistResult<()> {
+        for ((&kj, x), y) in which.iter().zip(&a).zip(&b) {
+            self.helpers.add(self.gpu, &mut dk[kj], x)?;
+            self.helpers.add(self.gpu, &mut dv[kj], y)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,69 @@
+//! `P` virtual ranks on one GPU: the ring's steps run sequentially, every block stays
+//! where it was uploaded, and "receiving the block of `src`" is reading it. Same
+//! [`RankCompute`] launches, same merge order (`src = r, r-1, ...`) and, for gradients,
+//! the same addition order as the ring (the block of `src` collects contributions from
+//! ranks `src, src+1, ...` in step order), so a virtual run is the ring's arithmetic
+//! without NCCL: ring code is tested and debugged on a single-GPU machine, and
+//! `ring_check` compares the real ring against it bit for bit.
+
+use super::error::{DistError, DistResult};
+use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, zeros};
+use super::layout::DistPlan;
+use super::ring::{RankData, RankGrads};
+use crate::gpu::{DevicePartial, DeviceTensor, Gpu};
+use crate::launch::Dtype;
+
+pub struct VirtualRanks<'a> {
+    gpu: &'a Gpu,
+    plan: &'a DistPlan,
+    ranks: Vec<RankCompute>,
+    helpers: Helpers,
+}
+
+impl<'a> VirtualRanks<'a> {
+    pub fn new(gpu: &'a Gpu, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
+        let ranks = (0..plan.ranks()).map(|r| RankCompute::new(gpu, plan, dtype, r)).collect::<DistResult<_>>()?;
+        Ok(VirtualRanks { gpu, plan, ranks, helpers: Helpers::load(gpu)? })
+    }
+
+    fn check(&self, what: &'static str, got: usize) -> DistResult<()> {
+        if got != self.plan.ranks() {
+            return Err(DistError::ShapeMismatch { what, expected: vec![self.plan.ranks()], got: vec![got] });
+        }
+        Ok(())
+    }
+
+    /// Every rank's finished output pieces.
+    pub fn forward(&mut self, data: &[RankData]) -> DistResult<Vec<Vec<DevicePartial>>> {
+        self.check("virtual ranks' inputs", data.len())?;
+        let p = self.plan.ranks();
+        let mut acc: Vec<Vec<Option<DevicePartial>>> = data.iter().map(|d| (0..d.q.len()).map(|_| None).collect()).collect();
+        for s in 0..p {
+            for r in 0..p {
+                let src = (r + p - s) % p;
+                self.ranks[r].attend(self.gpu, self.plan, src, &data[r].q, &all_of(&data[src].k, &data[src].v), &mut acc[r])?;
+            }
+        }
+        acc.into_iter().enumerate().map(|(r, a)| finish(self.gpu, &self.helpers, self.plan, r, a)).collect()
+    }
+
+    /// Every rank's gradients, for outputs `out[r]` and upstream gradients `dout[r]`.
+    pub fn backward(&mut self, data: &[RankData], out: &[Vec<DevicePartial>], dout: &[Vec<DeviceTensor>]) -> DistResult<Vec<RankGrads>> {
+        self.check("virtual ranks' inputs", data.len())?;
+        self.check("virtual ranks' outputs", out.len())?;
+        self.check("virtual ranks' d_out", dout.len())?;
+        let p = self.plan.ranks();
+        let mut dq: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
+        for s in 0..p {
+            for r in 0..p {
+                let src = (r + p - s) % p;
+                let kv = all_of(&data[src].k, &data[src].v);
+                let mut dkv = all_of_mut(&mut dk[src], &mut dv[src]);
+                self.ranks[r].backward(self.gpu, &self.helpers, self.plan, src, &data[r].q, &kv, &out[r], &dout[r], &mut dq[r], &mut dkv)?;
+            }
+        }
+        Ok(dq.into_iter().zip(dk).zip(dv).map(|((dq, dk), dv)| RankGrads { dq, dk, dv }).collect())
+    }
+}

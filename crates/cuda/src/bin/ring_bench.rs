@@ -1,0 +1,369 @@
+//! Scaling benchmark of distributed attention: tokens per second and per-GPU memory of
+//! the ring (and all-gather, pattern-aware plan) on `P` GPUs against one GPU, the time
+//! the transfers hide behind the kernels, measured link and compute speeds with the
+//! auto rule's decisions on them, and the largest sequence the ring runs.
+//!
+//! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
+//!
+//! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
+//! total length `N` (1.0 = perfect). Weak rows keep `N / P` fixed, strong rows keep `N`.
+//! One GPU runs the whole sequence with the single-GPU path (`Gpu::forward_into`; dilated
+//! branches compacted), the ring runs chunk launches (dilated masks in place). Times are
+//! medians of 3 after a warm-up, the slowest rank's, forward only and forward + backward.
+
+use ringdil_cuda::Gpu;
+use ringdil_cuda::dist::auto::{Problem, Speeds, choose};
+use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, Schedule, launch};
+use ringdil_cuda::launch::{Chunk, Dtype, Shape};
+use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::ring::{ChunkPlan, Layout};
+use std::fmt::Write;
+use std::time::Instant;
+
+const HEADS: usize = 8;
+const DIM: usize = 128;
+
+fn pattern(name: &str) -> GpuSpec {
+    match name {
+        "dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true),
+        _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4)]))).causal(true),
+    }
+}
+
+/// Pseudo-random bf16 in [-1, 1) (a hash per element: fast for 10^8 elements).
+fn random_bits(n: usize, salt: u64) -> Vec<u16> {
+    (0..n as u64)
+        .map(|i| {
+            let mut x = (i ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x ^= x >> 31;
+            let u = (x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            half::bf16::from_f32(u).to_bits()
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn used_memory(gpu: &Gpu) -> f64 {
+    gpu.context().mem_get_info().map(|(free, total)| (total - free) as f64).unwrap_or(f64::NAN)
+}
+
+#[derive(serde::Serialize, Clone)]
+struct Row {
+    pattern: String,
+    schedule: String,
+    layout: String,
+    ranks: usize,
+    seq_len: usize,
+    fwd_ms: f64,
+    fwd_bwd_ms: f64,
+    tokens_per_s_fwd: f64,
+    tokens_per_s_fwd_bwd: f64,
+    memory_gib: f64,
+    kv_block_mib: f64,
+}
+
+/// One GPU, whole sequence: forward and forward+backward times and memory.
+fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
+    let spec = pattern(pat);
+    let shape = Shape::square(1, n, HEADS, DIM);
+    let base = used_memory(gpu);
+    let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).expect("prepare");
+    let len = n * HEADS * DIM;
+    let up = |s| gpu.upload(&random_bits(len, s), [1, n, HEADS, DIM]).expect("upload");
+    let (q, k, v, g) = (up(1), up(2), up(3), up(4));
+    let mut out = gpu.alloc_partial(&prep).expect("alloc");
+    let mut grads = gpu.alloc_grads(&prep).expect("alloc");
+    let mut fwd = Vec::new();
+    let mut both = Vec::new();
+    for i in 0..4 {
+        gpu.synchronize().unwrap();
+        let t = Instant::now();
+        gpu.forward_into(&mut prep, &q, &k, &v, &mut out).expect("forward");
+        gpu.synchronize().unwrap();
+        let f = t.elapsed().as_secs_f64();
+        gpu.backward_into(&mut prep, &q, &k, &v, &out, &g, &mut grads).expect("backward");
+        gpu.synchronize().unwrap();
+        if i > 0 {
+            fwd.push(f);
+            both.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let mem = used_memory(gpu) - base;
+    let (f, b) = (median(fwd), median(both));
+    Row {
+        pattern: pat.into(),
+        schedule: "single".into(),
+        layout: "-".into(),
+        ranks: 1,
+        seq_len: n,
+        fwd_ms: f * 1e3,
+        fwd_bwd_ms: b * 1e3,
+        tokens_per_s_fwd: n as f64 / f,
+        tokens_per_s_fwd_bwd: n as f64 / b,
+        memory_gib: mem / (1u64 << 30) as f64,
+        kv_block_mib: (2 * n * HEADS * DIM * 2) as f64 / (1u64 << 20) as f64,
+    }
+}
+
+struct Measured {
+    row: Row,
+    compute_ms: f64,
+    comm_ms: f64,
+    full_ms: f64,
+}
+
+/// `P` ranks: forward (and its compute-only / comm-only probes for ring schedules) and
+/// forward+backward; rank 0 gets the slowest rank's times.
+fn distributed(gpu: &Gpu, comm: &Communicator, pat: &str, layout: &Layout, schedule: Schedule, n: usize, probes: bool) -> Result<Measured, String> {
+    let (me, p) = (comm.rank(), comm.world());
+    let base = used_memory(gpu);
+    let chunks = ChunkPlan::new(n, p, layout).map_err(|e| e.to_string())?;
+    let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).map_err(|e| e.to_string())?;
+    let len = n * HEADS * DIM;
+    let (q, k, v, g) = (random_bits(len, 1), random_bits(len, 2), random_bits(len, 3), random_bits(len, 4));
+    let data = RankData::upload(gpu, &plan, me, &q, &k, &v).map_err(|e| e.to_string())?;
+    let dout = ringdil_cuda::dist::ring::upload_pieces(gpu, &plan, me, &g).map_err(|e| e.to_string())?;
+    drop((q, k, v, g));
+    let mut rank = DistRank::new(gpu, comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
+    let mut timed = |probe: Probe, backward: bool, reps: usize| -> Result<(f64, f64), String> {
+        let mut ts = Vec::new();
+        let mut peak = 0.0f64;
+        for i in 0..reps + 1 {
+            comm.barrier(gpu).map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            let out = rank.forward_probe(schedule, &data, probe).map_err(|e| e.to_string())?;
+            if backward {
+                let grads = rank.backward(schedule, &data, &out, &dout).map_err(|e| e.to_string())?;
+                gpu.synchronize().map_err(|e| e.to_string())?;
+                comm.stream().synchronize().map_err(|e| e.to_string())?;
+                peak = peak.max(used_memory(gpu) - base);
+                drop(grads);
+            }
+            gpu.synchronize().map_err(|e| e.to_string())?;
+            comm.stream().synchronize().map_err(|e| e.to_string())?;
+            peak = peak.max(used_memory(gpu) - base);
+            if i > 0 {
+                ts.push(t.elapsed().as_secs_f64());
+            }
+        }
+        Ok((median(ts), peak))
+    };
+    let (full, _) = timed(Probe::Full, false, 3)?;
+    let (both, mem) = timed(Probe::Full, true, 2)?;
+    let (compute, comm_t) = if probes && p > 1 {
+        (timed(Probe::ComputeOnly, false, 3)?.0, timed(Probe::CommOnly, false, 3)?.0)
+    } else {
+        (f64::NAN, f64::NAN)
+    };
+    // The slowest rank's numbers (max over ranks) via the barrier's all-reduce is not
+    // available for values: ranks report their own and rank 0 keeps its own; ranks are
+    // synchronised by the barrier before and after every pass, so rank 0's wall time
+    // already includes waiting for the slowest.
+    let kv = plan.piece_lens(me).iter().sum::<usize>() as f64 * 2.0 * 2.0 / (1u64 << 20) as f64;
+    Ok(Measured {
+        row: Row {
+            pattern: pat.into(),
+            schedule: schedule.name().into(),
+            layout: format!("{layout:?}").to_lowercase(),
+            ranks: p,
+            seq_len: n,
+            fwd_ms: full * 1e3,
+            fwd_bwd_ms: both * 1e3,
+            tokens_per_s_fwd: n as f64 / full,
+            tokens_per_s_fwd_bwd: n as f64 / both,
+            memory_gib: mem / (1u64 << 30) as f64,
+            kv_block_mib: kv,
+        },
+        compute_ms: compute * 1e3,
+        comm_ms: comm_t * 1e3,
+        full_ms: full * 1e3,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let env = RankEnv::from_env().unwrap_or_else(|e| {
+        eprintln!("ring bench: {e}");
+        std::process::exit(2)
+    });
+    let Some(env) = env else {
+        let n: usize = value("--nproc").map(|s| s.parse().expect("--nproc takes an integer")).unwrap_or(1);
+        let exe = std::env::current_exe().expect("own path");
+        if let Err(e) = launch(&exe, &args[1..], &LaunchOptions::local(n)) {
+            eprintln!("ring bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    };
+    let (gpu, comm) = match env.connect() {
+        Ok(Some(x)) => x,
+        Ok(None) => {
+            println!("ring bench: skipped: no CUDA device");
+            return;
+        }
+        Err(e) => {
+            eprintln!("ring bench rank {}: {e}", env.rank);
+            std::process::exit(1);
+        }
+    };
+    let (me, p) = (comm.rank(), comm.world());
+    let max_per_gpu: usize = value("--max-per-gpu").map(|s| s.parse().expect("integer")).unwrap_or(512 * 1024);
+    let start = Instant::now();
+    let k = 1024;
+    // One GPU (rank 0 alone; the others wait at the barrier).
+    let mut singles: Vec<Row> = Vec::new();
+    if me == 0 {
+        for (pat, ns) in [("dense causal", vec![8 * k, 16 * k, 32 * k, 64 * k, 128 * k]), ("longnet dilated causal", vec![32 * k, 64 * k, 128 * k])] {
+            for n in ns {
+                let r = single(&gpu, pat, n);
+                println!("single {pat} N={n}: fwd {:.2} ms, fwd+bwd {:.2} ms, {:.2} GiB", r.fwd_ms, r.fwd_bwd_ms, r.memory_gib);
+                singles.push(r);
+            }
+        }
+    }
+    comm.barrier(&gpu).expect("barrier");
+    let mut rows: Vec<(Measured, &'static str)> = Vec::new();
+    let configs: Vec<(&str, Layout, Schedule, usize, &'static str)> = vec![
+        ("dense causal", Layout::Zigzag, Schedule::Ring, 8 * k, "strong"),
+        ("dense causal", Layout::Zigzag, Schedule::Ring, 32 * k, "strong+weak 16K/GPU"),
+        ("dense causal", Layout::Zigzag, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
+        ("dense causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong (unbalanced layout)"),
+        ("dense causal", Layout::Zigzag, Schedule::AllGather, 128 * k, "strong (all-gather baseline)"),
+        ("dense causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (pattern-aware)"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 32 * k, "strong"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
+    ];
+    for (pat, layout, schedule, n, what) in configs {
+        let n = n.max(p * 128);
+        match distributed(&gpu, &comm, pat, &layout, schedule, n, schedule == Schedule::Ring) {
+            Ok(m) => {
+                if me == 0 {
+                    println!(
+                        "{} {pat} {layout:?} N={n}: fwd {:.2} ms (compute-only {:.2}, comm-only {:.2}), fwd+bwd {:.2} ms, {:.2} GiB",
+                        schedule.name(), m.row.fwd_ms, m.compute_ms, m.comm_ms, m.row.fwd_bwd_ms, m.row.memory_gib
+                    );
+                }
+                rows.push((m, what));
+            }
+            Err(e) => {
+                if me == 0 {
+                    println!("{} {pat} N={n}: error {e}", schedule.name());
+                }
+            }
+        }
+    }
+    // Largest sequence: dense causal zigzag ring forward, doubling the per-GPU length.
+    let mut largest = Vec::new();
+    let mut per = 128 * k;
+    while per <= max_per_gpu {
+        let n = per * p;
+        let t = Instant::now();
+        let chunks = ChunkPlan::new(n, p, &Layout::Zigzag).expect("plan");
+        let r = DistPlan::new(chunks, pattern("dense causal"), 1, HEADS, DIM).map_err(|e| e.to_string()).and_then(|plan| {
+            let len = n * HEADS * DIM;
+            let b = random_bits(len, 7);
+            let data = RankData::upload(&gpu, &plan, me, &b, &b, &b).map_err(|e| e.to_string())?;
+            let mut rank = DistRank::new(&gpu, &comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
+            comm.barrier(&gpu).map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            let out = rank.forward(Schedule::Ring, &data).map_err(|e| e.to_string())?;
+            gpu.synchronize().map_err(|e| e.to_string())?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let mem = used_memory(&gpu) / (1u64 << 30) as f64;
+            drop(out);
+            comm.barrier(&gpu).map_err(|e| e.to_string())?;
+            Ok((ms, mem))
+        });
+        match r {
+            Ok((ms, mem)) => {
+                if me == 0 {
+                    println!("largest: N={n} ({per}/GPU) forward {ms:.1} ms, {mem:.1} GiB in use");
+                }
+                largest.push((n, ms, mem));
+            }
+            Err(e) => {
+                if me == 0 {
+                    println!("largest: N={n} failed: {e}");
+                }
+                break;
+            }
+        }
+        if t.elapsed().as_secs_f64() > 60.0 {
+            break;
+        }
+        per *= 2;
+    }
+    if me != 0 {
+        return;
+    }
+    report(&gpu, p, &singles, &rows, &largest, start.elapsed().as_secs_f64(), &value("--date").unwrap_or_else(|| "unknown".into()), &args, value("--json"), value("--md"));
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)], largest: &[(usize, f64, f64)], secs: f64, date: &str, args: &[String], json: Option<String>, md: Option<String>) {
+    let single_at = |pat: &str, n: usize| singles.iter().find(|r| r.pattern == pat && r.seq_len == n);
+    let mut out = String::new();
+    let command = format!("ring_bench {}", args[1..].join(" "));
+    writeln!(out, "# Ring attention scaling ({p} GPUs)\n").unwrap();
+    writeln!(out, "* device: {} x {p}, NCCL, one process per GPU", gpu.describe().unwrap_or_default()).unwrap();
+    writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
+    writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up").unwrap();
+    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use after the pass minus before the call (per GPU)\n").unwrap();
+    writeln!(out, "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|").unwrap();
+    for r in singles {
+        writeln!(out, "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |", r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib).unwrap();
+    }
+    writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    let mut json_rows = Vec::new();
+    for (m, what) in rows {
+        let r = &m.row;
+        let s = single_at(&r.pattern, r.seq_len);
+        let ratio_f = s.map_or(f64::NAN, |s| s.fwd_ms / (p as f64 * r.fwd_ms));
+        let ratio_b = s.map_or(f64::NAN, |s| s.fwd_bwd_ms / (p as f64 * r.fwd_bwd_ms));
+        let hidden = (m.compute_ms + m.comm_ms - m.full_ms).max(0.0);
+        writeln!(
+            out,
+            "| {what} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3e} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            r.pattern, r.schedule, r.layout, r.seq_len, r.seq_len / p, r.fwd_ms, ratio_f, r.fwd_bwd_ms, ratio_b, r.tokens_per_s_fwd, r.memory_gib, r.kv_block_mib, m.compute_ms, m.comm_ms, hidden
+        )
+        .unwrap();
+        json_rows.push(serde_json::json!({"row": r, "what": what, "ratio_fwd": ratio_f, "ratio_fwd_bwd": ratio_b, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden}));
+    }
+    writeln!(out, "\n## Largest sequence (dense causal, zigzag ring, forward)\n\n| N | N/GPU | fwd ms | GiB in use on rank 0 |\n|---|---|---|---|").unwrap();
+    for (n, ms, mem) in largest {
+        writeln!(out, "| {n} | {} | {ms:.1} | {mem:.1} |", n / p).unwrap();
+    }
+    // Measured speeds for the auto rule: compute from one GPU at 128K, link from comm-only.
+    let flops = single_at("dense causal", 128 * 1024).map_or(f64::NAN, |s| 4.0 * (HEADS * DIM) as f64 * (128.0 * 1024.0f64).powi(2) * 0.5 / (s.fwd_ms / 1e3));
+    let link = rows
+        .iter()
+        .find(|(m, _)| m.row.schedule == "ring" && m.row.seq_len == 128 * 1024 && m.comm_ms.is_finite())
+        .map_or(f64::NAN, |(m, _)| {
+            let bytes = 4.0 * (HEADS * DIM) as f64 * (m.row.seq_len / p) as f64 * (p - 1) as f64;
+            bytes / (m.comm_ms / 1e3)
+        });
+    let small = rows.iter().find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring").map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
+    let speeds = Speeds { flops, link_bytes: link, step_overhead: small, memory: gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN) };
+    writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, small * 1e3).unwrap();
+    for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
+        let pr = Problem { batch: 1, heads: HEADS, head_dim: DIM, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 };
+        let d = choose(&pr, p, &speeds);
+        let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
+        writeln!(out, "| {n} | {:?} | {} | {} | {} |", d.choice, f(d.single_s), f(d.ring_s), f(d.gather_s)).unwrap();
+    }
+    println!("{out}");
+    if let Some(path) = md {
+        std::fs::write(&path, &out).expect("write md");
+    }
+    if let Some(path) = json {
+        let j = serde_json::json!({"gpus": p, "device": gpu.describe().unwrap_or_default(), "command": command, "single": singles, "distributed": json_rows, "largest": largest, "speeds": speeds});
+        std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).expect("write json");
+    }
+}

@@ -40,6 +40,12 @@ fn nccl(call: &'static str, r: Result<result::NcclStatus, result::NcclError>) ->
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct UniqueId(pub [u8; 128]);
 
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UniqueId({}...)", &self.to_hex()[..16])
+    }
+}
+
 impl UniqueId {
     /// A fresh id (rank 0 only). Needs libnccl.
     pub fn new() -> DistResult<Self> {

@@ -1,0 +1,88 @@
+//! Host-side tests of the distributed runtime (no GPU needed), and one virtual-rank run
+//! against the f64 reference when a GPU is present ("skipped: no CUDA device" otherwise).
+
+use ringdil_cuda::Gpu;
+use ringdil_cuda::dist::comm::UniqueId;
+use ringdil_cuda::dist::launcher::device_for;
+use ringdil_cuda::dist::{DistError, DistPlan, LaunchOptions, RankData, RankEnv, VirtualRanks};
+use ringdil_cuda::launch::Dtype;
+use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::ring::{ChunkPlan, Layout};
+use std::collections::HashMap;
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |k| m.get(k).cloned()
+}
+
+#[test]
+fn rank_env_is_read_and_checked() {
+    assert_eq!(RankEnv::from_lookup(env(&[])).unwrap(), None);
+    let e = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "1"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID_FILE", "/tmp/x")])).unwrap().unwrap();
+    assert_eq!((e.rank, e.local_rank, e.world), (1, 1, 2));
+    let bad = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "two"), ("RINGDIL_WORLD", "2")])).unwrap_err().to_string();
+    assert!(bad.contains("RINGDIL_RANK") && bad.contains("two"), "{bad}");
+    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID", "00")])).unwrap_err();
+    assert!(matches!(over, DistError::BadRank { rank: 2, world: 2 }), "{over}");
+    let no_id = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "0"), ("RINGDIL_WORLD", "1")])).unwrap_err().to_string();
+    assert!(no_id.contains("RINGDIL_NCCL_ID_FILE"), "{no_id}");
+}
+
+#[test]
+fn unique_id_hex_round_trip_and_errors() {
+    let mut raw = [0u8; 128];
+    raw.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7) as u8);
+    let id = UniqueId(raw);
+    assert_eq!(UniqueId::from_hex("RINGDIL_NCCL_ID", &id.to_hex()).unwrap(), id);
+    let e = UniqueId::from_hex("RINGDIL_NCCL_ID", "abc").unwrap_err().to_string();
+    assert!(e.contains("256 hex digits"), "{e}");
+    let e = UniqueId::from_hex("RINGDIL_NCCL_ID", &"zz".repeat(128)).unwrap_err().to_string();
+    assert!(e.contains("not hexadecimal"), "{e}");
+}
+
+#[test]
+fn launch_options_are_validated_and_give_each_rank_its_env() {
+    assert!(matches!(LaunchOptions::local(0).validate(), Err(DistError::BadLaunch { what: "nproc", value: 0, .. })));
+    let o = LaunchOptions { nproc: 2, nnodes: 2, node_rank: 2, id_file: Some("/shared/id".into()) };
+    assert!(matches!(o.validate(), Err(DistError::BadLaunch { what: "node_rank", value: 2, .. })));
+    let o = LaunchOptions { nproc: 4, nnodes: 2, node_rank: 1, id_file: Some("/shared/id".into()) };
+    o.validate().unwrap();
+    let e: HashMap<_, _> = o.env_of(3, std::path::Path::new("/shared/id")).into_iter().collect();
+    assert_eq!(e["RINGDIL_RANK"], "7");
+    assert_eq!(e["RINGDIL_LOCAL_RANK"], "3");
+    assert_eq!(e["RINGDIL_WORLD"], "8");
+    assert_eq!(device_for(1, Some("4,5")), "5");
+    assert_eq!(device_for(1, None), "1");
+}
+
+#[test]
+fn a_failing_worker_is_reported_with_its_rank() {
+    let e = ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), "exit $RINGDIL_RANK".into()], &LaunchOptions::local(2)).unwrap_err();
+    assert!(matches!(e, DistError::Worker { rank: 1, .. }), "{e}");
+    ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), "test -n \"$RINGDIL_NCCL_ID_FILE\"".into()], &LaunchOptions::local(3)).unwrap();
+}
+
+#[test]
+fn virtual_ranks_match_the_reference_on_a_gpu() {
+    let Some(gpu) = Gpu::probe().unwrap() else {
+        println!("skipped: no CUDA device");
+        return;
+    };
+    let (b, n, h, d) = (1, 300, 2, 64);
+    let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
+    let plan = DistPlan::new(ChunkPlan::new(n, 3, &Layout::Zigzag).unwrap(), spec.clone(), b, h, d).unwrap();
+    let mut rng = ringdil_reference::random::SplitMix64::new(3);
+    let vals: Vec<Vec<half::bf16>> = (0..3).map(|_| (0..b * n * h * d).map(|_| half::bf16::from_f64(rng.normal())).collect()).collect();
+    let bits: Vec<Vec<u16>> = vals.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect();
+    let f64s: Vec<ndarray::Array4<f64>> = vals.iter().map(|v| ndarray::Array4::from_shape_vec((b, n, h, d), v.iter().map(|x| x.to_f64()).collect()).unwrap()).collect();
+    let reference = ringdil_reference::attention(f64s[0].view(), f64s[1].view(), f64s[2].view(), &spec.to_reference()).unwrap();
+    let data: Vec<RankData> = (0..3).map(|r| RankData::upload(&gpu, &plan, r, &bits[0], &bits[1], &bits[2]).unwrap()).collect();
+    let outs = VirtualRanks::new(&gpu, &plan, Dtype::Bf16).unwrap().forward(&data).unwrap();
+    let mut out = vec![f64::NAN; b * n * h * d];
+    for (r, o) in outs.iter().enumerate() {
+        let pieces: Vec<Vec<f64>> = o.iter().map(|p| gpu.download(&p.out).unwrap().iter().map(|&x| x as f64).collect()).collect();
+        plan.gather_into(&mut out, d, r, &pieces);
+    }
+    let err = ringdil_cuda::check::rel_err(&out, reference.out.iter());
+    assert!(err < ringdil_cuda::check::bound(Dtype::Bf16), "relative error {err}");
+}

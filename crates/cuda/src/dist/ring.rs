@@ -116,6 +116,10 @@ pub struct DistRank<'a> {
 }
 
 type Block = (Vec<DeviceTensor>, Vec<DeviceTensor>);
+/// A received block: `Some((k, v))` for the pieces that came.
+type Received = Vec<Option<(DeviceTensor, DeviceTensor)>>;
+/// f32 dK and dV buffers of some pieces.
+type GradPieces = (Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>);
 
 impl<'a> DistRank<'a> {
     /// Prepare this rank's launches (tile plans for every needed pair) and helpers.
@@ -132,7 +136,7 @@ impl<'a> DistRank<'a> {
     }
 
     /// Fresh receive buffers for the pieces `which` of `src` (others `None`).
-    fn recv_block(&self, src: usize, which: &[usize]) -> DistResult<Vec<Option<(DeviceTensor, DeviceTensor)>>> {
+    fn recv_block(&self, src: usize, which: &[usize]) -> DistResult<Received> {
         let st = self.comm.stream();
         let mut out: Vec<Option<(DeviceTensor, DeviceTensor)>> = (0..self.plan.pieces(src).len()).map(|_| None).collect();
         for &kj in which {
@@ -243,7 +247,7 @@ impl<'a> DistRank<'a> {
     /// Step `s` of the pattern-aware plan: send my pieces that `me + s` needs, receive
     /// the pieces of `me - s` that I need. Returns the received block (`None` for pieces
     /// not needed; empty when `s >= P`).
-    fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Vec<Option<(DeviceTensor, DeviceTensor)>>> {
+    fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Received> {
         let (plan, me, p) = (self.plan, self.rank(), self.plan.ranks());
         if s >= p {
             return Ok(Vec::new());
@@ -258,7 +262,7 @@ impl<'a> DistRank<'a> {
     }
 
     /// All-gather: every other rank's whole block (`None` at my own index).
-    fn gather_all(&self, data: &RankData) -> DistResult<Vec<Option<Vec<Option<(DeviceTensor, DeviceTensor)>>>>> {
+    fn gather_all(&self, data: &RankData) -> DistResult<Vec<Option<Received>>> {
         let (me, p) = (self.rank(), self.plan.ranks());
         let mut blocks = Vec::with_capacity(p);
         for o in 0..p {
@@ -342,8 +346,8 @@ impl<'a> DistRank<'a> {
                 let mut incoming = if gathered.is_none() { self.pattern_fetch(1, data)? } else { Vec::new() };
                 // Contributions received for my pieces, added after the next step's kernels
                 // are enqueued, so the return hop overlaps them.
-                let mut pending: Option<(Vec<usize>, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = None;
-                let mut returns: Vec<(usize, Vec<usize>, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = Vec::new();
+                let mut pending: Option<(Vec<usize>, GradPieces)> = None;
+                let mut returns: Vec<(usize, GradPieces)> = Vec::new();
                 for s in 1..p {
                     let src = (me + p - s) % p;
                     let held: Vec<Option<(DeviceTensor, DeviceTensor)>> = match &gathered {
@@ -371,7 +375,7 @@ impl<'a> DistRank<'a> {
                         }
                         self.compute.backward(gpu, helpers, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
                     }
-                    if let Some((mine, a, b)) = pending.take() {
+                    if let Some((mine, (a, b))) = pending.take() {
                         self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
                     }
                     if gathered.is_none() {
@@ -386,27 +390,27 @@ impl<'a> DistRank<'a> {
                             self.comm.exchange(&sends, &mut recvs)?;
                         }
                         drop(sends);
-                        pending = Some((mine, rdk, rdv));
+                        pending = Some((mine, (rdk, rdv)));
                     } else {
-                        returns.push((src, which, sdk, sdv));
+                        returns.push((src, (sdk, sdv)));
                     }
                 }
-                if let Some((mine, a, b)) = pending.take() {
+                if let Some((mine, (a, b))) = pending.take() {
                     self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
                 }
                 if gathered.is_some() && p > 1 {
                     // Reduce-scatter by hand: each block's contributions go to its owner.
-                    let mut recv_from: Vec<(usize, Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>)> = Vec::new();
+                    let mut recv_from: Vec<(usize, GradPieces)> = Vec::new();
                     for o in (0..p).filter(|&o| o != me) {
-                        recv_from.push((o, self.recv_f32(&qlens)?, self.recv_f32(&qlens)?));
+                        recv_from.push((o, (self.recv_f32(&qlens)?, self.recv_f32(&qlens)?)));
                     }
                     {
-                        let sends: Vec<_> = returns.iter().flat_map(|(src, _, a, b)| a.iter().chain(b).map(move |x| (*src, x))).collect();
-                        let mut recvs: Vec<_> = recv_from.iter_mut().flat_map(|(o, a, b)| a.iter_mut().chain(b.iter_mut()).map(|x| (*o, x)).collect::<Vec<_>>()).collect();
+                        let sends: Vec<_> = returns.iter().flat_map(|(src, (a, b))| a.iter().chain(b).map(move |x| (*src, x))).collect();
+                        let mut recvs: Vec<_> = recv_from.iter_mut().flat_map(|(o, (a, b))| a.iter_mut().chain(b.iter_mut()).map(|x| (*o, x)).collect::<Vec<_>>()).collect();
                         self.comm.exchange(&sends, &mut recvs)?;
                     }
                     let all: Vec<usize> = (0..qlens.len()).collect();
-                    for (_, a, b) in recv_from {
+                    for (_, (a, b)) in recv_from {
                         self.add_pieces(&mut dk, &mut dv, &all, a, b)?;
                     }
                 }

@@ -5,20 +5,20 @@
 //! a ring step or a key partition is any other case. Masks and dilation offsets are
 //! always computed from global positions, never from local row numbers.
 //!
-//! Work is split into tasks `(batch, head, query rows)`. Inside a task, consecutive
-//! queries with a non-empty key set are gathered into blocks of at most
-//! [`BLOCK_ROWS`] rows; a block's key columns are the union of its rows' keys, and a
+//! Work is split into tasks `(batch, head, query rows)`. Inside a task, queries that
+//! share their pattern's key runs (or, failing that, neighbouring queries) are gathered
+//! into blocks of at most [`BLOCK_ROWS`] rows; a block's key columns are the union of its rows' keys, and a
 //! count matrix `C` (multiplicities, 0 = masked) says which column each row may use.
 //! The scores are then one matrix product `S = scale * Q_b K_u^T`, and sparse patterns
 //! only ever touch the keys they allow: a LongNet branch `(w, r)` costs about `w/r`
-//! keys per query, not `n`. A block is closed early when a new row brings mostly new
-//! keys (a new segment, say), so unions stay tight.
+//! keys per query, not `n`.
 
 use crate::float::cast;
 use crate::pattern::KeyRun;
 use crate::spec::Spec;
 use ndarray::{s, Array1, Array2, Array3, Array4, ArrayView1, ArrayView3, ArrayView4, ArrayViewMut1, Axis, NdFloat};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Query rows per block: large enough for the matrix products to be efficient, small
@@ -88,72 +88,56 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
 
     /// Call `f` on every block of the task's rows. Rows with no key are skipped; their
     /// output is the empty partial.
+    ///
+    /// Rows are first grouped by the key runs their pattern gives them: rows sharing a
+    /// key set (one LongNet membership class of a segment, one block-sparse query block,
+    /// every row of a dense pattern) are blocked together, so a block's key union is no
+    /// wider than its rows need. Rows whose group is small (a sliding window gives every
+    /// row its own runs) are blocked in sequence order instead, where neighbours share
+    /// most of their keys.
     pub fn for_each_block(&self, b: usize, h: usize, rows: Range<usize>, mut f: impl FnMut(&Block<T>)) {
-        let nk = self.k.dim().1;
-        let key_limit = self.spec.key_limit(b, self.seq_len);
         let (heads, pattern) = (self.heads(), &*self.spec.pattern);
+        let mut groups: Vec<(Vec<KeyRun>, Vec<usize>)> = Vec::new();
+        let mut group_of: HashMap<Vec<KeyRun>, usize> = HashMap::new();
         let mut runs: Vec<KeyRun> = Vec::new();
-        let mut row_keys: Vec<u32> = Vec::new();
-        // The open block: its rows, their keys (flat, with offsets) and the key union.
-        let mut block_rows: Vec<usize> = Vec::new();
-        let mut flat: Vec<u32> = Vec::new();
-        let mut offsets: Vec<usize> = vec![0];
-        let mut union: Vec<u32> = Vec::new();
-        let mut in_union = vec![false; nk];
-        let mut column = vec![0usize; nk];
-
-        let mut flush = |block_rows: &mut Vec<usize>, flat: &mut Vec<u32>, offsets: &mut Vec<usize>, union: &mut Vec<u32>, in_union: &mut [bool]| {
-            if block_rows.is_empty() {
-                return;
-            }
-            union.sort_unstable();
-            for (c, &key) in union.iter().enumerate() {
-                column[key as usize] = c;
-                in_union[key as usize] = false;
-            }
-            let mut counts = Array2::<T>::zeros((block_rows.len(), union.len()));
-            for (r, w) in offsets.windows(2).enumerate() {
-                for &key in &flat[w[0]..w[1]] {
-                    counts[[r, column[key as usize]]] += T::one();
-                }
-            }
-            let block = Block {
-                rows: std::mem::take(block_rows),
-                cols: union.iter().map(|&k| k as usize).collect(),
-                counts,
-            };
-            f(&block);
-            flat.clear();
-            offsets.truncate(1);
-            union.clear();
-        };
-
         for r in rows {
-            let query = self.q_pos[r];
             runs.clear();
-            row_keys.clear();
-            pattern.key_runs(query, h, heads, self.seq_len, &mut runs);
-            let limit = if self.spec.causal { key_limit.min(query + 1) } else { key_limit };
-            for run in &runs {
-                row_keys.extend(run.clipped(limit).iter().map(|g| self.local_of[g]).filter(|&l| l != ABSENT));
-            }
-            if row_keys.is_empty() {
-                continue;
-            }
-            let new = row_keys.iter().filter(|&&l| !in_union[l as usize]).count();
-            if !block_rows.is_empty() && (block_rows.len() == BLOCK_ROWS || 2 * new > row_keys.len()) {
-                flush(&mut block_rows, &mut flat, &mut offsets, &mut union, &mut in_union);
-            }
-            for &l in &row_keys {
-                if !std::mem::replace(&mut in_union[l as usize], true) {
-                    union.push(l);
+            pattern.key_runs(self.q_pos[r], h, heads, self.seq_len, &mut runs);
+            match group_of.get(&runs) {
+                Some(&g) => groups[g].1.push(r),
+                None => {
+                    group_of.insert(runs.clone(), groups.len());
+                    groups.push((runs.clone(), vec![r]));
                 }
             }
-            block_rows.push(r);
-            flat.extend_from_slice(&row_keys);
-            offsets.push(flat.len());
         }
-        flush(&mut block_rows, &mut flat, &mut offsets, &mut union, &mut in_union);
+        let (large, small): (Vec<_>, Vec<_>) = groups.iter().partition(|(_, rows)| rows.len() >= MIN_GROUP_ROWS);
+        let mut streams: Vec<Vec<(usize, &[KeyRun])>> =
+            large.iter().map(|(runs, rows)| rows.iter().map(|&r| (r, runs.as_slice())).collect()).collect();
+        let mut rest: Vec<(usize, &[KeyRun])> =
+            small.iter().flat_map(|(runs, rows)| rows.iter().map(move |&r| (r, runs.as_slice()))).collect();
+        rest.sort_unstable_by_key(|&(r, _)| r);
+        streams.push(rest);
+        let mut blocker = Blocker::new(self.k.dim().1);
+        for stream in streams {
+            for (r, runs) in stream {
+                self.row_keys(b, r, runs, &mut blocker.row_keys);
+                blocker.add(r, &mut f);
+            }
+            blocker.flush(&mut f);
+        }
+    }
+
+    /// The local key rows that query row `r` of batch row `b` sees, with multiplicity:
+    /// its pattern runs cut by causality and key padding, mapped to this chunk's rows.
+    fn row_keys(&self, b: usize, r: usize, runs: &[KeyRun], out: &mut Vec<u32>) {
+        let query = self.q_pos[r];
+        let key_limit = self.spec.key_limit(b, self.seq_len);
+        let limit = if self.spec.causal { key_limit.min(query + 1) } else { key_limit };
+        out.clear();
+        for run in runs {
+            out.extend(run.clipped(limit).iter().map(|g| self.local_of[g]).filter(|&l| l != ABSENT));
+        }
     }
 
     /// `(Q_b, K_u, V_u, S)` of a block, with `S = scale * Q_b K_u^T`.
@@ -255,6 +239,80 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
             dvv.slice_mut(s![b, .., h, ..]).scaled_add(T::one(), &v_part);
         }
         (dq, dk, dvv)
+    }
+}
+
+/// Rows no smaller than this share a block stream of their own (see `for_each_block`).
+const MIN_GROUP_ROWS: usize = BLOCK_ROWS / 4;
+
+/// Builds blocks from a stream of rows: the open block's rows, their keys (flat, with
+/// offsets), the union of those keys, and scratch maps over the chunk's key rows.
+struct Blocker {
+    /// Keys of the row being added (filled by the caller).
+    row_keys: Vec<u32>,
+    rows: Vec<usize>,
+    flat: Vec<u32>,
+    offsets: Vec<usize>,
+    union: Vec<u32>,
+    in_union: Vec<bool>,
+    column: Vec<usize>,
+}
+
+impl Blocker {
+    fn new(keys: usize) -> Self {
+        Blocker {
+            row_keys: Vec::new(),
+            rows: Vec::new(),
+            flat: Vec::new(),
+            offsets: vec![0],
+            union: Vec::new(),
+            in_union: vec![false; keys],
+            column: vec![0; keys],
+        }
+    }
+
+    /// Add row `r` with keys `self.row_keys`. The open block is closed first when it is
+    /// full, or when the new row brings mostly keys the block does not have yet (a new
+    /// segment, say), so that unions stay tight.
+    fn add<T: NdFloat>(&mut self, r: usize, f: &mut impl FnMut(&Block<T>)) {
+        if self.row_keys.is_empty() {
+            return;
+        }
+        let new = self.row_keys.iter().filter(|&&l| !self.in_union[l as usize]).count();
+        if !self.rows.is_empty() && (self.rows.len() == BLOCK_ROWS || 2 * new > self.row_keys.len()) {
+            self.flush(f);
+        }
+        for &l in &self.row_keys {
+            if !std::mem::replace(&mut self.in_union[l as usize], true) {
+                self.union.push(l);
+            }
+        }
+        self.rows.push(r);
+        self.flat.extend_from_slice(&self.row_keys);
+        self.offsets.push(self.flat.len());
+    }
+
+    /// Hand the open block (if any) to `f` and start a new one.
+    fn flush<T: NdFloat>(&mut self, f: &mut impl FnMut(&Block<T>)) {
+        if self.rows.is_empty() {
+            return;
+        }
+        self.union.sort_unstable();
+        for (c, &key) in self.union.iter().enumerate() {
+            self.column[key as usize] = c;
+            self.in_union[key as usize] = false;
+        }
+        let mut counts = Array2::<T>::zeros((self.rows.len(), self.union.len()));
+        for (r, w) in self.offsets.windows(2).enumerate() {
+            for &key in &self.flat[w[0]..w[1]] {
+                counts[[r, self.column[key as usize]]] += T::one();
+            }
+        }
+        let block = Block { rows: std::mem::take(&mut self.rows), cols: self.union.iter().map(|&k| k as usize).collect(), counts };
+        f(&block);
+        self.flat.clear();
+        self.offsets.truncate(1);
+        self.union.clear();
     }
 }
 

@@ -39,7 +39,7 @@ use crate::error::Result;
 use std::fmt::Debug;
 
 /// The global key positions `start, start + step, ...` below `end`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct KeyRun {
     pub start: usize,
     pub end: usize,

@@ -71,7 +71,6 @@ struct Row {
 fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
     let spec = pattern(pat);
     let shape = Shape::square(1, n, HEADS, DIM);
-    let base = used_memory(gpu);
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).expect("prepare");
     let len = n * HEADS * DIM;
     let up = |s| gpu.upload(&random_bits(len, s), [1, n, HEADS, DIM]).expect("upload");
@@ -93,7 +92,7 @@ fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
             both.push(t.elapsed().as_secs_f64());
         }
     }
-    let mem = used_memory(gpu) - base;
+    let mem = used_memory(gpu);
     let (f, b) = (median(fwd), median(both));
     Row {
         pattern: pat.into(),
@@ -121,7 +120,6 @@ struct Measured {
 /// forward+backward; rank 0 gets the slowest rank's times.
 fn distributed(gpu: &Gpu, comm: &Communicator, pat: &str, layout: &Layout, schedule: Schedule, n: usize, probes: bool) -> Result<Measured, String> {
     let (me, p) = (comm.rank(), comm.world());
-    let base = used_memory(gpu);
     let chunks = ChunkPlan::new(n, p, layout).map_err(|e| e.to_string())?;
     let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).map_err(|e| e.to_string())?;
     let len = n * HEADS * DIM;
@@ -141,12 +139,15 @@ fn distributed(gpu: &Gpu, comm: &Communicator, pat: &str, layout: &Layout, sched
                 let grads = rank.backward(schedule, &data, &out, &dout).map_err(|e| e.to_string())?;
                 gpu.synchronize().map_err(|e| e.to_string())?;
                 comm.stream().synchronize().map_err(|e| e.to_string())?;
-                peak = peak.max(used_memory(gpu) - base);
+                peak = peak.max(used_memory(gpu));
                 drop(grads);
             }
             gpu.synchronize().map_err(|e| e.to_string())?;
             comm.stream().synchronize().map_err(|e| e.to_string())?;
-            peak = peak.max(used_memory(gpu) - base);
+            peak = peak.max(used_memory(gpu));
+            drop(out);
+            // Stop the clock when the slowest rank is done.
+            comm.barrier(gpu).map_err(|e| e.to_string())?;
             if i > 0 {
                 ts.push(t.elapsed().as_secs_f64());
             }
@@ -160,10 +161,8 @@ fn distributed(gpu: &Gpu, comm: &Communicator, pat: &str, layout: &Layout, sched
     } else {
         (f64::NAN, f64::NAN)
     };
-    // The slowest rank's numbers (max over ranks) via the barrier's all-reduce is not
-    // available for values: ranks report their own and rank 0 keeps its own; ranks are
-    // synchronised by the barrier before and after every pass, so rank 0's wall time
-    // already includes waiting for the slowest.
+    // Every pass starts and ends with a barrier, so rank 0's wall time is the slowest
+    // rank's (plus one barrier).
     let kv = plan.piece_lens(me).iter().sum::<usize>() as f64 * 2.0 * 2.0 / (1u64 << 20) as f64;
     Ok(Measured {
         row: Row {
@@ -213,7 +212,7 @@ fn main() {
         }
     };
     let (me, p) = (comm.rank(), comm.world());
-    let max_per_gpu: usize = value("--max-per-gpu").map(|s| s.parse().expect("integer")).unwrap_or(512 * 1024);
+    let max_per_gpu: usize = value("--max-per-gpu").map(|s| s.parse().expect("integer")).unwrap_or(1024 * 1024);
     let start = Instant::now();
     let k = 1024;
     // One GPU (rank 0 alone; the others wait at the barrier).
@@ -315,7 +314,7 @@ fn report(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)], large
     writeln!(out, "* device: {} x {p}, NCCL, one process per GPU", gpu.describe().unwrap_or_default()).unwrap();
     writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
     writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up").unwrap();
-    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use after the pass minus before the call (per GPU)\n").unwrap();
+    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use on the GPU after the pass (`total - free`: includes the CUDA context, NCCL buffers and the allocator's pool; own K/V is the model figure `2 * 2 B (N/P) H d` bytes)\n").unwrap();
     writeln!(out, "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|").unwrap();
     for r in singles {
         writeln!(out, "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |", r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib).unwrap();

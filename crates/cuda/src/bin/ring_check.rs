@@ -199,7 +199,7 @@ impl Log {
         let ok = errs.iter().all(|(_, e)| *e < b);
         if ok { self.passed += 1 } else { self.failed += 1 }
         for (what, e) in errs {
-            let key = format!("{}{what}", label.split(" | ").next().unwrap_or("").split(' ').next().unwrap_or(""));
+            let key = format!("{} {what}", label.split(" | ").next().unwrap_or("").split(' ').next().unwrap_or(""));
             match self.worst.iter_mut().find(|(k, _)| *k == key) {
                 Some(w) => w.1 = if e.is_nan() || w.1.is_nan() { f64::NAN } else { w.1.max(*e) },
                 None => self.worst.push((key, *e)),

@@ -99,8 +99,7 @@ pub struct RankGrads {
 pub enum Probe {
     /// The real forward.
     Full,
-    /// The same kernels with the rank's own K/V standing in for every block (needs equal
-    /// piece sizes), no transfer.
+    /// The same kernels over zeroed stand-in blocks of each source's shapes, no transfer.
     ComputeOnly,
     /// The same transfers, no kernel.
     CommOnly,
@@ -176,10 +175,20 @@ impl<'a> DistRank<'a> {
         if probe == Probe::ComputeOnly {
             for s in 0..p {
                 let src = (me + p - s) % p;
-                if plan.piece_lens(src) != plan.piece_lens(me) {
-                    return Err(DistError::ShapeMismatch { what: "compute-only probe (equal blocks)", expected: plan.piece_lens(me), got: plan.piece_lens(src) });
+                if src == me {
+                    self.compute.attend(gpu, plan, src, &data.q, &all_of(&data.k, &data.v), &mut acc)?;
+                    continue;
                 }
-                self.compute.attend(gpu, plan, src, &data.q, &all_of(&data.k, &data.v), &mut acc)?;
+                // Zeroed stand-ins with the source's piece shapes: same launches, no transfer.
+                let block = (0..plan.pieces(src).len())
+                    .map(|kj| {
+                        let dims = plan.piece_dims(src, kj);
+                        let n = dims.iter().product::<usize>();
+                        Ok((DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims }, DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims }))
+                    })
+                    .collect::<DistResult<Vec<_>>>()?;
+                let kv: Vec<_> = block.iter().map(|(k, v)| Some((k, v))).collect();
+                self.compute.attend(gpu, plan, src, &data.q, &kv, &mut acc)?;
             }
             return finish(gpu, &self.helpers, plan, me, acc);
         }

@@ -81,6 +81,14 @@ __device__ __forceinline__ float to_f32(u16 x) {
 #endif
 }
 
+// 2^x, one MUFU instruction (flushes subnormal results to 0; 2^-inf = 0). exp2f without
+// fast-math adds a subnormal range fix-up around it on every softmax element.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Two f32 -> one register of two 16-bit values, `lo` in the low half (round to nearest).
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
     u32 r;
@@ -112,9 +120,10 @@ __device__ __forceinline__ void ldsm4t(u32* r, const u16* p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
 
-// c[16x8] += a[16x16] * b[16x8], f32 accumulate.
+// c[16x8] += a[16x16] * b[16x8], f32 accumulate. Not volatile: registers only, so the
+// compiler may schedule it freely around the (volatile, ordered) shared-memory loads.
 __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." DT "." DT ".f32 "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." DT "." DT ".f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -218,50 +227,61 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
 
 // Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
-template <int ROWS = 64>
+// Each thread copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip
+// count, one address per row, no per-chunk division.
+template <int ROWS = 64, int THREADS = NTHREADS>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, int b, int h, int c0,
                                           int n, int rows) {
-#pragma unroll
-    for (int idx = threadIdx.x; idx < ROWS * CH; idx += NTHREADS) {
-        int r = idx / CH, ch = idx - r * CH;
-        int row = row_of(p, c0 + r, n, rows, h);
-        const u16* src = row >= 0 ? g + (((size_t)b * rows + row) * p.heads + h) * D + ch * 8 : g;
-        cp_async16(tile + swz(r, ch), src, row >= 0);
+    constexpr int STEP = THREADS / CH;  // rows per pass
+    static_assert(THREADS % CH == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
+    const int r0 = threadIdx.x / CH, ch = threadIdx.x % CH;
+    const u16* base = g + ((size_t)b * rows * p.heads + h) * D + ch * 8;
+    #pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+        const int r = r0 + i * STEP;
+        const int row = row_of(p, c0 + r, n, rows, h);
+        cp_async16(tile + swz(r, ch), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
     }
 }
 
 // ---------------------------------------------------------------- forward
 
-// Each warp owns WM m16 row tiles, so every K / V fragment read from shared memory feeds
-// WM tensor-core products (the smem traffic per flop falls by WM).
-#define WM 2
-#define FBM (16 * 4 * WM)  // query rows per forward block
+// Block layout: FBM = 128 query rows, 4 warps of two m16 row tiles, so every K / V
+// fragment read from shared memory feeds two tensor-core products. (8 warps of one row
+// tile each, with Q in registers and no spills, measured 20% slower at d = 128 on H100:
+// twice the shared-memory traffic per flop; see docs/benchmarks/gpu-bench.md, v4.)
+#define WM 2      // m16 row tiles per warp
+#define FBM 128   // query rows per forward block
+// Q fragments live in registers for the whole key loop where they fit (d = 64); at
+// d = 128, O and S already take 192 registers and Q is re-read from shared memory per tile.
+#define QREGS (D == 64)
+// Fragment prefetch distance: ldmatrix results are requested PF fragments before the mma
+// that consumes them, so the shared-memory latency hides behind tensor-core work.
+#define PF (D == 128 ? 2 : 4)
+#define NKF ((D / 32) * (BN / 8))   // K fragments per tile (x4: 8 keys x 32 dims)
+#define NVF ((BN / 16) * (D / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
 
-// One block: FBM query rows (launch indices) of one (batch, head); 4 warps of 16*WM rows.
-// Visits only the key tiles of its plan row; online softmax in the log2 domain.
+// Launch index of row r (0, 1: +0, +8) of m16 tile mt of this warp.
+__device__ __forceinline__ int fwd_qidx(int q0, int warp, int mt, int g, int r) {
+    return q0 + (warp * WM + mt) * 16 + g + 8 * r;
+}
+
+// One block: FBM query rows (launch indices) of one (batch, head), visiting only the key
+// tiles of its plan row, online softmax in the log2 domain. K/V tiles are double-buffered:
+// tile j+1 is fetched (cp.async) while tile j is computed, one barrier per tile.
 extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     u16* sQ = smem;
-    u16* sK = sQ + FBM * D;
-    u16* sV = sK + BN * D;
-    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
+    // Heaviest tiles first: under a causal mask the last query tiles visit the most keys.
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * FBM;
+    const int q0 = qt * FBM, wq0 = q0 + warp * WM * 16;  // first index of the block / warp
     const int klimit = key_limit(p, b);
     const int kbeg = p.plan_ptr[qt];
     int kend = p.plan_ptr[qt + 1];  // plan rows are ascending: drop the padded tail
     while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
 
-    int qrow[WM][2], qpos[WM][2], qseg[WM][2];
-    #pragma unroll
-    for (int mt = 0; mt < WM; ++mt)
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int c = q0 + (warp * WM + mt) * 16 + g + 8 * r;
-            qrow[mt][r] = row_of(p, c, p.nq, p.q_rows, h);
-            qpos[mt][r] = qrow[mt][r] >= 0 ? p.q_offset + qrow[mt][r] : -1;
-            qseg[mt][r] = seg_of(p, c);
-        }
     float o[WM][D / 8][4];
     #pragma unroll
     for (int mt = 0; mt < WM; ++mt)
@@ -270,47 +290,83 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     float m[WM][2], l[WM][2];
     #pragma unroll
     for (int mt = 0; mt < WM; ++mt) m[mt][0] = m[mt][1] = NEG_INF, l[mt][0] = l[mt][1] = 0.f;
+#if QREGS
+    u32 qf[WM][D / 16][4];
+#endif
 
     load_tile<FBM>(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
-    if (kbeg < kend) load_tile(sK, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
-    cp_commit();
-    if (kbeg < kend) load_tile(sV, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+    if (kbeg < kend) {
+        load_tile(sKV, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+        load_tile(sKV + BN * D, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+    }
     cp_commit();
 
     for (int it = kbeg; it < kend; ++it) {
         const int k0 = p.plan_idx[it] * BN;
-        cp_wait<1>();  // Q (first time) and K of this tile have landed
-        __syncthreads();
+        const u16* sK = sKV + ((it - kbeg) & 1) * 2 * BN * D;
+        const u16* sV = sK + BN * D;
+        cp_wait<0>();     // this thread's copies of tile `it` (and Q) have landed
+        __syncthreads();  // everyone's have, and every warp is done with tile it - 1
+        if (it + 1 < kend) {  // into the stage tile it - 1 used
+            u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
+            load_tile(nK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+            load_tile(nK + BN * D, p.v, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+        }
+        cp_commit();
+#if QREGS
+        if (it == kbeg)
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt)
+                #pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) frag_a(qf[mt][kk], sQ, (warp * WM + mt) * 16, kk, lane);
+#endif
 
+        // S = Q K^T. Fragment f covers keys 8*(f mod BN/8).., dims 32*(f div BN/8)..
         float s[WM][BN / 8][4];
         #pragma unroll
         for (int mt = 0; mt < WM; ++mt)
             #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.f;
-        #pragma unroll
-        for (int kk = 0; kk < D / 16; kk += 2) {
-            u32 qa[WM][2][4];
+        {
+            u32 kf[NKF][4];
+            #pragma unroll
+            for (int f = 0; f < PF; ++f) frag_b_rows(kf[f], sK, f % (BN / 8), (f / (BN / 8)) * 2, lane);
+#if !QREGS
+            u32 qa[D / 32][WM][2][4];
             #pragma unroll
             for (int mt = 0; mt < WM; ++mt) {
-                frag_a(qa[mt][0], sQ, (warp * WM + mt) * 16, kk, lane);
-                frag_a(qa[mt][1], sQ, (warp * WM + mt) * 16, kk + 1, lane);
+                frag_a(qa[0][mt][0], sQ, (warp * WM + mt) * 16, 0, lane);
+                frag_a(qa[0][mt][1], sQ, (warp * WM + mt) * 16, 1, lane);
             }
+#endif
             #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb) {
-                u32 bf[4];
-                frag_b_rows(bf, sK, nb, kk, lane);
+            for (int f = 0; f < NKF; ++f) {
+                const int nb = f % (BN / 8), k2 = f / (BN / 8);
+                if (f + PF < NKF) frag_b_rows(kf[f + PF], sK, (f + PF) % (BN / 8), ((f + PF) / (BN / 8)) * 2, lane);
+#if QREGS
                 #pragma unroll
                 for (int mt = 0; mt < WM; ++mt) {
-                    mma(s[mt][nb], qa[mt][0], bf[0], bf[1]);
-                    mma(s[mt][nb], qa[mt][1], bf[2], bf[3]);
+                    mma(s[mt][nb], qf[mt][2 * k2], kf[f][0], kf[f][1]);
+                    mma(s[mt][nb], qf[mt][2 * k2 + 1], kf[f][2], kf[f][3]);
                 }
+#else
+                if (nb == 0 && k2 + 1 < D / 32)  // the next 32 dims of Q, one slice ahead
+                    #pragma unroll
+                    for (int mt = 0; mt < WM; ++mt) {
+                        frag_a(qa[k2 + 1][mt][0], sQ, (warp * WM + mt) * 16, 2 * k2 + 2, lane);
+                        frag_a(qa[k2 + 1][mt][1], sQ, (warp * WM + mt) * 16, 2 * k2 + 3, lane);
+                    }
+                #pragma unroll
+                for (int mt = 0; mt < WM; ++mt) {
+                    mma(s[mt][nb], qa[k2][mt][0], kf[f][0], kf[f][1]);
+                    mma(s[mt][nb], qa[k2][mt][1], kf[f][2], kf[f][3]);
+                }
+#endif
             }
         }
-        __syncthreads();  // every warp is done with sK: prefetch the next key tile
-        if (it + 1 < kend) load_tile(sK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
-        cp_commit();
 
-        if (!tile_full(p, h, q0, FBM, k0, klimit)) {
+        // Mask, only where this warp's rows x the tile are not provably all visible.
+        if (!tile_full(p, h, wq0, WM * 16, k0, klimit)) {
             #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb)
                 #pragma unroll
@@ -321,66 +377,82 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
                     #pragma unroll
                     for (int mt = 0; mt < WM; ++mt)
                         #pragma unroll
-                        for (int r = 0; r < 2; ++r)
-                            if (!visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit))
-                                s[mt][nb][2 * r + e] = NEG_INF;
+                        for (int r = 0; r < 2; ++r) {
+                            const int qc = fwd_qidx(q0, warp, mt, g, r);
+                            const int qrow = row_of(p, qc, p.nq, p.q_rows, h);
+                            const int qpos = qrow >= 0 ? p.q_offset + qrow : -1;
+                            if (!visible(p, h, qpos, seg_of(p, qc), kpos, kseg, klimit)) s[mt][nb][2 * r + e] = NEG_INF;
+                        }
                 }
         }
+
+        // Online softmax. max(c*s) = c*max(s) for c > 0: one multiply per row. The O
+        // rescale is skipped while no row of the warp has a new maximum (alpha = 1).
+        float alpha[WM][2];
+        bool grew = false;
         #pragma unroll
         for (int mt = 0; mt < WM; ++mt)
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                float mx = m[mt][r];
+                float mx = NEG_INF;
                 #pragma unroll
-                for (int nb = 0; nb < BN / 8; ++nb)
-                    mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]) * p.scale_log2);
+                for (int nb = 0; nb < BN / 8; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float base = mx == NEG_INF ? 0.f : mx;  // a row with no key yet: no NaN
-                const float alpha = exp2f(m[mt][r] - base);
-                m[mt][r] = mx;
-                l[mt][r] *= alpha;
-                #pragma unroll
-                for (int i = 0; i < D / 8; ++i) {
-                    o[mt][i][2 * r] *= alpha;
-                    o[mt][i][2 * r + 1] *= alpha;
-                }
+                const float mnew = fmaxf(m[mt][r], mx * p.scale_log2);
+                const float base = mnew == NEG_INF ? 0.f : mnew;  // a row with no key yet: no NaN
+                alpha[mt][r] = mnew == m[mt][r] ? 1.f : ex2(m[mt][r] - base);
+                grew |= mnew != m[mt][r];
+                m[mt][r] = mnew;
+                float sum = 0.f;
                 #pragma unroll
                 for (int nb = 0; nb < BN / 8; ++nb)
                     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        float pe = exp2f(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
+                        const float pe = ex2(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
                         s[mt][nb][2 * r + e] = pe;
-                        l[mt][r] += pe;
+                        sum += pe;
                     }
+                l[mt][r] = l[mt][r] * alpha[mt][r] + sum;
             }
+        if (__any_sync(0xffffffff, grew))
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt)
+                #pragma unroll
+                for (int i = 0; i < D / 8; ++i) {
+                    o[mt][i][0] *= alpha[mt][0];
+                    o[mt][i][1] *= alpha[mt][0];
+                    o[mt][i][2] *= alpha[mt][1];
+                    o[mt][i][3] *= alpha[mt][1];
+                }
 
-        cp_wait<1>();  // V of this tile has landed (the next K may still be in flight)
-        __syncthreads();
-        #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            u32 a[WM][4];
+        // O += P V: the S accumulators of two n-blocks are the A fragment of one k-step.
+        // Fragment f covers keys 16*(f div D/16).., dims 16*(f mod D/16)..
+        {
+            u32 pa[WM][BN / 16][4];
             #pragma unroll
-            for (int mt = 0; mt < WM; ++mt) {
-                a[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
+            for (int mt = 0; mt < WM; ++mt)
+                #pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk) {
+                    pa[mt][kk][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][kk][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][kk][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][kk][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+            u32 vf[NVF][4];
             #pragma unroll
-            for (int cb = 0; cb < D / 8; cb += 2) {
-                u32 bf[4];
-                frag_b_cols(bf, sV, kk, cb, lane);
+            for (int f = 0; f < PF; ++f) frag_b_cols(vf[f], sV, f / (D / 16), 2 * (f % (D / 16)), lane);
+            #pragma unroll
+            for (int f = 0; f < NVF; ++f) {
+                const int kk = f / (D / 16), cb = 2 * (f % (D / 16));
+                if (f + PF < NVF) frag_b_cols(vf[f + PF], sV, (f + PF) / (D / 16), 2 * ((f + PF) % (D / 16)), lane);
                 #pragma unroll
                 for (int mt = 0; mt < WM; ++mt) {
-                    mma(o[mt][cb], a[mt], bf[0], bf[1]);
-                    mma(o[mt][cb + 1], a[mt], bf[2], bf[3]);
+                    mma(o[mt][cb], pa[mt][kk], vf[f][0], vf[f][1]);
+                    mma(o[mt][cb + 1], pa[mt][kk], vf[f][2], vf[f][3]);
                 }
             }
         }
-        __syncthreads();  // every warp is done with sV
-        if (it + 1 < kend) load_tile(sV, p.v, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
-        cp_commit();
     }
     cp_wait<0>();
 
@@ -391,15 +463,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
             float lr = l[mt][r];
             lr += __shfl_xor_sync(0xffffffff, lr, 1);
             lr += __shfl_xor_sync(0xffffffff, lr, 2);
-            if (qrow[mt][r] < 0) continue;
+            const int qrow = row_of(p, fwd_qidx(q0, warp, mt, g, r), p.nq, p.q_rows, h);
+            if (qrow < 0) continue;
             const float inv = lr > 0.f ? 1.f / lr : 0.f;
-            float* orow = p.out + (((size_t)b * p.q_rows + qrow[mt][r]) * p.heads + h) * D;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
             #pragma unroll
             for (int i = 0; i < D / 8; ++i)
                 *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
                     make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
             if (t == 0)
-                p.lse[((size_t)b * p.heads + h) * p.q_rows + qrow[mt][r]] =
+                p.lse[((size_t)b * p.heads + h) * p.q_rows + qrow] =
                     lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
         }
 }
@@ -475,12 +548,12 @@ __device__ __forceinline__ void store_row(float* dst, const float* v, bool acc) 
 
 // dQ: one block per 64 query rows, same plan as the forward.
 //   dS = P o (dO V^T - delta),  dQ = scale * dS K.
+// K/V tiles are double-buffered as in the forward: tile j+1 loads while tile j computes.
 extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     u16* sQ = smem;
-    u16* sO = sQ + BM * D;  // d_out
-    u16* sK = sO + BM * D;
-    u16* sV = sK + BN * D;
+    u16* sO = sQ + BM * D;   // d_out
+    u16* sKV = sO + BM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
     const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * BM;
@@ -506,14 +579,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
 
     load_tile(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
     load_tile(sO, p.dout, p, b, h, q0, p.nq, p.q_rows);
+    if (kbeg < kend) {
+        load_tile(sKV, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+        load_tile(sKV + BN * D, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+    }
     cp_commit();
     for (int it = kbeg; it < kend; ++it) {
         const int k0 = p.plan_idx[it] * BN;
-        load_tile(sK, p.k, p, b, h, k0, p.nk, p.k_rows);
-        load_tile(sV, p.v, p, b, h, k0, p.nk, p.k_rows);
+        const u16* sK = sKV + ((it - kbeg) & 1) * 2 * BN * D;
+        const u16* sV = sK + BN * D;
+        cp_wait<0>();     // tile `it` (and Q, dO) landed for this thread
+        __syncthreads();  // for everyone, and every warp is done with tile it - 1
+        if (it + 1 < kend) {
+            u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
+            load_tile(nK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+            load_tile(nK + BN * D, p.v, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+        }
         cp_commit();
-        cp_wait<0>();
-        __syncthreads();
         if (it == kbeg)
             #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
@@ -552,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     bool ok = full || visible(p, h, qpos[r], qseg[r], kpos, kseg, klimit);
-                    float pe = ok ? exp2f(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r])) : 0.f;
+                    float pe = ok ? ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r])) : 0.f;
                     s[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - dl[r]);
                 }
             }
@@ -568,7 +650,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
                 mma(acc[cb + 1], a, bf[2], bf[3]);
             }
         }
-        __syncthreads();
     }
     cp_wait<0>();
     #pragma unroll
@@ -588,13 +669,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
 //   P^T = exp(S^T - lse), dV = P^T dO, dS^T = P^T o (V dO^T - delta), dK = scale * dS^T Q.
 extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
+    // Query-side tiles are double-buffered: stage s holds Q, dO and the per-query lse2,
+    // delta and global position (-1: none) of one query tile.
     u16* sK = smem;
     u16* sV = sK + BN * D;
-    u16* sQ = sV + BN * D;
-    u16* sO = sQ + BM * D;
-    float* sL = reinterpret_cast<float*>(sO + BM * D);  // lse2 of the query tile
-    float* sD = sL + BM;                                // delta of the query tile
-    int* sP = reinterpret_cast<int*>(sD + BM);          // global position of each query, -1: none
+    u16* sStage = sV + BN * D;
+    constexpr int STAGE = 2 * BM * D + 3 * BM * 2;  // u16 units
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kt * BN;
@@ -615,22 +695,35 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
         #pragma unroll
         for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
+    // Issue the loads of query tile `it` into its stage.
+    auto fetch = [&](int it) {
+        const int q0 = p.plan_idx[it] * BM;
+        u16* st = sStage + ((it - qbeg) & 1) * STAGE;
+        load_tile(st, p.q, p, b, h, q0, p.nq, p.q_rows);
+        load_tile(st + BM * D, p.dout, p, b, h, q0, p.nq, p.q_rows);
+        if (threadIdx.x < BM) {
+            float* sL = reinterpret_cast<float*>(st + 2 * BM * D);
+            int row = row_of(p, q0 + threadIdx.x, p.nq, p.q_rows, h);
+            reinterpret_cast<int*>(sL + 2 * BM)[threadIdx.x] = row >= 0 ? p.q_offset + row : -1;
+            sL[threadIdx.x] = lse2_of(p, b, h, row);
+            sL[BM + threadIdx.x] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
+        }
+    };
     load_tile(sK, p.k, p, b, h, k0, p.nk, p.k_rows);
     load_tile(sV, p.v, p, b, h, k0, p.nk, p.k_rows);
+    if (qbeg < qend) fetch(qbeg);
     cp_commit();
     for (int it = qbeg; it < qend; ++it) {
         const int q0 = p.plan_idx[it] * BM;
-        load_tile(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
-        load_tile(sO, p.dout, p, b, h, q0, p.nq, p.q_rows);
+        const u16* sQ = sStage + ((it - qbeg) & 1) * STAGE;
+        const u16* sO = sQ + BM * D;
+        const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
+        const float* sD = sL + BM;                                       // delta of the query tile
+        const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
+        cp_wait<0>();     // query tile `it` (and K, V) landed for this thread
+        __syncthreads();  // for everyone, and every warp is done with tile it - 1
+        if (it + 1 < qend) fetch(it + 1);
         cp_commit();
-        if (threadIdx.x < BM) {
-            int row = row_of(p, q0 + threadIdx.x, p.nq, p.q_rows, h);
-            sP[threadIdx.x] = row >= 0 ? p.q_offset + row : -1;
-            sL[threadIdx.x] = lse2_of(p, b, h, row);
-            sD[threadIdx.x] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
-        }
-        cp_wait<0>();
-        __syncthreads();
         float s[BM / 8][4], dp[BM / 8][4];
         #pragma unroll
         for (int nb = 0; nb < BM / 8; ++nb)
@@ -664,7 +757,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     bool ok = full || visible(p, h, qp, qs, kpos[r], kseg[r], klimit);
-                    float pe = ok ? exp2f(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc])) : 0.f;
+                    float pe = ok ? ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc])) : 0.f;
                     s[nb][2 * r + e] = pe;
                     dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
                 }
@@ -686,7 +779,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                 mma(dk[cb + 1], da, bf[2], bf[3]);
             }
         }
-        __syncthreads();
     }
     cp_wait<0>();
     #pragma unroll

@@ -151,15 +151,17 @@ impl LaunchSpec {
 /// Threads per block of the attention kernels (4 warps).
 pub const THREADS: u32 = 128;
 
-/// Dynamic shared memory of the forward kernel: a Q tile of 128 rows, K and V tiles of 64.
+/// Dynamic shared memory of the forward kernel: a Q tile of 128 rows and two stages of
+/// K and V tiles of 64 rows (tile j+1 loads while tile j computes).
 pub fn smem_forward(head_dim: usize) -> u32 {
-    ((FWD_Q_TILE + 2 * TILE) * head_dim * 2) as u32
+    ((FWD_Q_TILE + 4 * TILE) * head_dim * 2) as u32
 }
 
-/// Dynamic shared memory of the backward kernels: Q, dO, K, V tiles (+ per-query
-/// lse/delta/position for dK/dV).
+/// Dynamic shared memory of the backward kernels: the block's own two tiles (Q and dO,
+/// or K and V) and two stages of the two tiles it visits (+ per-query lse, delta and
+/// position for dK/dV).
 pub fn smem_backward(head_dim: usize) -> u32 {
-    (4 * TILE * head_dim * 2 + 3 * TILE * 4) as u32
+    (6 * TILE * head_dim * 2 + 2 * 3 * TILE * 4) as u32
 }
 
 fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
@@ -332,9 +334,9 @@ mod tests {
         assert_eq!(l.rows.visits(), 16 * 17 / 2);
         // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
-        assert_eq!(smem_forward(128), 64 * 1024);
-        assert_eq!(smem_forward(64), 32 * 1024);
-        assert_eq!(smem_backward(128), 64 * 1024 + 768);
+        assert_eq!(smem_forward(128), 96 * 1024);
+        assert_eq!(smem_forward(64), 48 * 1024);
+        assert_eq!(smem_backward(128), 96 * 1024 + 1536);
     }
 
     #[test]

@@ -353,7 +353,10 @@ fn render_rows(rows: &[Row]) -> String {
         .map(|r| {
             vec![
                 r.case.to_string(),
-                r.check.name().to_string(),
+                match &r.how {
+                    Some(how) => format!("{} ({how})", r.check.name()),
+                    None => r.check.name().to_string(),
+                },
                 r.pattern.clone(),
                 format!("{:?}", r.shape),
                 if r.causal { "causal" } else { "-" }.to_string(),

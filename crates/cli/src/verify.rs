@@ -78,6 +78,8 @@ pub struct Row {
     pub case: usize,
     pub seed: u64,
     pub check: Check,
+    /// How a distributed check ran: schedule, ranks and layout.
+    pub how: Option<String>,
     pub pattern: String,
     pub shape: [usize; 4],
     pub causal: bool,
@@ -156,17 +158,21 @@ pub fn run_case(case: &Case) -> Res<Vec<Row>> {
     let full = attention(q.view(), k.view(), v.view(), spec)?;
     let mut rows = Vec::new();
     for check in Check::ALL {
-        let rel_err = match check {
-            Check::Masked => check_masked(&q, &k, &v, spec, &full),
-            Check::Merge => check_merge(&q, &k, &v, spec, &full, case.seed)?,
-            Check::Backward => check_backward(&q, &k, &v, spec, &full, case.seed)?,
-            Check::F32 => check_f32(&q, &k, &v, spec, &full)?,
-            Check::Ring => check_ring(&q, &k, &v, spec, &full, case.seed)?,
+        let (rel_err, how) = match check {
+            Check::Masked => (check_masked(&q, &k, &v, spec, &full), None),
+            Check::Merge => (check_merge(&q, &k, &v, spec, &full, case.seed)?, None),
+            Check::Backward => (check_backward(&q, &k, &v, spec, &full, case.seed)?, None),
+            Check::F32 => (check_f32(&q, &k, &v, spec, &full)?, None),
+            Check::Ring => {
+                let (err, how) = check_ring(&q, &k, &v, spec, &full, case.seed)?;
+                (err, Some(how))
+            }
         };
         rows.push(Row {
             case: case.index,
             seed: case.seed,
             check,
+            how,
             pattern: case.pattern.clone(),
             shape: case.shape,
             causal: spec.causal,
@@ -299,8 +305,9 @@ fn check_f32(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, ful
 }
 
 /// Replay a random distributed schedule on simulated ranks and compare the gathered
-/// output and gradients with the single-device ones.
-fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<f64> {
+/// output and gradients with the single-device ones. Also says which schedule, how many
+/// ranks and which layout it drew.
+fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<(f64, String)> {
     let (_, n, heads, _) = q.dim();
     let mut rng = SplitMix64::new(seed ^ 0x7269_6e67);
     let ranks = rng.range(1, 8);
@@ -328,8 +335,16 @@ fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, fu
     let exact = attention_backward(q.view(), k.view(), v.view(), spec, full, g.view())?;
     let (out, grads, _) = simulate(&schedule, spec, q.view(), k.view(), v.view(), Some(g.view()))?;
     let grads = grads.expect("backward was requested");
-    Ok(err_pair(&out.out, &out.lse, full)
+    let err = err_pair(&out.out, &out.lse, full)
         .max(rel_err(&grads.dq, &exact.dq))
         .max(rel_err(&grads.dk, &exact.dk))
-        .max(rel_err(&grads.dv, &exact.dv)))
+        .max(rel_err(&grads.dv, &exact.dv));
+    let layout_name = match layout {
+        Layout::Contiguous => "contiguous",
+        Layout::Zigzag => "zigzag",
+        Layout::Striped => "striped",
+        Layout::Boundaries(_) => "boundaries",
+        Layout::Permuted { .. } => "permuted",
+    };
+    Ok((err, format!("{kind:?} P={ranks} {layout_name}")))
 }

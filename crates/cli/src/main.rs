@@ -5,6 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ringdil_cli::pattern_file::PatternFile;
 use ringdil_cli::distributed::{self, LayoutArg, PlanCost, ScheduleKind};
 use ringdil_cli::{attend, pattern_view, table};
+use ringdil_cuda::dist::{LaunchOptions, launch};
 use ringdil_reference::ring::ChunkPlan;
 use ringdil_reference::Spec;
 use std::error::Error;
@@ -117,6 +118,30 @@ enum Command {
     /// Inspect attention patterns.
     #[command(subcommand)]
     Pattern(PatternCommand),
+    /// Start one process per GPU, the way torchrun does: each gets RINGDIL_RANK,
+    /// RINGDIL_LOCAL_RANK, RINGDIL_WORLD, RINGDIL_NCCL_ID_FILE (rank 0 writes the NCCL
+    /// unique id there, the others read it) and its own CUDA_VISIBLE_DEVICES. If one rank
+    /// fails, the others are stopped and the error names it.
+    ///
+    /// Example, the 2-GPU ring check: `ringdil launch --nproc 2 -- target/release/ring_check --seed 7`.
+    /// Several hosts: run it on each with --nnodes, --node-rank and a shared --id-file.
+    Launch {
+        /// Processes (GPUs) on this host.
+        #[arg(long)]
+        nproc: usize,
+        /// Hosts taking part.
+        #[arg(long, default_value_t = 1)]
+        nnodes: usize,
+        /// This host's index, 0..nnodes.
+        #[arg(long, default_value_t = 0)]
+        node_rank: usize,
+        /// Where the NCCL unique id is exchanged (a shared path for several hosts).
+        #[arg(long, value_name = "FILE")]
+        id_file: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 /// How a sequence is spread over ranks, and which schedule moves the data.
@@ -181,6 +206,10 @@ fn main() -> ExitCode {
         }
         Command::Plan { file, seq, ranks, distribution, heads, head_dim, element_bytes, listing, svg, json } => {
             run_plan(&file, seq, ranks, &distribution, heads, head_dim, element_bytes, listing, svg.as_deref(), json)
+        }
+        Command::Launch { nproc, nnodes, node_rank, id_file, command } => {
+            let options = LaunchOptions { nproc, nnodes, node_rank, id_file };
+            launch(std::path::Path::new(&command[0]), &command[1..], &options).map_err(Into::into)
         }
         Command::Pattern(PatternCommand::Show { file, seq, heads, head, all_heads, layers, png, json }) => {
             run_show(&file, seq, heads, head, all_heads, layers, png.as_deref(), json)

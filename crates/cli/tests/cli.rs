@@ -217,11 +217,35 @@ fn attend_reports_non_finite_inputs_by_index() {
 #[test]
 fn cli_reference_page_quotes_the_current_help() {
     let page = std::fs::read_to_string(workspace().join("docs/guide/cli.md")).unwrap();
-    for command in [vec![], vec!["verify"], vec!["attend"], vec!["pattern", "show"], vec!["plan"]] {
+    for command in [vec![], vec!["verify"], vec!["attend"], vec!["pattern", "show"], vec!["plan"], vec!["launch"]] {
         let mut args = command.clone();
         args.push("--help");
         let (help, _, code) = ringdil(&args);
         assert_eq!(code, 0);
         assert!(page.contains(&help), "docs/guide/cli.md is out of date for `ringdil {}`", command.join(" "));
     }
+}
+
+/// `launch` gives every worker its rank, world size, NCCL id file and GPU, and names the
+/// rank that failed.
+#[test]
+fn launch_starts_one_process_per_rank_with_its_environment() {
+    let (stdout, stderr, code) = ringdil(&[
+        "launch", "--nproc", "3", "--", "/bin/sh", "-c",
+        "echo rank=$RINGDIL_RANK local=$RINGDIL_LOCAL_RANK world=$RINGDIL_WORLD gpu=$CUDA_VISIBLE_DEVICES id=${RINGDIL_NCCL_ID_FILE:+set}",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, [
+        "rank=0 local=0 world=3 gpu=0 id=set",
+        "rank=1 local=1 world=3 gpu=1 id=set",
+        "rank=2 local=2 world=3 gpu=2 id=set",
+    ]);
+    let (_, stderr, code) = ringdil(&["launch", "--nproc", "2", "--", "/bin/sh", "-c", "exit $RINGDIL_RANK"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("worker rank 1"), "{stderr}");
+    let (_, stderr, code) = ringdil(&["launch", "--nproc", "0", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("nproc = 0"), "{stderr}");
 }

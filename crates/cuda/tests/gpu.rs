@@ -1,24 +1,54 @@
-//! The GPU check as a test (small sizes), with its own harness so that a machine without
-//! a CUDA device reports the case as **skipped**, never as passed:
+//! The GPU checks as a test (small sizes): every kernel against the f64 reference, and
+//! ring attention on virtual ranks. Its own harness makes a machine without a CUDA
+//! device report them as **skipped**, never as passed:
 //!
 //! ```text
 //! skipped: no CUDA device
-//! gpu: 0 passed, 0 failed, 1 skipped
+//! gpu: 0 passed, 0 failed, 2 skipped
 //! ```
 //!
 //! On a GPU machine every case runs against the f64 reference and a failure exits
 //! non-zero. The full proof with its committed log is the `gpu_check` binary.
 
 use ringdil_cuda::Gpu;
-use ringdil_cuda::check::{cases, describe, run_case};
+use ringdil_cuda::check::{bound, cases, describe, rel_err, run_case};
+use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks};
+use ringdil_cuda::launch::Dtype;
+use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::ring::{ChunkPlan, Layout};
 use std::process::ExitCode;
+
+/// Causal dense attention over 3 virtual ranks (zigzag, 300 tokens) on one GPU, gathered
+/// back and compared with the reference; returns the relative error of the output.
+fn virtual_ranks_error(gpu: &Gpu) -> Result<f64, Box<dyn std::error::Error>> {
+    let (b, n, h, d) = (1, 300, 2, 64);
+    let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
+    let plan = DistPlan::new(ChunkPlan::new(n, 3, &Layout::Zigzag)?, spec.clone(), b, h, d)?;
+    let mut rng = ringdil_reference::random::SplitMix64::new(3);
+    let vals: Vec<Vec<half::bf16>> = (0..3).map(|_| (0..b * n * h * d).map(|_| half::bf16::from_f64(rng.normal())).collect()).collect();
+    let bits: Vec<Vec<u16>> = vals.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect();
+    let f64s: Vec<ndarray::Array4<f64>> = vals
+        .iter()
+        .map(|v| ndarray::Array4::from_shape_vec((b, n, h, d), v.iter().map(|x| x.to_f64()).collect()))
+        .collect::<Result<_, _>>()?;
+    let reference = ringdil_reference::attention(f64s[0].view(), f64s[1].view(), f64s[2].view(), &spec.to_reference())?;
+    let data: Vec<RankData> = (0..3).map(|r| RankData::upload(gpu, &plan, r, &bits[0], &bits[1], &bits[2])).collect::<Result<_, _>>()?;
+    let outs = VirtualRanks::new(gpu, &plan, Dtype::Bf16)?.forward(&data)?;
+    let mut out = vec![f64::NAN; b * n * h * d];
+    for (r, o) in outs.iter().enumerate() {
+        let pieces: Vec<Vec<f64>> =
+            o.iter().map(|p| gpu.download(&p.out).map(|v| v.iter().map(|&x| x as f64).collect())).collect::<Result<_, _>>()?;
+        plan.gather_into(&mut out, d, r, &pieces);
+    }
+    Ok(rel_err(&out, reference.out.iter()))
+}
 
 fn main() -> ExitCode {
     let gpu = match Gpu::probe() {
         Ok(Some(gpu)) => gpu,
         Ok(None) => {
             println!("skipped: no CUDA device");
-            println!("gpu: 0 passed, 0 failed, 1 skipped");
+            println!("gpu: 0 passed, 0 failed, 2 skipped");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -41,6 +71,13 @@ fn main() -> ExitCode {
                 failed += 1;
                 println!("FAIL {}: {e}", describe(case));
             }
+        }
+    }
+    match virtual_ranks_error(&gpu) {
+        Ok(err) if err < bound(Dtype::Bf16) => passed += 1,
+        outcome => {
+            failed += 1;
+            println!("FAIL virtual ranks vs reference: {outcome:?}");
         }
     }
     println!("gpu: {passed} passed, {failed} failed");

@@ -101,7 +101,8 @@ fn dilated_head_groups() {
 
 #[test]
 fn block_sparse_and_explicit_counts() {
-    let bs = BlockSparse { block: 2, local_radius: Some(0), dilated_stride: Some(3), global_tokens: 1, block_mask: None };
+    let bs =
+        BlockSparse { block: 2, local_radius: Some(0), dilated_stride: Some(3), global_tokens: 1, block_mask: None };
     check_gradients("block sparse", &Spec::new(bs), SHAPE, 13);
     let (h, n) = (SHAPE[2], SHAPE[1]);
     let counts = Explicit::from_fn(h, n, |hh, i, j| ((i + 2 * j + hh) % 4) as u32);

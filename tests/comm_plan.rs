@@ -5,12 +5,12 @@
 
 use proptest::prelude::*;
 use ringdil_proofs::{any_case, assert_schedule_exact, config, ring_layout, spec_counts};
+use ringdil_reference::Spec;
 use ringdil_reference::pattern::{Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::ring::{
     ChunkPlan, Layout, Op, Report, Schedule, Tensor, all_gather, even_boundaries, pattern_ring, ring, simulate, ulysses,
 };
-use ringdil_reference::Spec;
 use std::collections::HashMap;
 
 /// Forward and backward simulation of `schedule` on random tensors `[batch, n, heads, dim]`.
@@ -20,10 +20,15 @@ use std::collections::HashMap;
 /// actually moved.
 fn measure(schedule: &Schedule, spec: &Spec, batch: usize, dim: usize) -> Report {
     let shape = [batch, schedule.chunks.seq_len, schedule.heads, dim];
-    let (q, k, v, g) = (normal_tensor(shape, 1), normal_tensor(shape, 2), normal_tensor(shape, 3), normal_tensor(shape, 4));
+    let (q, k, v, g) =
+        (normal_tensor(shape, 1), normal_tensor(shape, 2), normal_tensor(shape, 3), normal_tensor(shape, 4));
     let report = simulate(schedule, spec, q.view(), k.view(), v.view(), Some(g.view())).unwrap().2;
     let [forward, backward] = schedule.sent_elements(batch, dim, dim);
-    assert_eq!((&forward, &backward), (&report.forward_sent, &report.backward_sent), "static volume != measured volume");
+    assert_eq!(
+        (&forward, &backward),
+        (&report.forward_sent, &report.backward_sent),
+        "static volume != measured volume"
+    );
     report
 }
 

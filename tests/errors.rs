@@ -38,7 +38,10 @@ fn error_everywhere(spec: &Spec, q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f6
     let same = |a: &Error, b: &Error| format!("{a:?}") == format!("{b:?}");
     assert!(same(&forward_err, &backward_err), "forward {forward_err:?} vs backward {backward_err:?}");
     assert!(same(&forward_err, &chunk_err), "attention {forward_err:?} vs attend_chunk {chunk_err:?}");
-    assert!(same(&forward_err, &chunk_backward_err), "attention {forward_err:?} vs backward_chunk {chunk_backward_err:?}");
+    assert!(
+        same(&forward_err, &chunk_backward_err),
+        "attention {forward_err:?} vs backward_chunk {chunk_backward_err:?}"
+    );
     forward_err
 }
 
@@ -53,14 +56,21 @@ const SHAPE: [usize; 4] = [2, 8, 3, 4];
 #[test]
 fn dilated_parameters() {
     let err = |p: Dilated| spec_error(Spec::new(p), SHAPE);
-    expect(err(Dilated::longnet(&[(4, 1), (0, 1)])), Error::SegmentZero { branch: 1 }, &["branch 1", "segment_length is 0"]);
+    expect(
+        err(Dilated::longnet(&[(4, 1), (0, 1)])),
+        Error::SegmentZero { branch: 1 },
+        &["branch 1", "segment_length is 0"],
+    );
     expect(err(Dilated::longnet(&[(4, 0)])), Error::DilationZero { branch: 0 }, &["branch 0", "dilation_rate is 0"]);
     expect(
         err(Dilated::torchscale(&[(4, 1), (4, 5)])),
         Error::DilationExceedsSegment { branch: 1, dilation: 5, segment: 4 },
         &["branch 1", "dilation_rate 5", "segment_length 4"],
     );
-    let fixed = Dilated { branches: vec![Branch { segment: 8, dilation: 2, offset: Offset::Fixed(3) }], combine: Combine::SoftmaxDenominator };
+    let fixed = Dilated {
+        branches: vec![Branch { segment: 8, dilation: 2, offset: Offset::Fixed(3) }],
+        combine: Combine::SoftmaxDenominator,
+    };
     expect(err(fixed), Error::OffsetOutOfRange { branch: 0, offset: 3, dilation: 2 }, &["offset 3", "dilation_rate 2"]);
     expect(err(Dilated::longnet(&[])), Error::NoBranches, &["at least one"]);
     // Three head groups need at least three heads; SHAPE has 3, so use 2.
@@ -93,7 +103,11 @@ fn block_sparse_and_explicit_parameters() {
         &["2x3", "3x3"],
     );
     let short_row = BlockSparse { block_mask: Some(vec![vec![true; 3], vec![true; 2], vec![true; 3]]), ..base };
-    expect(spec_error(Spec::new(short_row), shape), Error::BlockMaskTooSmall { blocks_needed: 3, rows: 3, cols: 2 }, &["3x2"]);
+    expect(
+        spec_error(Spec::new(short_row), shape),
+        Error::BlockMaskTooSmall { blocks_needed: 3, rows: 3, cols: 2 },
+        &["3x2"],
+    );
     let mask = Explicit { counts: Array3::ones((2, 5, 5)) };
     expect(
         spec_error(Spec::new(mask), [1, 6, 2, 3]),
@@ -133,7 +147,11 @@ fn zero_dimensions() {
     // A value head_dim of 0 is named on `v`.
     let (q, k, _) = qkv(SHAPE, 3);
     let v = Array4::<f64>::zeros((2, 8, 3, 0));
-    expect(error_everywhere(&Spec::dense(), &q, &k, &v), Error::ZeroDim { tensor: "v", dim: "head_dim" }, &["v: dimension"]);
+    expect(
+        error_everywhere(&Spec::dense(), &q, &k, &v),
+        Error::ZeroDim { tensor: "v", dim: "head_dim" },
+        &["v: dimension"],
+    );
 }
 
 #[test]
@@ -166,7 +184,11 @@ fn mismatched_shapes() {
     let all: Vec<usize> = (0..8).collect();
     let grad = OutputGrad::new(&Spec::dense(), &fwd, other(SHAPE).view()).unwrap().select_rows(&[0, 1, 2]);
     let err = backward_chunk(q.view(), &all, k.view(), v.view(), &all, 8, &Spec::dense(), &grad).unwrap_err();
-    expect(err, Error::ShapeMismatch { what: "d_out", expected: vec![2, 8, 3, 4], got: vec![2, 3, 3, 4] }, &["[2, 3, 3, 4]"]);
+    expect(
+        err,
+        Error::ShapeMismatch { what: "d_out", expected: vec![2, 8, 3, 4], got: vec![2, 3, 3, 4] },
+        &["[2, 3, 3, 4]"],
+    );
     // Position lists must match the rows they label.
     let err = attend_chunk(q.view(), &all[..7], k.view(), v.view(), &all, 8, &Spec::dense()).unwrap_err();
     expect(err, Error::ShapeMismatch { what: "q positions", expected: vec![8], got: vec![7] }, &["q positions"]);
@@ -179,7 +201,10 @@ fn non_finite_inputs_name_tensor_and_index() {
     let mut bad_q = q.clone();
     bad_q[[1, 2, 0, 3]] = f64::NAN;
     let err = error_everywhere(&spec, &bad_q, &k, &v);
-    assert!(matches!(&err, Error::NonFinite { tensor: "q", index, value } if *index == [1, 2, 0, 3] && value.is_nan()), "{err:?}");
+    assert!(
+        matches!(&err, Error::NonFinite { tensor: "q", index, value } if *index == [1, 2, 0, 3] && value.is_nan()),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("q: non-finite value NaN at index [1, 2, 0, 3]"), "{err}");
 
     let mut bad_k = k.clone();
@@ -215,7 +240,11 @@ fn bad_positions() {
     let spec = Spec::dense();
     let (q, k, v) = qkv([1, 3, 1, 2], 7);
     let err = attend_chunk(q.view(), &[0, 1, 8], k.view(), v.view(), &[0, 1, 2], 8, &spec).unwrap_err();
-    expect(err, Error::BadPosition { what: "q positions", position: 8, seq_len: 8 }, &["q positions", "position 8", "0..8"]);
+    expect(
+        err,
+        Error::BadPosition { what: "q positions", position: 8, seq_len: 8 },
+        &["q positions", "position 8", "0..8"],
+    );
     let err = attend_chunk(q.view(), &[0, 1, 2], k.view(), v.view(), &[5, 1, 5], 8, &spec).unwrap_err();
     expect(err, Error::BadPosition { what: "k positions", position: 5, seq_len: 8 }, &["k positions", "position 5"]);
     // The backward chunk checks positions the same way.

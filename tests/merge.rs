@@ -72,7 +72,13 @@ fn merged_over(full: &Full, spec: &Spec, n: usize, q_rows: &[usize], key_parts: 
 
 /// Backward of every (query part, key part) pair, scattered into full-size gradients:
 /// dq rows add over key parts, dk/dv rows add over query parts.
-fn backward_over(full: &Full, spec: &Spec, n: usize, q_parts: &[Vec<usize>], key_parts: &[Vec<usize>]) -> [Array4<f64>; 3] {
+fn backward_over(
+    full: &Full,
+    spec: &Spec,
+    n: usize,
+    q_parts: &[Vec<usize>],
+    key_parts: &[Vec<usize>],
+) -> [Array4<f64>; 3] {
     let mut dq = Array4::zeros(full.q.raw_dim());
     let mut dk = Array4::zeros(full.k.raw_dim());
     let mut dv = Array4::zeros(full.v.raw_dim());
@@ -255,7 +261,8 @@ fn merge_refuses_mismatched_shapes() {
     assert!(matches!(e, Error::MergeShape { .. }));
     assert!(e.to_string().contains("[1, 4, 2, 3]") && e.to_string().contains("[1, 5, 2, 3]"), "{e}");
     // Same output shape, LSE of another length.
-    let bad_lse = Partial { out: Array4::<f64>::zeros((1, 4, 2, 3)), lse: Array3::from_elem((1, 2, 5), f64::NEG_INFINITY) };
+    let bad_lse =
+        Partial { out: Array4::<f64>::zeros((1, 4, 2, 3)), lse: Array3::from_elem((1, 2, 5), f64::NEG_INFINITY) };
     assert!(matches!(a.merge(&bad_lse), Err(Error::MergeShape { .. })));
     assert!(matches!(bad_lse.merge(&a), Err(Error::MergeShape { .. })));
 }

@@ -15,8 +15,8 @@
 use ndarray::{Array3, Array4, Axis, s};
 use proptest::prelude::*;
 use ringdil_proofs::{
-    any_case, assert_close, assert_lse_close, block_sparse, block_sparse_counts, branches, branches_with_offsets, config,
-    longnet_counts, naive_spec, pattern_counts, qkv, render_grid, spec_counts, window_counts,
+    any_case, assert_close, assert_lse_close, block_sparse, block_sparse_counts, branches, branches_with_offsets,
+    config, longnet_counts, naive_spec, pattern_counts, qkv, render_grid, spec_counts, window_counts,
 };
 use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dilated, Explicit, KeyRun, Offset, SlidingWindow};
 use ringdil_reference::{Attention, Partial, Pattern, Spec, attention};
@@ -32,7 +32,13 @@ fn run(spec: &Spec, shape: [usize; 4], seed: u64) -> Attention<f64> {
 
 /// Assert that the engine under `spec` equals the naive oracle under the independent
 /// mask `counts` (`[heads, n, n]`), output scale `out_scale(head)` applied to the oracle.
-fn assert_engine_matches_mask(spec: &Spec, counts: &Array3<u32>, shape: [usize; 4], seed: u64, out_scale: impl Fn(usize) -> f64) {
+fn assert_engine_matches_mask(
+    spec: &Spec,
+    counts: &Array3<u32>,
+    shape: [usize; 4],
+    seed: u64,
+    out_scale: impl Fn(usize) -> f64,
+) {
     let (q, k, v) = qkv(shape, seed);
     let got = attention(q.view(), k.view(), v.view(), spec).unwrap();
     let (mut out, lse) = naive_spec(q.view(), k.view(), v.view(), spec, counts);
@@ -199,8 +205,10 @@ fn pytorch_port_head_groups(
                     let kept: Vec<usize> = (seg * w + offset..(seg + 1) * w).step_by(r).collect();
                     for (a, &qi) in kept.iter().enumerate() {
                         let visible = if causal { &kept[..=a] } else { &kept[..] };
-                        let scores: Vec<f64> =
-                            visible.iter().map(|&kj| scale * q.slice(s![b, qi, h, ..]).dot(&k.slice(s![b, kj, h, ..]))).collect();
+                        let scores: Vec<f64> = visible
+                            .iter()
+                            .map(|&kj| scale * q.slice(s![b, qi, h, ..]).dot(&k.slice(s![b, kj, h, ..])))
+                            .collect();
                         let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                         let z: f64 = scores.iter().map(|x| (x - m).exp()).sum();
                         for (&kj, sc) in visible.iter().zip(&scores) {
@@ -253,7 +261,10 @@ fn short_last_segment_is_used_and_stays_inside() {
                     let kept: Vec<usize> = (start + o..n).step_by(r).collect();
                     for &i in &kept {
                         for &j in &kept {
-                            assert!(counts[[h, i, j]] >= 1, "{bs:?} n={n} h={h}: query {i} misses key {j} of the last segment");
+                            assert!(
+                                counts[[h, i, j]] >= 1,
+                                "{bs:?} n={n} h={h}: query {i} misses key {j} of the last segment"
+                            );
                         }
                         assert!(out.lse[[0, h, i]].is_finite(), "{bs:?} n={n} h={h}: query {i} got no key");
                     }
@@ -344,7 +355,13 @@ fn snapshot_causal_window() {
 fn snapshot_block_sparse() {
     let mut mask = vec![vec![false; 4]; 4];
     mask[3][1] = true;
-    let pattern = BlockSparse { block: 3, local_radius: Some(0), dilated_stride: Some(3), global_tokens: 1, block_mask: Some(mask) };
+    let pattern = BlockSparse {
+        block: 3,
+        local_radius: Some(0),
+        dilated_stride: Some(3),
+        global_tokens: 1,
+        block_mask: Some(mask),
+    };
     let spec = Spec::new(pattern);
     insta::assert_snapshot!(grids("block_sparse block=3 local=0 stride=3 global=1 mask[3][1] n=11", &spec, 1, 11));
 }

@@ -95,7 +95,8 @@ fn ring_f32_within_documented_bound() {
     let spec = Spec::new(Dilated::longnet(&[(8, 1), (16, 2), (32, 4)])).causal(true);
     let plan = ChunkPlan::new(n, 5, &Layout::Zigzag).unwrap();
     let shape = [b, n, h, d];
-    let (q, k, v, g) = (normal_tensor(shape, 11), normal_tensor(shape, 12), normal_tensor(shape, 13), normal_tensor(shape, 14));
+    let (q, k, v, g) =
+        (normal_tensor(shape, 11), normal_tensor(shape, 12), normal_tensor(shape, 13), normal_tensor(shape, 14));
     let want = attention(q.view(), k.view(), v.view(), &spec).unwrap();
     let want_grad = attention_backward(q.view(), k.view(), v.view(), &spec, &want, g.view()).unwrap();
     let f = |x: &Array4<f64>| x.mapv(|x| x as f32);
@@ -106,7 +107,9 @@ fn ring_f32_within_documented_bound() {
     let wide = |x: &Array4<f32>| x.mapv(f64::from);
     let e_out = rel_err(wide(&out.out).iter(), want.out.iter());
     assert!(e_out < 1e-5, "out {e_out}");
-    for (what, x, w) in [("dq", &grad.dq, &want_grad.dq), ("dk", &grad.dk, &want_grad.dk), ("dv", &grad.dv, &want_grad.dv)] {
+    for (what, x, w) in
+        [("dq", &grad.dq, &want_grad.dq), ("dk", &grad.dk, &want_grad.dk), ("dv", &grad.dv, &want_grad.dv)]
+    {
         let e = rel_err(wide(x).iter(), w.iter());
         assert!(e < 1e-4, "{what} {e}");
     }
@@ -136,7 +139,9 @@ fn ring_skips_exactly_the_empty_blocks() {
     // And the report counts the computes actually run: P^2 - skipped per phase.
     let shape = [1, n, h, 4];
     let (q, k, v) = (normal_tensor(shape, 1), normal_tensor(shape, 2), normal_tensor(shape, 3));
-    let (_, _, report) = simulate(&ring(&contiguous, &causal, h).unwrap(), &causal, q.view(), k.view(), v.view(), Some(q.view())).unwrap();
+    let (_, _, report) =
+        simulate(&ring(&contiguous, &causal, h).unwrap(), &causal, q.view(), k.view(), v.view(), Some(q.view()))
+            .unwrap();
     assert_eq!((report.computes, report.skipped), (2 * 10, 12));
 }
 
@@ -183,10 +188,16 @@ fn bad_plans_and_schedules_are_typed_errors() {
     let good = ring(&plan, &spec, 1).unwrap();
     let mut bad = good.clone();
     bad.forward[0].ops.push(Op::compute(false, 7, 0..1, &[0], &[0]));
-    assert_eq!(Simulation::new(&bad, &spec, q.view(), k.view(), v.view()).unwrap_err(), Error::BadRank { rank: 7, ranks: 2 });
+    assert_eq!(
+        Simulation::new(&bad, &spec, q.view(), k.view(), v.view()).unwrap_err(),
+        Error::BadRank { rank: 7, ranks: 2 }
+    );
     let mut bad = good.clone();
     bad.forward[0].ops.push(Op::free(0, &[], 0..3, &[]));
-    assert_eq!(Simulation::new(&bad, &spec, q.view(), k.view(), v.view()).unwrap_err(), Error::BadHeads { start: 0, end: 3, heads: 1 });
+    assert_eq!(
+        Simulation::new(&bad, &spec, q.view(), k.view(), v.view()).unwrap_err(),
+        Error::BadHeads { start: 0, end: 3, heads: 1 }
+    );
     let mut bad = good.clone();
     bad.forward[0].ops.push(Op::compute(false, 0, 0..1, &[1], &[0]));
     let e = Simulation::new(&bad, &spec, q.view(), k.view(), v.view()).unwrap_err();
@@ -198,7 +209,10 @@ fn bad_plans_and_schedules_are_typed_errors() {
     assert_eq!(e, Error::PairCoverage { query: 0, key: 0, head: 0, count: 0 });
     // Tensors of another length than the schedule's plan.
     let short = normal_tensor([1, 3, 1, 2], 1);
-    assert!(matches!(Simulation::new(&good, &spec, short.view(), short.view(), short.view()), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(
+        Simulation::new(&good, &spec, short.view(), short.view(), short.view()),
+        Err(Error::ShapeMismatch { .. })
+    ));
     // Backward before forward.
     let mut sim = Simulation::new(&good, &spec, q.view(), k.view(), v.view()).unwrap();
     assert_eq!(sim.backward(q.view()).unwrap_err(), Error::BackwardBeforeForward);

@@ -371,9 +371,8 @@ pub fn partition(n: usize, max_parts: usize) -> impl Strategy<Value = Vec<Vec<us
         .prop_flat_map(move |parts| (Just(parts), prop::collection::vec(0..parts, n), any::<u64>()))
         .prop_map(|(parts, owner, seed)| {
             let mut rng = SplitMix64::new(seed);
-            let groups = (0..parts)
-                .map(|p| shuffled((0..owner.len()).filter(|&j| owner[j] == p).collect(), &mut rng))
-                .collect();
+            let groups =
+                (0..parts).map(|p| shuffled((0..owner.len()).filter(|&j| owner[j] == p).collect(), &mut rng)).collect();
             shuffled(groups, &mut rng)
         })
 }
@@ -393,7 +392,8 @@ pub fn render_grid(title: &str, n: usize, count: impl Fn(usize, usize) -> u32) -
     s.push('\n');
     for i in 0..n {
         let row: Vec<u32> = (0..n).map(|j| count(i, j)).collect();
-        let cells: String = row.iter().map(|&c| if c == 0 { '.' } else { char::from_digit(c.min(9), 10).unwrap() }).collect();
+        let cells: String =
+            row.iter().map(|&c| if c == 0 { '.' } else { char::from_digit(c.min(9), 10).unwrap() }).collect();
         let keys: Vec<String> = row
             .iter()
             .enumerate()

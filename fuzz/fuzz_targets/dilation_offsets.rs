@@ -6,8 +6,8 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use ringdil_reference::pattern::{Branch, Combine, Dilated, KeyRun, Offset};
 use ringdil_reference::Pattern;
+use ringdil_reference::pattern::{Branch, Combine, Dilated, KeyRun, Offset};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -37,7 +37,10 @@ fuzz_target!(|input: Input| {
     let pattern = Dilated { branches: branches.clone(), combine };
     let valid = !branches.is_empty()
         && branches.iter().all(|b| {
-            b.segment > 0 && b.dilation > 0 && b.dilation <= b.segment && !matches!(b.offset, Offset::Fixed(o) if o >= b.dilation)
+            b.segment > 0
+                && b.dilation > 0
+                && b.dilation <= b.segment
+                && !matches!(b.offset, Offset::Fixed(o) if o >= b.dilation)
         })
         && (combine == Combine::SoftmaxDenominator || heads >= branches.len());
     match pattern.validate(heads, n) {

@@ -12,7 +12,9 @@ use ndarray::Array4;
 use ringdil_fuzz::{LayoutInput, PatternInput};
 use ringdil_reference::pattern::key_counts;
 use ringdil_reference::random::normal_tensor;
-use ringdil_reference::ring::{ChunkPlan, Needs, Op, Schedule, Tensor, all_gather, pattern_ring, ring, simulate, ulysses};
+use ringdil_reference::ring::{
+    ChunkPlan, Needs, Op, Schedule, Tensor, all_gather, pattern_ring, ring, simulate, ulysses,
+};
 use ringdil_reference::{attention, attention_backward};
 
 #[derive(Arbitrary, Debug)]
@@ -37,7 +39,10 @@ fuzz_target!(|input: Input| {
     let key_length = input.key_length.map(|l| l as usize % (n + 1));
     let spec = input.pattern.spec(input.causal, key_length);
     if spec.validate(1, heads, n).is_err() {
-        assert!(Needs::new(&spec, &ChunkPlan::new(n, 1, &ringdil_reference::ring::Layout::Contiguous).unwrap(), heads).is_err());
+        assert!(
+            Needs::new(&spec, &ChunkPlan::new(n, 1, &ringdil_reference::ring::Layout::Contiguous).unwrap(), heads)
+                .is_err()
+        );
         return;
     }
     let plan = ChunkPlan::new(n, ranks, &input.layout.valid(n, ranks)).expect("repaired layouts are valid");
@@ -64,8 +69,12 @@ fuzz_target!(|input: Input| {
             }
         }
     }
-    let schedules: Vec<Schedule> =
-        vec![ring(&plan, &spec, heads).unwrap(), pattern_ring(&plan, &spec, heads).unwrap(), all_gather(&plan, heads), ulysses(&plan, heads)];
+    let schedules: Vec<Schedule> = vec![
+        ring(&plan, &spec, heads).unwrap(),
+        pattern_ring(&plan, &spec, heads).unwrap(),
+        all_gather(&plan, heads),
+        ulysses(&plan, heads),
+    ];
     for schedule in &schedules {
         schedule.validate(&spec).unwrap_or_else(|e| panic!("{:?}: {e}", schedule.kind));
         let json = serde_json::to_string(schedule).unwrap();
@@ -83,13 +92,20 @@ fuzz_target!(|input: Input| {
     if n <= 12 {
         let shape = [1, n, heads, 2];
         let seed = input.seed >> 8;
-        let (q, k, v, g) = (normal_tensor(shape, seed), normal_tensor(shape, seed + 1), normal_tensor(shape, seed + 2), normal_tensor(shape, seed + 3));
+        let (q, k, v, g) = (
+            normal_tensor(shape, seed),
+            normal_tensor(shape, seed + 1),
+            normal_tensor(shape, seed + 2),
+            normal_tensor(shape, seed + 3),
+        );
         let want = attention(q.view(), k.view(), v.view(), &spec).unwrap();
         let want_grad = attention_backward(q.view(), k.view(), v.view(), &spec, &want, g.view()).unwrap();
         for schedule in &schedules {
             let (out, grad, _) = simulate(schedule, &spec, q.view(), k.view(), v.view(), Some(g.view())).unwrap();
             let grad = grad.unwrap();
-            for (x, y) in [(&out.out, &want.out), (&grad.dq, &want_grad.dq), (&grad.dk, &want_grad.dk), (&grad.dv, &want_grad.dv)] {
+            for (x, y) in
+                [(&out.out, &want.out), (&grad.dq, &want_grad.dq), (&grad.dk, &want_grad.dk), (&grad.dv, &want_grad.dv)]
+            {
                 assert!(max_abs_diff(x, y) < 1e-9, "{:?} differs from single-device", schedule.kind);
             }
         }

@@ -32,7 +32,8 @@ pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
 
 /// `ranks + 1` valid boundaries from arbitrary cut bytes.
 pub fn valid_boundaries(cuts: &[u8], n: usize, ranks: usize) -> Vec<usize> {
-    let mut inner: Vec<usize> = (0..ranks.saturating_sub(1)).map(|i| cuts.get(i).map_or(n, |&c| c as usize % (n + 1))).collect();
+    let mut inner: Vec<usize> =
+        (0..ranks.saturating_sub(1)).map(|i| cuts.get(i).map_or(n, |&c| c as usize % (n + 1))).collect();
     inner.sort_unstable();
     let mut b = vec![0];
     b.extend(inner);
@@ -86,10 +87,13 @@ pub enum PatternInput {
 
 impl PatternInput {
     pub fn pattern(&self) -> Arc<dyn Pattern> {
-        let small = |b: &[(u8, u8)]| b.iter().take(4).map(|&(w, r)| ((w % 24) as usize, (r % 8) as usize)).collect::<Vec<_>>();
+        let small =
+            |b: &[(u8, u8)]| b.iter().take(4).map(|&(w, r)| ((w % 24) as usize, (r % 8) as usize)).collect::<Vec<_>>();
         match self {
             PatternInput::Dense => Arc::new(Dense),
-            PatternInput::Window(l, r) => Arc::new(SlidingWindow { left: (*l % 16) as usize, right: (*r % 16) as usize }),
+            PatternInput::Window(l, r) => {
+                Arc::new(SlidingWindow { left: (*l % 16) as usize, right: (*r % 16) as usize })
+            }
             PatternInput::LongNet(b) => Arc::new(Dilated::longnet(&small(b))),
             PatternInput::HeadGroups(b) => Arc::new(Dilated::head_groups(&small(b))),
             PatternInput::BlockSparse { block, radius, stride, global } => Arc::new(BlockSparse {

@@ -108,7 +108,8 @@ fn time_case<T: NdFloat>(inputs: &[Array4<f64>; 4], spec: &Spec) -> (Vec<f64>, V
         let t0 = Instant::now();
         let forward = attention(q.view(), k.view(), v.view(), spec).expect("valid benchmark spec");
         let t1 = Instant::now();
-        let grads = attention_backward(q.view(), k.view(), v.view(), spec, &forward, d_out.view()).expect("valid gradient");
+        let grads =
+            attention_backward(q.view(), k.view(), v.view(), spec, &forward, d_out.view()).expect("valid gradient");
         let t2 = Instant::now();
         black_box((forward, grads));
         fwd.push((t1 - t0).as_secs_f64());
@@ -134,7 +135,12 @@ fn load_average() -> String {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -173,7 +179,17 @@ fn main() {
     println!("{command}\n{} threads, load average before: {load_before}", threads);
     println!(
         "{:<11} {:<6} {:<4} {:>6} {:>9} {:>10} {:>7} {:>9} {:>9} {:>10} {:>10}",
-        "pattern", "causal", "type", "seq", "fwd s", "fwd+bwd s", "keys/q", "fwd GF/s", "f+b GF/s", "t/dense", "pairs/dense"
+        "pattern",
+        "causal",
+        "type",
+        "seq",
+        "fwd s",
+        "fwd+bwd s",
+        "keys/q",
+        "fwd GF/s",
+        "f+b GF/s",
+        "t/dense",
+        "pairs/dense"
     );
 
     let mut rows = Vec::new();
@@ -202,7 +218,17 @@ fn main() {
                 let keys_per_query = distinct as f64 / (HEADS * n) as f64;
                 println!(
                     "{:<11} {:<6} {:<4} {:>6} {:>9.3} {:>10.3} {:>7.0} {:>9.2} {:>9.2} {:>10.3} {:>10.3}",
-                    case.name, causal, dtype, n, t_fwd, t_fwd_bwd, keys_per_query, gf_fwd, gf_fwd_bwd, time_ratio, pair_ratio
+                    case.name,
+                    causal,
+                    dtype,
+                    n,
+                    t_fwd,
+                    t_fwd_bwd,
+                    keys_per_query,
+                    gf_fwd,
+                    gf_fwd_bwd,
+                    time_ratio,
+                    pair_ratio
                 );
                 rows.push(json!({
                     "pattern": case.name,

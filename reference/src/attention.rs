@@ -153,7 +153,12 @@ pub fn backward_chunk<T: NdFloat>(
 }
 
 /// Full (self-)attention of `q` over `k`, `v` under `spec`.
-pub fn attention<T: NdFloat>(q: ArrayView4<T>, k: ArrayView4<T>, v: ArrayView4<T>, spec: &Spec) -> Result<Attention<T>> {
+pub fn attention<T: NdFloat>(
+    q: ArrayView4<T>,
+    k: ArrayView4<T>,
+    v: ArrayView4<T>,
+    spec: &Spec,
+) -> Result<Attention<T>> {
     let n = q.dim().1;
     check::same_shape("k (self-attention: same seq as q)", &[n], &[k.dim().1])?;
     let all: Vec<usize> = (0..n).collect();

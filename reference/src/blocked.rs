@@ -16,7 +16,7 @@
 use crate::float::cast;
 use crate::pattern::KeyRun;
 use crate::spec::Spec;
-use ndarray::{s, Array1, Array2, Array3, Array4, ArrayView1, ArrayView3, ArrayView4, ArrayViewMut1, Axis, NdFloat};
+use ndarray::{Array1, Array2, Array3, Array4, ArrayView1, ArrayView3, ArrayView4, ArrayViewMut1, Axis, NdFloat, s};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -192,7 +192,12 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     ///
     /// Returns this chunk's contributions `(dq, dk, dv)`; over a partition of the keys
     /// the `dq`s add up and the `dk`, `dv` are the rows of the full gradient.
-    pub fn backward(&self, d_out: ArrayView4<T>, lse: ArrayView3<T>, delta: ArrayView3<T>) -> (Array4<T>, Array4<T>, Array4<T>) {
+    pub fn backward(
+        &self,
+        d_out: ArrayView4<T>,
+        lse: ArrayView3<T>,
+        delta: ArrayView3<T>,
+    ) -> (Array4<T>, Array4<T>, Array4<T>) {
         let (batch, nq, heads, d) = self.q.dim();
         let (nk, dv) = (self.k.dim().1, self.v.dim().3);
         let pieces: Vec<_> = self
@@ -308,7 +313,11 @@ impl Blocker {
                 counts[[r, self.column[key as usize]]] += T::one();
             }
         }
-        let block = Block { rows: std::mem::take(&mut self.rows), cols: self.union.iter().map(|&k| k as usize).collect(), counts };
+        let block = Block {
+            rows: std::mem::take(&mut self.rows),
+            cols: self.union.iter().map(|&k| k as usize).collect(),
+            counts,
+        };
         f(&block);
         self.flat.clear();
         self.offsets.truncate(1);
@@ -324,13 +333,12 @@ impl Blocker {
 /// Masked entries (`c_j = 0`) become exactly 0 whatever their score.
 fn softmax_row<T: NdFloat>(scores: &mut ArrayViewMut1<T>, counts: ArrayView1<T>, lse: Option<T>) -> T {
     let zero = T::zero();
-    let max = scores
-        .iter()
-        .zip(counts)
-        .filter(|(_, c)| **c > zero)
-        .fold(T::neg_infinity(), |m, (&s, _)| m.max(s));
+    let max = scores.iter().zip(counts).filter(|(_, c)| **c > zero).fold(T::neg_infinity(), |m, (&s, _)| m.max(s));
     let lse = lse.unwrap_or_else(|| {
-        let sum = scores.iter().zip(counts).fold(zero, |acc, (&s, &c)| if c > zero { acc + c * (s - max).exp() } else { acc });
+        let sum = scores
+            .iter()
+            .zip(counts)
+            .fold(zero, |acc, (&s, &c)| if c > zero { acc + c * (s - max).exp() } else { acc });
         max + sum.ln()
     });
     if lse == T::neg_infinity() {

@@ -18,11 +18,9 @@ pub(crate) fn dims4<T>(name: &'static str, x: &ArrayView4<T>) -> Result<[usize; 
 pub(crate) fn finite<T: NdFloat>(name: &'static str, x: &ArrayView4<T>) -> Result<()> {
     match x.indexed_iter().find(|(_, v)| !v.is_finite()) {
         None => Ok(()),
-        Some(((a, b, c, d), v)) => Err(Error::NonFinite {
-            tensor: name,
-            index: vec![a, b, c, d],
-            value: v.to_f64().unwrap_or(f64::NAN),
-        }),
+        Some(((a, b, c, d), v)) => {
+            Err(Error::NonFinite { tensor: name, index: vec![a, b, c, d], value: v.to_f64().unwrap_or(f64::NAN) })
+        }
     }
 }
 

@@ -83,7 +83,9 @@ impl fmt::Display for Error {
             Error::OffsetOutOfRange { branch, offset, dilation } => {
                 write!(f, "branch {branch}: offset {offset} must be smaller than dilation_rate {dilation}")
             }
-            Error::NoBranches => write!(f, "dilated pattern: at least one (segment_length, dilation_rate) branch is required"),
+            Error::NoBranches => {
+                write!(f, "dilated pattern: at least one (segment_length, dilation_rate) branch is required")
+            }
             Error::TooFewHeads { heads, branches } => write!(
                 f,
                 "head_groups combine: {heads} heads cannot be split into {branches} non-empty groups (one per branch)"
@@ -91,20 +93,18 @@ impl fmt::Display for Error {
             Error::ZeroParameter { pattern, parameter } => {
                 write!(f, "{pattern}: `{parameter}` is 0; it must be at least 1")
             }
-            Error::BlockMaskTooSmall { blocks_needed, rows, cols } => write!(
-                f,
-                "block mask is {rows}x{cols} blocks but the sequence needs {blocks_needed}x{blocks_needed}"
-            ),
+            Error::BlockMaskTooSmall { blocks_needed, rows, cols } => {
+                write!(f, "block mask is {rows}x{cols} blocks but the sequence needs {blocks_needed}x{blocks_needed}")
+            }
             Error::MaskShape { expected, got } => {
                 write!(f, "explicit mask: expected [heads, seq, seq] = {expected:?}, got {got:?}")
             }
             Error::KeyPaddingTooLong { batch, length, seq } => {
                 write!(f, "key padding: batch row {batch} has length {length} > seq {seq}")
             }
-            Error::BadPosition { what, position, seq_len } => write!(
-                f,
-                "{what}: position {position} is out of range 0..{seq_len} or repeated"
-            ),
+            Error::BadPosition { what, position, seq_len } => {
+                write!(f, "{what}: position {position} is out of range 0..{seq_len} or repeated")
+            }
             Error::BadScale { scale } => write!(f, "softmax scale {scale} must be finite and positive"),
             Error::MergeShape { left, right } => {
                 write!(f, "merge: partials have different shapes {left:?} and {right:?}")

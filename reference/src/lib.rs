@@ -38,7 +38,8 @@ pub mod ring;
 pub mod spec;
 
 pub use attention::{
-    Attention, Gradients, OutputGrad, attend_chunk, attention, attention_backward, attention_low_precision, backward_chunk,
+    Attention, Gradients, OutputGrad, attend_chunk, attention, attention_backward, attention_low_precision,
+    backward_chunk,
 };
 pub use blocked::BLOCK_ROWS;
 pub use error::{Error, Result};

@@ -43,7 +43,10 @@ pub struct Partial<T> {
 impl<T: NdFloat> Partial<T> {
     /// The merge identity: no keys seen yet.
     pub fn empty(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
-        Partial { out: Array4::zeros((batch, seq, heads, head_dim)), lse: Array3::from_elem((batch, heads, seq), T::neg_infinity()) }
+        Partial {
+            out: Array4::zeros((batch, seq, heads, head_dim)),
+            lse: Array3::from_elem((batch, heads, seq), T::neg_infinity()),
+        }
     }
 
     /// Attention over the union of both partials' (disjoint) key sets. Returns a new

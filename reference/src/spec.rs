@@ -71,7 +71,11 @@ impl Spec {
         }
         if let Some(lengths) = &self.key_lengths {
             if lengths.len() != batch {
-                return Err(Error::ShapeMismatch { what: "key_lengths", expected: vec![batch], got: vec![lengths.len()] });
+                return Err(Error::ShapeMismatch {
+                    what: "key_lengths",
+                    expected: vec![batch],
+                    got: vec![lengths.len()],
+                });
             }
             if let Some((b, &length)) = lengths.iter().enumerate().find(|&(_, &l)| l > seq_len) {
                 return Err(Error::KeyPaddingTooLong { batch: b, length, seq: seq_len });

@@ -15,7 +15,11 @@ pub enum How {
     SingleDevice,
     /// On `ranks` simulated ranks with `layout` and `schedule`; the output is gathered
     /// back into the original token order.
-    Distributed { ranks: usize, layout: Layout, schedule: ScheduleKind },
+    Distributed {
+        ranks: usize,
+        layout: Layout,
+        schedule: ScheduleKind,
+    },
 }
 
 /// What `attend` did, for the terminal and for `--json`.
@@ -33,7 +37,13 @@ pub struct AttendReport {
 type Computed<T> = (Array4<T>, Array3<T>, Option<Report>);
 
 /// Attention under `spec`; `how` says where.
-fn compute<T: NdFloat>(q: Array4<T>, k: Array4<T>, v: Array4<T>, spec: &Spec, how: &How) -> Result<Computed<T>, Box<dyn Error>> {
+fn compute<T: NdFloat>(
+    q: Array4<T>,
+    k: Array4<T>,
+    v: Array4<T>,
+    spec: &Spec,
+    how: &How,
+) -> Result<Computed<T>, Box<dyn Error>> {
     match how {
         How::SingleDevice => {
             let r = attention(q.view(), k.view(), v.view(), spec)?;
@@ -52,7 +62,15 @@ fn compute<T: NdFloat>(q: Array4<T>, k: Array4<T>, v: Array4<T>, spec: &Spec, ho
 /// Read `q`, `k`, `v`, compute attention under `spec` in the inputs' precision (f64 if
 /// all are f64, else f32), write the output (and the LSE, `[batch, heads, seq]`) as
 /// `.npy` in that precision.
-pub fn attend(q: &str, k: &str, v: &str, spec: &Spec, how: &How, out: &Path, lse: Option<&Path>) -> Result<AttendReport, Box<dyn Error>> {
+pub fn attend(
+    q: &str,
+    k: &str,
+    v: &str,
+    spec: &Spec,
+    how: &How,
+    out: &Path,
+    lse: Option<&Path>,
+) -> Result<AttendReport, Box<dyn Error>> {
     let (q, k, v) = (tensor_io::read(q)?, tensor_io::read(k)?, tensor_io::read(v)?);
     let shape = q.shape().to_vec();
     let all_f64 = [&q, &k, &v].iter().all(|t| matches!(t, Tensor::F64(_)));

@@ -75,7 +75,13 @@ pub struct PlanCost {
 impl PlanCost {
     /// Cost `schedule` for batch 1, query/key/value width `head_dim` and
     /// `element_bytes` bytes per element; `dense` is the plain ring on the same chunks.
-    pub fn new(kind: ScheduleKind, schedule: &Schedule, dense: &Schedule, head_dim: usize, element_bytes: usize) -> Self {
+    pub fn new(
+        kind: ScheduleKind,
+        schedule: &Schedule,
+        dense: &Schedule,
+        head_dim: usize,
+        element_bytes: usize,
+    ) -> Self {
         let bytes = |steps: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
             steps.into_iter().map(|s| s.into_iter().map(|e| e * element_bytes).collect()).collect()
         };
@@ -126,7 +132,9 @@ impl PlanCost {
         }
         text.push('\n');
         text.push_str(&crate::table::render(&headers, &rows));
-        let ratio = |x: usize, dense: usize| if dense == 0 { "-".to_string() } else { format!("{:.3}", x as f64 / dense as f64) };
+        let ratio = |x: usize, dense: usize| {
+            if dense == 0 { "-".to_string() } else { format!("{:.3}", x as f64 / dense as f64) }
+        };
         text.push_str(&format!(
             "\nforward  {:.1} KiB sent in all (dense ring {:.1} KiB, ratio {})\nbackward {:.1} KiB sent in all (dense ring {:.1} KiB, ratio {})\ncomputes skipped because the pattern leaves them empty: {}\n",
             self.forward_total() as f64 / 1024.0,

@@ -2,14 +2,14 @@
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use ringdil_cli::pattern_file::PatternFile;
 use ringdil_cli::distributed::{self, LayoutArg, PlanCost, ScheduleKind};
+use ringdil_cli::pattern_file::PatternFile;
+use ringdil_cli::verify::{self, Check, Row};
 use ringdil_cli::{attend, pattern_view, table};
 use ringdil_cuda::dist::{LaunchOptions, launch};
-use ringdil_reference::ring::ChunkPlan;
 use ringdil_reference::Spec;
+use ringdil_reference::ring::ChunkPlan;
 use std::error::Error;
-use ringdil_cli::verify::{self, Check, Row};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -247,7 +247,11 @@ fn run_attend(
     spec.causal |= causal;
     let how = match &distributed {
         None => attend::How::SingleDevice,
-        Some((ranks, d)) => attend::How::Distributed { ranks: *ranks, layout: distributed::layout(d.layout, d.boundaries.clone()), schedule: d.schedule },
+        Some((ranks, d)) => attend::How::Distributed {
+            ranks: *ranks,
+            layout: distributed::layout(d.layout, d.boundaries.clone()),
+            schedule: d.schedule,
+        },
     };
     let report = attend::attend(q, k, v, &spec, &how, out, lse)?;
     if json {
@@ -340,7 +344,10 @@ fn run_show(
 }
 
 fn run_verify(cases: usize, seed: u64, pattern: Option<PathBuf>, json: bool) -> ExitCode {
-    let fixed = match pattern.map(|p| PatternFile::load(&p).and_then(|f| f.spec()).map(|s| (s, p.display().to_string()))).transpose() {
+    let fixed = match pattern
+        .map(|p| PatternFile::load(&p).and_then(|f| f.spec()).map(|s| (s, p.display().to_string())))
+        .transpose()
+    {
         Ok(fixed) => fixed,
         Err(e) => {
             eprintln!("error: {e}");
@@ -396,7 +403,10 @@ fn render_rows(rows: &[Row]) -> String {
             ]
         })
         .collect();
-    table::render(&["case", "check", "pattern", "shape [b,n,h,d]", "mask", "keys", "max rel err", "bound", "result"], &cells)
+    table::render(
+        &["case", "check", "pattern", "shape [b,n,h,d]", "mask", "keys", "max rel err", "bound", "result"],
+        &cells,
+    )
 }
 
 fn render_summary(rows: &[Row]) -> String {

@@ -17,8 +17,8 @@
 
 use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dense, Dilated, Offset, SlidingWindow};
 use ringdil_reference::{Pattern, Spec};
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_json::Value;
 use std::fmt;
 use std::path::Path;
@@ -114,10 +114,21 @@ impl<'de> Deserialize<'de> for Offsets {
 /// Why a pattern file was rejected.
 #[derive(Debug)]
 pub enum FileError {
-    Read { path: String, error: std::io::Error },
-    Parse { path: String, message: String },
+    Read {
+        path: String,
+        error: std::io::Error,
+    },
+    Parse {
+        path: String,
+        message: String,
+    },
     /// Two list fields that must have the same length do not.
-    Lengths { field: &'static str, len: usize, other: &'static str, other_len: usize },
+    Lengths {
+        field: &'static str,
+        len: usize,
+        other: &'static str,
+        other_len: usize,
+    },
 }
 
 impl fmt::Display for FileError {
@@ -181,7 +192,8 @@ impl PatternFile {
             PatternFile::Dense { .. } => Arc::new(Dense),
             PatternFile::Dilated { segment_lengths, dilation_rates, offsets, combine, .. } => {
                 let branches = segment_lengths.len();
-                let lengths = |field, len| FileError::Lengths { field, len, other: "segment_lengths", other_len: branches };
+                let lengths =
+                    |field, len| FileError::Lengths { field, len, other: "segment_lengths", other_len: branches };
                 if dilation_rates.len() != branches {
                     return Err(lengths("dilation_rates", dilation_rates.len()));
                 }

@@ -59,7 +59,10 @@ impl Bits {
         self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a |= b);
     }
     fn ones(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, &word)| (0..64).filter(move |b| word >> b & 1 == 1).map(move |b| w * 64 + b))
+        self.0
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &word)| (0..64).filter(move |b| word >> b & 1 == 1).map(move |b| w * 64 + b))
     }
     fn count(&self) -> usize {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
@@ -68,7 +71,13 @@ impl Bits {
 
 /// Statistics of `head` (of `heads`) on a sequence of `seq` tokens, with receptive
 /// fields for 1..=`layers` layers.
-pub fn stats(spec: &Spec, seq: usize, heads: usize, head: usize, layers: usize) -> Result<PatternStats, Box<dyn Error>> {
+pub fn stats(
+    spec: &Spec,
+    seq: usize,
+    heads: usize,
+    head: usize,
+    layers: usize,
+) -> Result<PatternStats, Box<dyn Error>> {
     spec.validate(1, heads, seq)?;
     if head >= heads {
         return Err(format!("--head {head} is out of range for --heads {heads}").into());
@@ -86,7 +95,8 @@ pub fn stats(spec: &Spec, seq: usize, heads: usize, head: usize, layers: usize) 
     }
     // 64 evenly spaced queries (all of them when fewer), the last one last.
     let samples = 64.min(seq);
-    let sampled: Vec<usize> = (0..samples).map(|s| if samples == 1 { seq - 1 } else { s * (seq - 1) / (samples - 1) }).collect();
+    let sampled: Vec<usize> =
+        (0..samples).map(|s| if samples == 1 { seq - 1 } else { s * (seq - 1) / (samples - 1) }).collect();
     let mut fields: Vec<Bits> = sampled.iter().map(|&i| layer[i].clone()).collect();
     let mut receptive_field = Vec::new();
     for l in 1..=layers {

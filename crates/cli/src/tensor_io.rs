@@ -61,10 +61,9 @@ impl fmt::Display for IoError {
         match self {
             IoError::Io { path, message } => write!(f, "{path}: {message}"),
             IoError::Format { path, message } => write!(f, "{path}: {message}"),
-            IoError::Rank { path, shape } => write!(
-                f,
-                "{path}: shape {shape:?} is not 4-dimensional; expected [batch, seq, heads, head_dim]"
-            ),
+            IoError::Rank { path, shape } => {
+                write!(f, "{path}: shape {shape:?} is not 4-dimensional; expected [batch, seq, heads, head_dim]")
+            }
         }
     }
 }
@@ -126,7 +125,9 @@ fn read_safetensors(path: &str, bytes: &[u8], name: Option<&str>) -> Result<Tens
         Dtype::F32 => widened(words(4).map(|w| f32::from_le_bytes(w.try_into().expect("4 bytes"))).collect()),
         Dtype::BF16 => widened(words(2).map(|w| half::bf16::from_le_bytes([w[0], w[1]]).to_f32()).collect()),
         Dtype::F16 => widened(words(2).map(|w| half::f16::from_le_bytes([w[0], w[1]]).to_f32()).collect()),
-        other => Err(format_error(path, format!("tensor `{name}` has dtype {other:?}; expected F64, F32, BF16 or F16"))),
+        other => {
+            Err(format_error(path, format!("tensor `{name}` has dtype {other:?}; expected F64, F32, BF16 or F16")))
+        }
     }
 }
 
@@ -135,6 +136,10 @@ fn from_values<T>(path: &str, shape: &IxDyn, values: Vec<T>) -> Result<Array4<T>
 }
 
 /// Write an f32 or f64 array of any rank as `.npy`.
-pub fn write_npy<T: ndarray_npy::WritableElement, D: ndarray::Dimension>(path: &Path, a: &ndarray::Array<T, D>) -> Result<(), IoError> {
-    ndarray_npy::write_npy(path, a).map_err(|e| IoError::Io { path: path.display().to_string(), message: e.to_string() })
+pub fn write_npy<T: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+    path: &Path,
+    a: &ndarray::Array<T, D>,
+) -> Result<(), IoError> {
+    ndarray_npy::write_npy(path, a)
+        .map_err(|e| IoError::Io { path: path.display().to_string(), message: e.to_string() })
 }

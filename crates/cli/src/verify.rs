@@ -6,13 +6,15 @@
 //! padding, then runs every [`Check`]. Every check compares against an f64 oracle with
 //! the relative error `||x - ref|| / ||ref||` and a documented bound.
 
-use ndarray::{Array3, Array4, Axis, s};
-use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow, key_counts};
 use crate::distributed::{self, ScheduleKind};
+use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::compare::rel_err;
-use ringdil_reference::ring::{ChunkPlan, Layout, simulate};
+use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow, key_counts};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
-use ringdil_reference::{Attention, OutputGrad, Partial, Spec, attend_chunk, attention, attention_backward, backward_chunk};
+use ringdil_reference::ring::{ChunkPlan, Layout, simulate};
+use ringdil_reference::{
+    Attention, OutputGrad, Partial, Spec, attend_chunk, attention, attention_backward, backward_chunk,
+};
 use serde::Serialize;
 use std::error::Error;
 
@@ -226,7 +228,14 @@ fn check_masked(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, 
 /// Split the keys into 1..=5 random parts (some empty, non-contiguous), evaluate each
 /// part with global positions, merge in a random order and in two bracketings, and
 /// compare forward and the summed backward with the full computation.
-fn check_merge(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<f64> {
+fn check_merge(
+    q: &Array4<f64>,
+    k: &Array4<f64>,
+    v: &Array4<f64>,
+    spec: &Spec,
+    full: &Attention<f64>,
+    seed: u64,
+) -> Res<f64> {
     let (batch, n, heads, d) = q.dim();
     let mut rng = SplitMix64::new(seed ^ 0x006d_6572_6765);
     let parts = rng.range(1, 5);
@@ -270,7 +279,14 @@ fn check_merge(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, f
 
 /// Compare the analytic gradient of `L = sum(out * G)` with central differences at a
 /// few random coordinates of each of q, k, v.
-fn check_backward(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<f64> {
+fn check_backward(
+    q: &Array4<f64>,
+    k: &Array4<f64>,
+    v: &Array4<f64>,
+    spec: &Spec,
+    full: &Attention<f64>,
+    seed: u64,
+) -> Res<f64> {
     const EPS: f64 = 1e-5;
     const SAMPLES: usize = 4;
     let g = normal_tensor(q.dim().into(), seed ^ 0x6664);
@@ -307,7 +323,14 @@ fn check_f32(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, ful
 /// Replay a random distributed schedule on simulated ranks and compare the gathered
 /// output and gradients with the single-device ones. Also says which schedule, how many
 /// ranks and which layout it drew.
-fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>, seed: u64) -> Res<(f64, String)> {
+fn check_ring(
+    q: &Array4<f64>,
+    k: &Array4<f64>,
+    v: &Array4<f64>,
+    spec: &Spec,
+    full: &Attention<f64>,
+    seed: u64,
+) -> Res<(f64, String)> {
     let (_, n, heads, _) = q.dim();
     let mut rng = SplitMix64::new(seed ^ 0x7269_6e67);
     let ranks = rng.range(1, 8);
@@ -328,7 +351,8 @@ fn check_ring(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, fu
             Layout::Permuted { order, boundaries: None }
         }
     };
-    let kind = [ScheduleKind::Ring, ScheduleKind::Pattern, ScheduleKind::AllGather, ScheduleKind::Ulysses][rng.range(0, 3)];
+    let kind =
+        [ScheduleKind::Ring, ScheduleKind::Pattern, ScheduleKind::AllGather, ScheduleKind::Ulysses][rng.range(0, 3)];
     let chunks = ChunkPlan::new(n, ranks, &layout)?;
     let schedule = distributed::schedule(kind, &chunks, spec, heads)?;
     let g = normal_tensor(q.dim().into(), seed ^ 0x6772);

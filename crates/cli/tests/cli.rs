@@ -17,7 +17,11 @@ fn ringdil(args: &[&str]) -> (String, String, i32) {
         .current_dir(workspace())
         .output()
         .expect("the ringdil binary runs");
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code().unwrap_or(-1))
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
 }
 
 fn workspace() -> PathBuf {
@@ -59,7 +63,8 @@ fn verify_with_a_pattern_file_uses_it_for_every_case() {
 
 #[test]
 fn pattern_show_prints_statistics() {
-    let (stdout, stderr, code) = ringdil(&["pattern", "show", "docs/patterns/longnet.json", "--seq", "64", "--heads", "2"]);
+    let (stdout, stderr, code) =
+        ringdil(&["pattern", "show", "docs/patterns/longnet.json", "--seq", "64", "--heads", "2"]);
     assert_eq!(code, 0, "{stderr}");
     insta::assert_snapshot!(stdout);
 }
@@ -68,7 +73,18 @@ fn pattern_show_prints_statistics() {
 fn pattern_show_writes_a_png() {
     let png = scratch("mask.png");
     let png_arg = png.to_str().unwrap();
-    let (_, stderr, code) = ringdil(&["pattern", "show", "docs/patterns/bigbird.json", "--seq", "50", "--heads", "3", "--all-heads", "--png", png_arg]);
+    let (_, stderr, code) = ringdil(&[
+        "pattern",
+        "show",
+        "docs/patterns/bigbird.json",
+        "--seq",
+        "50",
+        "--heads",
+        "3",
+        "--all-heads",
+        "--png",
+        png_arg,
+    ]);
     assert_eq!(code, 0, "{stderr}");
     let bytes = std::fs::read(&png).expect("png written");
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
@@ -129,7 +145,19 @@ fn attend_matches_the_library_on_npy_files() {
     }
     let arg = |i: usize| paths[i].to_str().unwrap().to_string();
     let (_, stderr, code) = ringdil(&[
-        "attend", "--q", &arg(0), "--k", &arg(1), "--v", &arg(2), "--pattern", "docs/patterns/longnet.json", "--out", &arg(3), "--lse", &arg(4),
+        "attend",
+        "--q",
+        &arg(0),
+        "--k",
+        &arg(1),
+        "--v",
+        &arg(2),
+        "--pattern",
+        "docs/patterns/longnet.json",
+        "--out",
+        &arg(3),
+        "--lse",
+        &arg(4),
     ]);
     assert_eq!(code, 0, "{stderr}");
     let out: Array4<f64> = read_npy(&paths[3]).unwrap();
@@ -155,8 +183,24 @@ fn attend_on_simulated_ranks_matches_single_device() {
     let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
     for schedule in ["ring", "pattern", "all-gather", "ulysses"] {
         let (stdout, stderr, code) = ringdil(&[
-            "attend", "--q", &arg(0), "--k", &arg(1), "--v", &arg(2), "--pattern", "docs/patterns/longnet.json", "--out", &arg(3),
-            "--ring", "3", "--layout", "striped", "--schedule", schedule, "--json",
+            "attend",
+            "--q",
+            &arg(0),
+            "--k",
+            &arg(1),
+            "--v",
+            &arg(2),
+            "--pattern",
+            "docs/patterns/longnet.json",
+            "--out",
+            &arg(3),
+            "--ring",
+            "3",
+            "--layout",
+            "striped",
+            "--schedule",
+            schedule,
+            "--json",
         ]);
         assert_eq!(code, 0, "{schedule}: {stderr}");
         let out: Array4<f64> = read_npy(&paths[3]).unwrap();
@@ -170,20 +214,42 @@ fn attend_on_simulated_ranks_matches_single_device() {
 #[test]
 fn plan_prints_bytes_per_rank_and_step() {
     let (stdout, stderr, code) = ringdil(&[
-        "plan", "docs/patterns/longnet.json", "--seq", "128", "--ranks", "4", "--heads", "2", "--head-dim", "64",
+        "plan",
+        "docs/patterns/longnet.json",
+        "--seq",
+        "128",
+        "--ranks",
+        "4",
+        "--heads",
+        "2",
+        "--head-dim",
+        "64",
     ]);
     assert_eq!(code, 0, "{stderr}");
     insta::assert_snapshot!(stdout);
     let svg = scratch("plan.svg");
-    let (_, _, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "128", "--ranks", "4", "--svg", svg.to_str().unwrap()]);
+    let (_, _, code) = ringdil(&[
+        "plan",
+        "docs/patterns/longnet.json",
+        "--seq",
+        "128",
+        "--ranks",
+        "4",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0);
     let drawing = std::fs::read_to_string(&svg).unwrap();
-    assert!(drawing.starts_with("<svg") && drawing.matches("<rect").count() == 4 * 8, "4 ranks x (4 forward + 4 backward steps)");
+    assert!(
+        drawing.starts_with("<svg") && drawing.matches("<rect").count() == 4 * 8,
+        "4 ranks x (4 forward + 4 backward steps)"
+    );
 }
 
 #[test]
 fn plan_rejects_bad_boundaries() {
-    let (_, stderr, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "10", "--ranks", "2", "--boundaries", "0,4,9"]);
+    let (_, stderr, code) =
+        ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "10", "--ranks", "2", "--boundaries", "0,4,9"]);
     assert_eq!(code, 2);
     insta::assert_snapshot!(stderr);
 }
@@ -231,17 +297,25 @@ fn cli_reference_page_quotes_the_current_help() {
 #[test]
 fn launch_starts_one_process_per_rank_with_its_environment() {
     let (stdout, stderr, code) = ringdil(&[
-        "launch", "--nproc", "3", "--", "/bin/sh", "-c",
+        "launch",
+        "--nproc",
+        "3",
+        "--",
+        "/bin/sh",
+        "-c",
         "echo rank=$RINGDIL_RANK local=$RINGDIL_LOCAL_RANK world=$RINGDIL_WORLD gpu=$CUDA_VISIBLE_DEVICES id=${RINGDIL_NCCL_ID_FILE:+set}",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let mut lines: Vec<&str> = stdout.lines().collect();
     lines.sort_unstable();
-    assert_eq!(lines, [
-        "rank=0 local=0 world=3 gpu=0 id=set",
-        "rank=1 local=1 world=3 gpu=1 id=set",
-        "rank=2 local=2 world=3 gpu=2 id=set",
-    ]);
+    assert_eq!(
+        lines,
+        [
+            "rank=0 local=0 world=3 gpu=0 id=set",
+            "rank=1 local=1 world=3 gpu=1 id=set",
+            "rank=2 local=2 world=3 gpu=2 id=set",
+        ]
+    );
     let (_, stderr, code) = ringdil(&["launch", "--nproc", "2", "--", "/bin/sh", "-c", "exit $RINGDIL_RANK"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("worker rank 1"), "{stderr}");

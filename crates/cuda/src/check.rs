@@ -154,13 +154,19 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
                 global_tokens: rng.range(0, 20),
                 block_mask: None,
             };
-            add(Kind::Forward, "block sparse", GpuSpec::new(GpuPattern::BlockSparse(bs.clone())).causal(causal), &mut rng);
+            add(
+                Kind::Forward,
+                "block sparse",
+                GpuSpec::new(GpuPattern::BlockSparse(bs.clone())).causal(causal),
+                &mut rng,
+            );
             let user = BlockSparse { block_mask: Some(vec![]), local_radius: None, dilated_stride: None, ..bs };
             add(Kind::Forward, "block sparse, user mask", GpuSpec::new(GpuPattern::BlockSparse(user)), &mut rng);
             let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
             let longnet = GpuPattern::Dilated(Dilated::longnet(&branches));
             add(Kind::Forward, "dilated longnet", GpuSpec::new(longnet.clone()).causal(causal), &mut rng);
-            let torchscale = GpuPattern::Dilated(Dilated::torchscale(&[(rng.range(64, 256), 2), (rng.range(256, 1024), 8)]));
+            let torchscale =
+                GpuPattern::Dilated(Dilated::torchscale(&[(rng.range(64, 256), 2), (rng.range(256, 1024), 8)]));
             add(Kind::Forward, "dilated torchscale offsets", GpuSpec::new(torchscale), &mut rng);
             add(Kind::RingStep, "ring step dense", dense.clone().causal(causal), &mut rng);
             add(Kind::RingStep, "ring step dilated", GpuSpec::new(longnet.clone()).causal(true), &mut rng);
@@ -311,8 +317,16 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             compare_partial(&mut metrics, &got, &want, bound);
             // The merge kernel itself against the reference merge of the same partials.
             let exact = partial_to_host(gpu, &left)?.merge(&partial_to_host(gpu, &right)?)?;
-            metrics.push(Metric { what: "merge kernel out", err: rel_err(got.out.iter(), exact.out.iter()), bound: MERGE_BOUND });
-            metrics.push(Metric { what: "merge kernel lse", err: lse_err(got.lse.view(), exact.lse.view()), bound: MERGE_BOUND });
+            metrics.push(Metric {
+                what: "merge kernel out",
+                err: rel_err(got.out.iter(), exact.out.iter()),
+                bound: MERGE_BOUND,
+            });
+            metrics.push(Metric {
+                what: "merge kernel lse",
+                err: lse_err(got.lse.view(), exact.lse.view()),
+                bound: MERGE_BOUND,
+            });
             // Inputs keep their meaning: the left partial is still the left ring step.
             let left_ref = attend_chunk(
                 q.view(),
@@ -324,7 +338,11 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 &reference_spec,
             )?;
             let left_now = partial_to_host(gpu, &left)?;
-            metrics.push(Metric { what: "merge input intact", err: rel_err(left_now.out.iter(), left_ref.out.iter()), bound });
+            metrics.push(Metric {
+                what: "merge input intact",
+                err: rel_err(left_now.out.iter(), left_ref.out.iter()),
+                bound,
+            });
         }
     }
     Ok(Outcome { case: describe(case), metrics })

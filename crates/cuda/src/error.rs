@@ -36,11 +36,12 @@ impl fmt::Display for CudaError {
             }
             CudaError::Unsupported { what } => write!(f, "not supported on the GPU: {what}"),
             CudaError::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),
-            CudaError::ShapeMismatch { what, expected, got } => write!(f, "{what}: expected shape {expected:?}, got {got:?}"),
-            CudaError::ChunkOutOfRange { side, offset, rows, seq_len } => write!(
-                f,
-                "{side} chunk: offset {offset} + {rows} rows exceeds the global sequence length {seq_len}"
-            ),
+            CudaError::ShapeMismatch { what, expected, got } => {
+                write!(f, "{what}: expected shape {expected:?}, got {got:?}")
+            }
+            CudaError::ChunkOutOfRange { side, offset, rows, seq_len } => {
+                write!(f, "{side} chunk: offset {offset} + {rows} rows exceeds the global sequence length {seq_len}")
+            }
             CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
             CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
             CudaError::NvrtcMissing => write!(f, "libcuda is present but libnvrtc (NVRTC) could not be loaded"),

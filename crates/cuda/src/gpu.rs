@@ -11,8 +11,11 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// PTX compiled by NVRTC, per (architecture, element type, head dim), for the process.
-static PTX_CACHE: OnceLock<Mutex<HashMap<(String, Dtype, usize), Ptx>>> = OnceLock::new();
+/// What a compiled module is specialised for: (architecture, element type, head dim).
+type PtxKey = (String, Dtype, usize);
+
+/// PTX compiled by NVRTC, per [`PtxKey`], for the process.
+static PTX_CACHE: OnceLock<Mutex<HashMap<PtxKey, Ptx>>> = OnceLock::new();
 
 /// The kernels of one (element type, head dim), loaded into a context.
 struct Kernels {
@@ -155,7 +158,11 @@ impl Gpu {
     pub fn upload(&self, host: &[u16], dims: [usize; 4]) -> Result<DeviceTensor> {
         let n: usize = dims.iter().product();
         if host.len() != n {
-            return Err(CudaError::ShapeMismatch { what: "host tensor", expected: dims.to_vec(), got: vec![host.len()] });
+            return Err(CudaError::ShapeMismatch {
+                what: "host tensor",
+                expected: dims.to_vec(),
+                got: vec![host.len()],
+            });
         }
         Ok(DeviceTensor { data: self.stream.clone_htod(host)?, dims })
     }
@@ -253,7 +260,9 @@ impl Gpu {
             return self.forward_launch(prep, first, q, k, v, out);
         }
         let mut scratch = std::mem::take(&mut prep.scratch);
-        let [acc, branch, next] = scratch.as_mut_slice() else { unreachable!("multi-launch calls own 3 scratch partials") };
+        let [acc, branch, next] = scratch.as_mut_slice() else {
+            unreachable!("multi-launch calls own 3 scratch partials")
+        };
         let prep_ref = &*prep;
         let (first, rest) = (&prep_ref.launches[0], &prep_ref.launches[1..]);
         let result = (|| {
@@ -338,7 +347,11 @@ impl Gpu {
     /// their values, as the reference's `Partial::merge` requires).
     pub fn merge_into(&self, a: &DevicePartial, b: &DevicePartial, out: &mut DevicePartial) -> Result<()> {
         if a.dims != b.dims || a.dims != out.dims {
-            return Err(CudaError::ShapeMismatch { what: "merge partials", expected: a.dims.to_vec(), got: b.dims.to_vec() });
+            return Err(CudaError::ShapeMismatch {
+                what: "merge partials",
+                expected: a.dims.to_vec(),
+                got: b.dims.to_vec(),
+            });
         }
         let [batch, rows, heads, d] = a.dims;
         if !matches!(d, 64 | 128) {
@@ -359,12 +372,17 @@ impl Gpu {
     /// Allocate gradient buffers for `prep`.
     pub fn alloc_grads(&self, prep: &Prepared) -> Result<DeviceGrads> {
         let s = prep.shape;
-        Ok(DeviceGrads { dq: self.filled(s.q_len(), 0.0)?, dk: self.filled(s.k_len(), 0.0)?, dv: self.filled(s.k_len(), 0.0)? })
+        Ok(DeviceGrads {
+            dq: self.filled(s.q_len(), 0.0)?,
+            dk: self.filled(s.k_len(), 0.0)?,
+            dv: self.filled(s.k_len(), 0.0)?,
+        })
     }
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
     /// from the saved LSE. A single launch writes every gradient row; several (dilated
     /// branches) clear the buffers and accumulate, since a row may be in several branches.
+    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_into(
         &self,
         prep: &mut Prepared,
@@ -379,9 +397,15 @@ impl Gpu {
         self.check_partial("forward result", prep, fwd)?;
         let s = prep.shape;
         if dout.dims != fwd.dims {
-            return Err(CudaError::ShapeMismatch { what: "d_out", expected: fwd.dims.to_vec(), got: dout.dims.to_vec() });
+            return Err(CudaError::ShapeMismatch {
+                what: "d_out",
+                expected: fwd.dims.to_vec(),
+                got: dout.dims.to_vec(),
+            });
         }
-        for (what, buf, len) in [("dq", &grads.dq, s.q_len()), ("dk", &grads.dk, s.k_len()), ("dv", &grads.dv, s.k_len())] {
+        for (what, buf, len) in
+            [("dq", &grads.dq, s.q_len()), ("dk", &grads.dk, s.k_len()), ("dv", &grads.dv, s.k_len())]
+        {
             if buf.len() != len {
                 return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![buf.len()] });
             }
@@ -395,7 +419,8 @@ impl Gpu {
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len())) }?;
         }
-        let accumulate = prep.launches.len() > 1 || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
+        let accumulate =
+            prep.launches.len() > 1 || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
         if accumulate {
             st.memset_zeros(&mut grads.dq)?;
             st.memset_zeros(&mut grads.dk)?;
@@ -429,8 +454,10 @@ impl Gpu {
                 accumulate: accumulate as i32,
                 ..l.params
             };
-            let rows = Params { plan_ptr: plan.rows_ptr.device_ptr(st).0, plan_idx: plan.rows_idx.device_ptr(st).0, ..base };
-            let cols = Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
+            let rows =
+                Params { plan_ptr: plan.rows_ptr.device_ptr(st).0, plan_idx: plan.rows_idx.device_ptr(st).0, ..base };
+            let cols =
+                Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
             let cfg = |grid| LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
             // SAFETY: params point at live buffers of the validated shapes for this launch.
             unsafe {
@@ -463,7 +490,11 @@ impl Prepared {
 
 /// Grid-stride launch for `n` elements.
 fn elementwise(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: ((n.div_ceil(256)).clamp(1, 65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: ((n.div_ceil(256)).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// NVRTC-compile the kernels for `arch`, once per process per (arch, dtype, head dim).

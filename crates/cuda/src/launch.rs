@@ -174,7 +174,9 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
     if !matches!(shape.head_dim, 64 | 128) {
         return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim });
     }
-    for (dim, size) in [("batch", shape.batch), ("heads", shape.heads), ("q_rows", shape.q_rows), ("k_rows", shape.k_rows)] {
+    for (dim, size) in
+        [("batch", shape.batch), ("heads", shape.heads), ("q_rows", shape.q_rows), ("k_rows", shape.k_rows)]
+    {
         if size == 0 {
             return Err(CudaError::ZeroDim { tensor: "q/k/v", dim });
         }
@@ -223,9 +225,11 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
     match &spec.pattern {
         GpuPattern::Dense => Ok(vec![build(base, None, identity)?]),
-        GpuPattern::Window { left, right } => {
-            Ok(vec![build(Params { pattern: 1, win_left: clamp(*left), win_right: clamp(*right), ..base }, None, identity)?])
-        }
+        GpuPattern::Window { left, right } => Ok(vec![build(
+            Params { pattern: 1, win_left: clamp(*left), win_right: clamp(*right), ..base },
+            None,
+            identity,
+        )?]),
         GpuPattern::BlockSparse(bs) => {
             let params = Params {
                 pattern: 2,
@@ -310,11 +314,47 @@ mod tests {
             .flat_map(|l| l.split(',').map(|f| f.trim().rsplit([' ', '*']).next().unwrap()).collect::<Vec<_>>())
             .collect();
         let expected = [
-            "q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "key_len", "plan_ptr", "plan_idx",
-            "block_mask", "batch", "heads", "nq", "nk", "q_rows", "k_rows", "q_offset", "k_offset", "seq_len",
-            "causal", "pattern", "win_left", "win_right", "bs_block", "bs_radius", "bs_stride", "bs_global",
-            "bs_mask_blocks", "dil_segment", "dil_rate", "dil_rule", "dil_fixed", "compact", "dil_per_seg",
-            "accumulate", "scale", "scale_log2",
+            "q",
+            "k",
+            "v",
+            "out",
+            "lse",
+            "dout",
+            "delta",
+            "dq",
+            "dk",
+            "dv",
+            "key_len",
+            "plan_ptr",
+            "plan_idx",
+            "block_mask",
+            "batch",
+            "heads",
+            "nq",
+            "nk",
+            "q_rows",
+            "k_rows",
+            "q_offset",
+            "k_offset",
+            "seq_len",
+            "causal",
+            "pattern",
+            "win_left",
+            "win_right",
+            "bs_block",
+            "bs_radius",
+            "bs_stride",
+            "bs_global",
+            "bs_mask_blocks",
+            "dil_segment",
+            "dil_rate",
+            "dil_rule",
+            "dil_fixed",
+            "compact",
+            "dil_per_seg",
+            "accumulate",
+            "scale",
+            "scale_log2",
         ];
         assert_eq!(names, expected);
     }
@@ -366,7 +406,10 @@ mod tests {
         let shape = Shape::square(1, 100, 1, 64);
         let l = &launches(&shape, &GpuSpec::new(GpuPattern::BlockSparse(bs)), &Chunk::whole(&shape)).unwrap()[0];
         let p = l.params;
-        assert_eq!((p.pattern, p.bs_block, p.bs_radius, p.bs_stride, p.bs_global, p.bs_mask_blocks), (2, 32, 2, 4, 9, 0));
+        assert_eq!(
+            (p.pattern, p.bs_block, p.bs_radius, p.bs_stride, p.bs_global, p.bs_mask_blocks),
+            (2, 32, 2, 4, 9, 0)
+        );
         let w = GpuSpec::new(GpuPattern::Window { left: usize::MAX, right: 3 });
         let p = launches(&shape, &w, &Chunk::whole(&shape)).unwrap()[0].params;
         assert_eq!((p.pattern, p.win_left, p.win_right), (1, 100, 3));
@@ -377,7 +420,10 @@ mod tests {
         let shape = Shape::square(1, 100, 2, 64);
         let whole = Chunk::whole(&shape);
         let err = |s: &Shape, spec: &GpuSpec, c: &Chunk| launches(s, spec, c).unwrap_err().to_string();
-        assert_eq!(err(&Shape { head_dim: 96, ..shape }, &dense(), &whole), "head_dim 96 has no GPU kernel; supported: 64, 128");
+        assert_eq!(
+            err(&Shape { head_dim: 96, ..shape }, &dense(), &whole),
+            "head_dim 96 has no GPU kernel; supported: 64, 128"
+        );
         assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
         let chunk = Chunk { q_offset: 50, k_offset: 0, seq_len: 120 };
         assert_eq!(

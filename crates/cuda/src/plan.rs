@@ -121,9 +121,10 @@ pub fn plan(
             })
         }
         IndexMap::Identity { q_offset, k_offset } => TilePlan::build(rt, ct, |r, c| {
-            let (Some(q), Some(k)) =
-                (positions(r * q_tile, (r + 1) * q_tile, nq, q_offset), positions(c * TILE, (c + 1) * TILE, nk, k_offset))
-            else {
+            let (Some(q), Some(k)) = (
+                positions(r * q_tile, (r + 1) * q_tile, nq, q_offset),
+                positions(c * TILE, (c + 1) * TILE, nk, k_offset),
+            ) else {
                 return false;
             };
             ranges_may_attend(pattern, branch, causal, q, k)
@@ -256,7 +257,14 @@ mod tests {
         for (i, branch) in d.branches.iter().enumerate() {
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(i))).causal(causal);
-                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (n, TILE), n);
+                let p = plan(
+                    &spec.pattern,
+                    Some(branch),
+                    causal,
+                    IndexMap::Identity { q_offset: 0, k_offset: 0 },
+                    (n, TILE),
+                    n,
+                );
                 for (r, c) in needed_tiles(&spec, 8, n) {
                     assert!(p.contains(r, c), "branch {i} causal={causal}: tile ({r}, {c}) not planned");
                 }
@@ -264,7 +272,14 @@ mod tests {
         }
         // A 64-token segment: only the diagonal tiles.
         let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(0)));
-        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (640, TILE), 640);
+        let p = plan(
+            &spec.pattern,
+            Some(&d.branches[0]),
+            false,
+            IndexMap::Identity { q_offset: 0, k_offset: 0 },
+            (640, TILE),
+            640,
+        );
         assert_eq!(p.visits(), 10);
     }
 
@@ -273,9 +288,11 @@ mod tests {
         // Queries 128..256 against keys 0..128 under causality: every tile is below the
         // diagonal; the reverse chunk pair is empty.
         let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
-        let below = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 128, k_offset: 0 }, (128, TILE), 128);
+        let below =
+            plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 128, k_offset: 0 }, (128, TILE), 128);
         assert_eq!(below.visits(), 4);
-        let above = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 128 }, (128, TILE), 128);
+        let above =
+            plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 128 }, (128, TILE), 128);
         assert_eq!(above.visits(), 0);
     }
 
@@ -305,13 +322,27 @@ mod tests {
     fn forward_plan_with_128_row_query_tiles() {
         // Causal, 300 tokens: query tiles [0,128), [128,256), [256,300) see key tiles up
         // to their last row: 2, 4 and 5 tiles.
-        let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (300, FWD_Q_TILE), 300);
+        let p = plan(
+            &GpuPattern::Dense,
+            None,
+            true,
+            IndexMap::Identity { q_offset: 0, k_offset: 0 },
+            (300, FWD_Q_TILE),
+            300,
+        );
         assert_eq!((p.row_tiles, p.col_tiles), (3, 5));
         assert_eq!((p.row(0).len(), p.row(1).len(), p.row(2).len()), (2, 4, 5));
         let spec = GpuSpec::new(GpuPattern::Window { left: 10, right: 0 }).causal(true);
         for (r, c) in needed_tiles(&spec, 1, 300) {
             let q_tile = r * TILE / FWD_Q_TILE;
-            let p = plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (300, FWD_Q_TILE), 300);
+            let p = plan(
+                &spec.pattern,
+                None,
+                true,
+                IndexMap::Identity { q_offset: 0, k_offset: 0 },
+                (300, FWD_Q_TILE),
+                300,
+            );
             assert!(p.contains(q_tile, c));
         }
     }

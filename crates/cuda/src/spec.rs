@@ -15,7 +15,10 @@ use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, SlidingWi
 pub enum GpuPattern {
     Dense,
     /// Query `i` sees keys `i - left ..= i + right`.
-    Window { left: usize, right: usize },
+    Window {
+        left: usize,
+        right: usize,
+    },
     BlockSparse(BlockSparse),
     /// LongNet branches, softmax-denominator combine: one kernel launch per branch, then
     /// the branch partials are merged (see the crate docs).
@@ -66,7 +69,9 @@ impl GpuSpec {
         if let GpuPattern::Dilated(d) = &self.pattern
             && d.combine == Combine::HeadGroups
         {
-            return Err(CudaError::Unsupported { what: "dilated head-group combine (use the softmax-denominator combine)" });
+            return Err(CudaError::Unsupported {
+                what: "dilated head-group combine (use the softmax-denominator combine)",
+            });
         }
         Ok(())
     }

@@ -14,11 +14,15 @@ fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 #[test]
 fn rank_env_is_read_and_checked() {
     assert_eq!(RankEnv::from_lookup(env(&[])).unwrap(), None);
-    let e = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "1"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID_FILE", "/tmp/x")])).unwrap().unwrap();
+    let e =
+        RankEnv::from_lookup(env(&[("RINGDIL_RANK", "1"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID_FILE", "/tmp/x")]))
+            .unwrap()
+            .unwrap();
     assert_eq!((e.rank, e.local_rank, e.world), (1, 1, 2));
     let bad = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "two"), ("RINGDIL_WORLD", "2")])).unwrap_err().to_string();
     assert!(bad.contains("RINGDIL_RANK") && bad.contains("two"), "{bad}");
-    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID", "00")])).unwrap_err();
+    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID", "00")]))
+        .unwrap_err();
     assert!(matches!(over, DistError::BadRank { rank: 2, world: 2 }), "{over}");
     let no_id = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "0"), ("RINGDIL_WORLD", "1")])).unwrap_err().to_string();
     assert!(no_id.contains("RINGDIL_NCCL_ID_FILE"), "{no_id}");
@@ -53,7 +57,17 @@ fn launch_options_are_validated_and_give_each_rank_its_env() {
 
 #[test]
 fn a_failing_worker_is_reported_with_its_rank() {
-    let e = ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), "exit $RINGDIL_RANK".into()], &LaunchOptions::local(2)).unwrap_err();
+    let e = ringdil_cuda::dist::launch(
+        std::path::Path::new("/bin/sh"),
+        &["-c".into(), "exit $RINGDIL_RANK".into()],
+        &LaunchOptions::local(2),
+    )
+    .unwrap_err();
     assert!(matches!(e, DistError::Worker { rank: 1, .. }), "{e}");
-    ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), "test -n \"$RINGDIL_NCCL_ID_FILE\"".into()], &LaunchOptions::local(3)).unwrap();
+    ringdil_cuda::dist::launch(
+        std::path::Path::new("/bin/sh"),
+        &["-c".into(), "test -n \"$RINGDIL_NCCL_ID_FILE\"".into()],
+        &LaunchOptions::local(3),
+    )
+    .unwrap();
 }

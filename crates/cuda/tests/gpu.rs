@@ -25,19 +25,23 @@ fn virtual_ranks_error(gpu: &Gpu) -> Result<f64, Box<dyn std::error::Error>> {
     let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
     let plan = DistPlan::new(ChunkPlan::new(n, 3, &Layout::Zigzag)?, spec.clone(), b, h, d)?;
     let mut rng = ringdil_reference::random::SplitMix64::new(3);
-    let vals: Vec<Vec<half::bf16>> = (0..3).map(|_| (0..b * n * h * d).map(|_| half::bf16::from_f64(rng.normal())).collect()).collect();
+    let vals: Vec<Vec<half::bf16>> =
+        (0..3).map(|_| (0..b * n * h * d).map(|_| half::bf16::from_f64(rng.normal())).collect()).collect();
     let bits: Vec<Vec<u16>> = vals.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect();
     let f64s: Vec<ndarray::Array4<f64>> = vals
         .iter()
         .map(|v| ndarray::Array4::from_shape_vec((b, n, h, d), v.iter().map(|x| x.to_f64()).collect()))
         .collect::<Result<_, _>>()?;
     let reference = ringdil_reference::attention(f64s[0].view(), f64s[1].view(), f64s[2].view(), &spec.to_reference())?;
-    let data: Vec<RankData> = (0..3).map(|r| RankData::upload(gpu, &plan, r, &bits[0], &bits[1], &bits[2])).collect::<Result<_, _>>()?;
+    let data: Vec<RankData> =
+        (0..3).map(|r| RankData::upload(gpu, &plan, r, &bits[0], &bits[1], &bits[2])).collect::<Result<_, _>>()?;
     let outs = VirtualRanks::new(gpu, &plan, Dtype::Bf16)?.forward(&data)?;
     let mut out = vec![f64::NAN; b * n * h * d];
     for (r, o) in outs.iter().enumerate() {
-        let pieces: Vec<Vec<f64>> =
-            o.iter().map(|p| gpu.download(&p.out).map(|v| v.iter().map(|&x| x as f64).collect())).collect::<Result<_, _>>()?;
+        let pieces: Vec<Vec<f64>> = o
+            .iter()
+            .map(|p| gpu.download(&p.out).map(|v| v.iter().map(|&x| x as f64).collect()))
+            .collect::<Result<_, _>>()?;
         plan.gather_into(&mut out, d, r, &pieces);
     }
     Ok(rel_err(&out, reference.out.iter()))

@@ -129,7 +129,11 @@ impl Dilated {
         let start = query - query % branch.segment;
         let end = (start + branch.segment).min(seq_len);
         let offset = self.offset(branch, head, heads);
-        ((query - start) % branch.dilation == offset).then_some(KeyRun { start: start + offset, end, step: branch.dilation })
+        ((query - start) % branch.dilation == offset).then_some(KeyRun {
+            start: start + offset,
+            end,
+            step: branch.dilation,
+        })
     }
 }
 
@@ -162,9 +166,9 @@ impl Pattern for Dilated {
 
     fn key_runs(&self, query: usize, head: usize, heads: usize, seq_len: usize, out: &mut Vec<KeyRun>) {
         match self.combine {
-            Combine::SoftmaxDenominator => out.extend(
-                self.branches.iter().filter_map(|b| self.branch_run(b, query, head, heads, seq_len)),
-            ),
+            Combine::SoftmaxDenominator => {
+                out.extend(self.branches.iter().filter_map(|b| self.branch_run(b, query, head, heads, seq_len)))
+            }
             Combine::HeadGroups => {
                 let branch = &self.branches[self.head_group(head, heads)];
                 out.extend(self.branch_run(branch, query, head, heads, seq_len));

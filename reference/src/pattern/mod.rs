@@ -64,11 +64,7 @@ impl KeyRun {
 
     /// How many positions the run holds.
     pub fn len(self) -> usize {
-        if self.end <= self.start {
-            0
-        } else {
-            (self.end - self.start).div_ceil(self.step.max(1))
-        }
+        if self.end <= self.start { 0 } else { (self.end - self.start).div_ceil(self.step.max(1)) }
     }
 
     pub fn is_empty(self) -> bool {

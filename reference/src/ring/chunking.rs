@@ -112,7 +112,11 @@ impl ChunkPlan {
     pub fn validate(&self) -> Result<()> {
         let (n, b) = (self.seq_len, &self.boundaries);
         if b.len() < 2 {
-            return Err(if b.len() == 1 { Error::ZeroRanks } else { Error::BadBoundaries { boundaries: b.clone(), ranks: 0, seq_len: n } });
+            return Err(if b.len() == 1 {
+                Error::ZeroRanks
+            } else {
+                Error::BadBoundaries { boundaries: b.clone(), ranks: 0, seq_len: n }
+            });
         }
         if b[0] != 0 || b[b.len() - 1] != n || b.windows(2).any(|w| w[0] > w[1]) {
             return Err(Error::BadBoundaries { boundaries: b.clone(), ranks: b.len() - 1, seq_len: n });

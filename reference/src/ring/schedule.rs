@@ -211,7 +211,11 @@ impl Op {
     /// The forward (`backward = false`) or backward compute of `queries` over `keys`.
     pub fn compute(backward: bool, rank: usize, heads: Range<usize>, queries: &[usize], keys: &[usize]) -> Op {
         let (queries, keys) = (queries.to_vec(), keys.to_vec());
-        if backward { Op::AttendBackward { rank, heads, queries, keys } } else { Op::Attend { rank, heads, queries, keys } }
+        if backward {
+            Op::AttendBackward { rank, heads, queries, keys }
+        } else {
+            Op::Attend { rank, heads, queries, keys }
+        }
     }
 }
 
@@ -265,9 +269,12 @@ impl std::fmt::Display for Schedule {
                         Op::Attend { rank, heads, queries, keys } => {
                             writeln!(f, "    attend @{rank} h{heads:?} q[{}] k[{}]", list(queries), list(keys))?
                         }
-                        Op::AttendBackward { rank, heads, queries, keys } => {
-                            writeln!(f, "    attend_backward @{rank} h{heads:?} q[{}] k[{}]", list(queries), list(keys))?
-                        }
+                        Op::AttendBackward { rank, heads, queries, keys } => writeln!(
+                            f,
+                            "    attend_backward @{rank} h{heads:?} q[{}] k[{}]",
+                            list(queries),
+                            list(keys)
+                        )?,
                     }
                 }
                 for skip in &step.skipped {

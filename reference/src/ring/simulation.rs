@@ -81,7 +81,13 @@ pub struct Simulation<'s, T> {
 impl<'s, T: NdFloat> Simulation<'s, T> {
     /// Validate `schedule` against the tensors and `spec`, and give every rank the `Q`,
     /// `K`, `V` rows of the tokens it owns (all heads).
-    pub fn new(schedule: &'s Schedule, spec: &Spec, q: ArrayView4<T>, k: ArrayView4<T>, v: ArrayView4<T>) -> Result<Self> {
+    pub fn new(
+        schedule: &'s Schedule,
+        spec: &Spec,
+        q: ArrayView4<T>,
+        k: ArrayView4<T>,
+        v: ArrayView4<T>,
+    ) -> Result<Self> {
         let [b, n, h, d] = check::dims4("q", &q)?;
         check::same_shape("k", &[b, n, h, d], k.shape())?;
         let dv = check::dims4("v", &v)?[3];
@@ -91,7 +97,12 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
         schedule.validate(spec)?;
         let ranks = schedule.ranks();
         let stores = (0..ranks).map(|_| Store { rows: HashMap::new(), live: 0, peak: 0 }).collect();
-        let report = Report { element_bytes: size_of::<T>(), peak: vec![0; ranks], skipped: schedule.skipped(), ..Report::default() };
+        let report = Report {
+            element_bytes: size_of::<T>(),
+            peak: vec![0; ranks],
+            skipped: schedule.skipped(),
+            ..Report::default()
+        };
         let mut sim = Simulation {
             schedule,
             spec: spec.clone(),
@@ -223,7 +234,9 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
             for (j, head) in heads.clone().enumerate() {
                 let mut dst = x.slice_mut(s![.., i, j, ..]);
                 match self.stores[rank].rows.get(&(tensor, token, head)) {
-                    Some(row) => dst.assign(&row.view().into_shape_with_order((b, w)).expect("row holds batch x width")),
+                    Some(row) => {
+                        dst.assign(&row.view().into_shape_with_order((b, w)).expect("row holds batch x width"))
+                    }
                     None if tensor.is_accumulator() => {
                         if tensor == Tensor::Out {
                             dst.column_mut(w - 1).fill(T::neg_infinity());
@@ -264,7 +277,14 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
     }
 
     /// Combine accumulator rows into `rank`'s: merge for `Out`, add for gradients.
-    fn combine(&mut self, rank: usize, tensor: Tensor, tokens: &[usize], heads: &Range<usize>, x: Array4<T>) -> Result<()> {
+    fn combine(
+        &mut self,
+        rank: usize,
+        tensor: Tensor,
+        tokens: &[usize],
+        heads: &Range<usize>,
+        x: Array4<T>,
+    ) -> Result<()> {
         let mine = self.gather(rank, tensor, tokens, heads)?;
         let combined = if tensor == Tensor::Out {
             let merged = to_partial(mine.view()).merge(&to_partial(x.view()))?;

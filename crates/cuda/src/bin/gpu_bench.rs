@@ -98,13 +98,22 @@ fn main() {
     let mut rows = Vec::new();
     let mut md = String::new();
     writeln!(md, "## {} on {device}\n", value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
-    writeln!(md, "torch {} (same run). TFLOP/s = 4*b*h*n^2*d (halved if causal); fwd+bwd counts 3.5x that.\n", torch["torch"].as_str().unwrap_or("not run")).unwrap();
+    writeln!(
+        md,
+        "torch {} (same run). TFLOP/s = 4*b*h*n^2*d (halved if causal); fwd+bwd counts 3.5x that.\n",
+        torch["torch"].as_str().unwrap_or("not run")
+    )
+    .unwrap();
     for d in [64, 128] {
         let res = gpu.kernel_resources(Dtype::Bf16, d).expect("kernel attributes");
         writeln!(md, "Kernels, bf16, d = {d}: {res}.\n").unwrap();
         println!("d={d}: {res}");
     }
-    writeln!(md, "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |").unwrap();
+    writeln!(
+        md,
+        "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |"
+    )
+    .unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     for seq in [4096, 16384] {
         for d in [64, 128] {
@@ -114,7 +123,9 @@ fn main() {
                 let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
                 let (fwd, both) = run(&gpu, &shape, &spec, true);
                 let flops = 4.0 * (b * h * seq * seq * d) as f64 / if causal { 2.0 } else { 1.0 };
-                for (pass, ms, work, key) in [("fwd", fwd, flops, "fwd_ms"), ("fwd+bwd", both.unwrap(), 3.5 * flops, "fwd_bwd_ms")] {
+                for (pass, ms, work, key) in
+                    [("fwd", fwd, flops, "fwd_ms"), ("fwd+bwd", both.unwrap(), 3.5 * flops, "fwd_bwd_ms")]
+                {
                     let ours = tflops(work, ms);
                     let flash = torch_ms(seq, d, causal, "flash", key).map(|t| tflops(work, t));
                     let cudnn = torch_ms(seq, d, causal, "cudnn", key).map(|t| tflops(work, t));
@@ -129,9 +140,13 @@ fn main() {
                         ratio(cudnn)
                     )
                     .unwrap();
-                    println!("seq {seq} d {d} causal {causal} {pass}: {ms:.3} ms {ours:.0} TFLOP/s (flash {flash:?}, cudnn {cudnn:?})");
-                    rows.push(json!({"seq": seq, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": pass,
-                        "ms": ms, "tflops": ours, "torch_flash_tflops": flash, "torch_cudnn_tflops": cudnn}));
+                    println!(
+                        "seq {seq} d {d} causal {causal} {pass}: {ms:.3} ms {ours:.0} TFLOP/s (flash {flash:?}, cudnn {cudnn:?})"
+                    );
+                    rows.push(
+                        json!({"seq": seq, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": pass,
+                        "ms": ms, "tflops": ours, "torch_flash_tflops": flash, "torch_cudnn_tflops": cudnn}),
+                    );
                 }
             }
         }

@@ -50,10 +50,15 @@ fn main() {
             }
         };
         let ok = outcome.passed();
-        if ok { passed += 1 } else { failed += 1 }
+        if ok {
+            passed += 1
+        } else {
+            failed += 1
+        }
         let errs: Vec<String> = outcome.metrics.iter().map(|m| format!("{} {:.2e}", m.what, m.err)).collect();
         println!("{} {} | {}", if ok { "PASS" } else { "FAIL" }, outcome.case, errs.join(", "));
-        writeln!(log, "| {i} | {} | {} | {} |", if ok { "pass" } else { "**FAIL**" }, outcome.case, errs.join(", ")).unwrap();
+        writeln!(log, "| {i} | {} | {} | {} |", if ok { "pass" } else { "**FAIL**" }, outcome.case, errs.join(", "))
+            .unwrap();
         outcomes.push(outcome);
     }
     writeln!(log, "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|").unwrap();

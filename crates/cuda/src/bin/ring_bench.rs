@@ -118,7 +118,15 @@ struct Measured {
 
 /// `P` ranks: forward (and its compute-only / comm-only probes for ring schedules) and
 /// forward+backward; rank 0 gets the slowest rank's times.
-fn distributed(gpu: &Gpu, comm: &Communicator, pat: &str, layout: &Layout, schedule: Schedule, n: usize, probes: bool) -> Result<Measured, String> {
+fn distributed(
+    gpu: &Gpu,
+    comm: &Communicator,
+    pat: &str,
+    layout: &Layout,
+    schedule: Schedule,
+    n: usize,
+    probes: bool,
+) -> Result<Measured, String> {
     let (me, p) = (comm.rank(), comm.world());
     let chunks = ChunkPlan::new(n, p, layout).map_err(|e| e.to_string())?;
     let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).map_err(|e| e.to_string())?;
@@ -218,10 +226,16 @@ fn main() {
     // One GPU (rank 0 alone; the others wait at the barrier).
     let mut singles: Vec<Row> = Vec::new();
     if me == 0 {
-        for (pat, ns) in [("dense causal", vec![8 * k, 16 * k, 32 * k, 64 * k, 128 * k]), ("longnet dilated causal", vec![32 * k, 64 * k, 128 * k])] {
+        for (pat, ns) in [
+            ("dense causal", vec![8 * k, 16 * k, 32 * k, 64 * k, 128 * k]),
+            ("longnet dilated causal", vec![32 * k, 64 * k, 128 * k]),
+        ] {
             for n in ns {
                 let r = single(&gpu, pat, n);
-                println!("single {pat} N={n}: fwd {:.2} ms, fwd+bwd {:.2} ms, {:.2} GiB", r.fwd_ms, r.fwd_bwd_ms, r.memory_gib);
+                println!(
+                    "single {pat} N={n}: fwd {:.2} ms, fwd+bwd {:.2} ms, {:.2} GiB",
+                    r.fwd_ms, r.fwd_bwd_ms, r.memory_gib
+                );
                 singles.push(r);
             }
         }
@@ -246,7 +260,12 @@ fn main() {
                 if me == 0 {
                     println!(
                         "{} {pat} {layout:?} N={n}: fwd {:.2} ms (compute-only {:.2}, comm-only {:.2}), fwd+bwd {:.2} ms, {:.2} GiB",
-                        schedule.name(), m.row.fwd_ms, m.compute_ms, m.comm_ms, m.row.fwd_bwd_ms, m.row.memory_gib
+                        schedule.name(),
+                        m.row.fwd_ms,
+                        m.compute_ms,
+                        m.comm_ms,
+                        m.row.fwd_bwd_ms,
+                        m.row.memory_gib
                     );
                 }
                 rows.push((m, what));
@@ -265,21 +284,22 @@ fn main() {
         let n = per * p;
         let t = Instant::now();
         let chunks = ChunkPlan::new(n, p, &Layout::Zigzag).expect("plan");
-        let r = DistPlan::new(chunks, pattern("dense causal"), 1, HEADS, DIM).map_err(|e| e.to_string()).and_then(|plan| {
-            let len = n * HEADS * DIM;
-            let b = random_bits(len, 7);
-            let data = RankData::upload(&gpu, &plan, me, &b, &b, &b).map_err(|e| e.to_string())?;
-            let mut rank = DistRank::new(&gpu, &comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
-            comm.barrier(&gpu).map_err(|e| e.to_string())?;
-            let t0 = Instant::now();
-            let out = rank.forward(Schedule::Ring, &data).map_err(|e| e.to_string())?;
-            gpu.synchronize().map_err(|e| e.to_string())?;
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            let mem = used_memory(&gpu) / (1u64 << 30) as f64;
-            drop(out);
-            comm.barrier(&gpu).map_err(|e| e.to_string())?;
-            Ok((ms, mem))
-        });
+        let r =
+            DistPlan::new(chunks, pattern("dense causal"), 1, HEADS, DIM).map_err(|e| e.to_string()).and_then(|plan| {
+                let len = n * HEADS * DIM;
+                let b = random_bits(len, 7);
+                let data = RankData::upload(&gpu, &plan, me, &b, &b, &b).map_err(|e| e.to_string())?;
+                let mut rank = DistRank::new(&gpu, &comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
+                comm.barrier(&gpu).map_err(|e| e.to_string())?;
+                let t0 = Instant::now();
+                let out = rank.forward(Schedule::Ring, &data).map_err(|e| e.to_string())?;
+                gpu.synchronize().map_err(|e| e.to_string())?;
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                let mem = used_memory(&gpu) / (1u64 << 30) as f64;
+                drop(out);
+                comm.barrier(&gpu).map_err(|e| e.to_string())?;
+                Ok((ms, mem))
+            });
         match r {
             Ok((ms, mem)) => {
                 if me == 0 {
@@ -302,22 +322,54 @@ fn main() {
     if me != 0 {
         return;
     }
-    report(&gpu, p, &singles, &rows, &largest, start.elapsed().as_secs_f64(), &value("--date").unwrap_or_else(|| "unknown".into()), &args, value("--json"), value("--md"));
+    report(
+        &gpu,
+        p,
+        &singles,
+        &rows,
+        &largest,
+        start.elapsed().as_secs_f64(),
+        &value("--date").unwrap_or_else(|| "unknown".into()),
+        &args,
+        value("--json"),
+        value("--md"),
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
-fn report(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)], largest: &[(usize, f64, f64)], secs: f64, date: &str, args: &[String], json: Option<String>, md: Option<String>) {
+fn report(
+    gpu: &Gpu,
+    p: usize,
+    singles: &[Row],
+    rows: &[(Measured, &str)],
+    largest: &[(usize, f64, f64)],
+    secs: f64,
+    date: &str,
+    args: &[String],
+    json: Option<String>,
+    md: Option<String>,
+) {
     let single_at = |pat: &str, n: usize| singles.iter().find(|r| r.pattern == pat && r.seq_len == n);
     let mut out = String::new();
     let command = format!("ring_bench {}", args[1..].join(" "));
     writeln!(out, "# Ring attention scaling ({p} GPUs)\n").unwrap();
     writeln!(out, "* device: {} x {p}, NCCL, one process per GPU", gpu.describe().unwrap_or_default()).unwrap();
     writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
-    writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up").unwrap();
+    writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up")
+        .unwrap();
     writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use on the GPU after the pass (`total - free`: includes the CUDA context, NCCL buffers and the allocator's pool; own K/V is the model figure `2 * 2 B (N/P) H d` bytes)\n").unwrap();
-    writeln!(out, "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|"
+    )
+    .unwrap();
     for r in singles {
-        writeln!(out, "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |", r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib).unwrap();
+        writeln!(
+            out,
+            "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |",
+            r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib
+        )
+        .unwrap();
     }
     writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut json_rows = Vec::new();
@@ -340,7 +392,8 @@ fn report(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)], large
         writeln!(out, "| {n} | {} | {ms:.1} | {mem:.1} |", n / p).unwrap();
     }
     // Measured speeds for the auto rule: compute from one GPU at 128K, link from comm-only.
-    let flops = single_at("dense causal", 128 * 1024).map_or(f64::NAN, |s| 4.0 * (HEADS * DIM) as f64 * (128.0 * 1024.0f64).powi(2) * 0.5 / (s.fwd_ms / 1e3));
+    let flops = single_at("dense causal", 128 * 1024)
+        .map_or(f64::NAN, |s| 4.0 * (HEADS * DIM) as f64 * (128.0 * 1024.0f64).powi(2) * 0.5 / (s.fwd_ms / 1e3));
     let link = rows
         .iter()
         .find(|(m, _)| m.row.schedule == "ring" && m.row.seq_len == 128 * 1024 && m.comm_ms.is_finite())
@@ -348,8 +401,16 @@ fn report(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)], large
             let bytes = 4.0 * (HEADS * DIM) as f64 * (m.row.seq_len / p) as f64 * (p - 1) as f64;
             bytes / (m.comm_ms / 1e3)
         });
-    let small = rows.iter().find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring").map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
-    let speeds = Speeds { flops, link_bytes: link, step_overhead: small, memory: gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN) };
+    let small = rows
+        .iter()
+        .find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring")
+        .map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
+    let speeds = Speeds {
+        flops,
+        link_bytes: link,
+        step_overhead: small,
+        memory: gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN),
+    };
     writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, small * 1e3).unwrap();
     for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
         let pr = Problem { batch: 1, heads: HEADS, head_dim: DIM, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 };

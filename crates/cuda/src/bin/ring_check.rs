@@ -20,7 +20,9 @@ use cudarc::driver::CudaSlice;
 use ndarray::{Array3, Array4};
 use ringdil_cuda::Gpu;
 use ringdil_cuda::check::{bound, lse_err, rel_err};
-use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, LaunchOptions, RankData, RankEnv, RankGrads, Schedule, VirtualRanks, launch};
+use ringdil_cuda::dist::{
+    Communicator, DistPlan, DistRank, LaunchOptions, RankData, RankEnv, RankGrads, Schedule, VirtualRanks, launch,
+};
 use ringdil_cuda::gpu::DevicePartial;
 use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
@@ -49,13 +51,20 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
         ("dense", GpuSpec::new(GpuPattern::Dense)),
         ("causal", GpuSpec::new(GpuPattern::Dense).causal(true)),
         ("window 100/0 causal", GpuSpec::new(GpuPattern::Window { left: 100, right: 0 }).causal(true)),
-        ("dilated (64,1)(256,2)(512,4) causal", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true)),
+        (
+            "dilated (64,1)(256,2)(512,4) causal",
+            GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true),
+        ),
         ("dilated (128,2) in-rank segments", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
     ]
 }
 
 fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
-    let mut v = vec![("contiguous".into(), Layout::Contiguous), ("zigzag".into(), Layout::Zigzag), ("striped".into(), Layout::Striped)];
+    let mut v = vec![
+        ("contiguous".into(), Layout::Contiguous),
+        ("zigzag".into(), Layout::Zigzag),
+        ("striped".into(), Layout::Striped),
+    ];
     // Unequal: rank 0 gets 7 tokens, the rest split unevenly; with 3+ ranks one is empty.
     let mut b = vec![0, 7];
     if p >= 3 {
@@ -83,7 +92,17 @@ fn cases(ranks: &[usize]) -> Vec<Case> {
                     if i == 1 && pattern.0.starts_with("window") {
                         continue;
                     }
-                    out.push(Case { ranks: p, layout: layout.clone(), layout_name: layout_name.clone(), pattern, batch, heads: 4, head_dim, seq, key: (i, j) });
+                    out.push(Case {
+                        ranks: p,
+                        layout: layout.clone(),
+                        layout_name: layout_name.clone(),
+                        pattern,
+                        batch,
+                        heads: 4,
+                        head_dim,
+                        seq,
+                        key: (i, j),
+                    });
                 }
             }
         }
@@ -92,7 +111,10 @@ fn cases(ranks: &[usize]) -> Vec<Case> {
 }
 
 fn describe(c: &Case) -> String {
-    format!("P={} {} | {} | B={} N={} H={} d={}", c.ranks, c.layout_name, c.pattern.0, c.batch, c.seq, c.heads, c.head_dim)
+    format!(
+        "P={} {} | {} | B={} N={} H={} d={}",
+        c.ranks, c.layout_name, c.pattern.0, c.batch, c.seq, c.heads, c.head_dim
+    )
 }
 
 /// bf16 bits and their exact f64 values.
@@ -116,7 +138,12 @@ type Cache = std::collections::HashMap<(usize, usize), std::rc::Rc<Inputs>>;
 
 /// The inputs (and, when asked, the reference) of `c`, computed once per key.
 fn cached(cache: &mut Cache, c: &Case, seed: u64, with_reference: bool) -> std::rc::Rc<Inputs> {
-    cache.entry(c.key).or_insert_with(|| std::rc::Rc::new(inputs(c, seed ^ (c.key.0 as u64 * 1000 + c.key.1 as u64 + 1), with_reference))).clone()
+    cache
+        .entry(c.key)
+        .or_insert_with(|| {
+            std::rc::Rc::new(inputs(c, seed ^ (c.key.0 as u64 * 1000 + c.key.1 as u64 + 1), with_reference))
+        })
+        .clone()
 }
 
 fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
@@ -129,11 +156,15 @@ fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
     let reference = if with_reference {
         let spec = c.pattern.1.to_reference();
         let fwd = attention(qf.view(), kf.view(), vf.view(), &spec).expect("reference forward");
-        let grads = attention_backward(qf.view(), kf.view(), vf.view(), &spec, &fwd, gf.view()).expect("reference backward");
+        let grads =
+            attention_backward(qf.view(), kf.view(), vf.view(), &spec, &fwd, gf.view()).expect("reference backward");
         (fwd, grads)
     } else {
         let z = Array4::zeros((0, 0, 0, 0));
-        (Attention { out: z.clone(), lse: Array3::zeros((0, 0, 0)) }, ringdil_reference::Gradients { dq: z.clone(), dk: z.clone(), dv: z })
+        (
+            Attention { out: z.clone(), lse: Array3::zeros((0, 0, 0)) },
+            ringdil_reference::Gradients { dq: z.clone(), dk: z.clone(), dv: z },
+        )
     };
     Inputs { bits: [q, k, v, g], reference }
 }
@@ -141,9 +172,15 @@ fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
 /// Per rank: [out, lse, dq, dk, dv], each per piece, on the host.
 type HostResult = Vec<[Vec<Vec<f32>>; 5]>;
 
-fn compare(c: &Case, plan: &DistPlan, res: &HostResult, reference: &(Attention<f64>, ringdil_reference::Gradients<f64>)) -> Vec<(&'static str, f64)> {
+fn compare(
+    c: &Case,
+    plan: &DistPlan,
+    res: &HostResult,
+    reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
+) -> Vec<(&'static str, f64)> {
     let (b, n, h, d) = (c.batch, c.seq, c.heads, c.head_dim);
-    let mut arrays: Vec<Vec<f64>> = (0..5).map(|i| vec![f64::NAN; if i == 1 { b * h * n } else { b * n * h * d }]).collect();
+    let mut arrays: Vec<Vec<f64>> =
+        (0..5).map(|i| vec![f64::NAN; if i == 1 { b * h * n } else { b * n * h * d }]).collect();
     for (r, parts) in res.iter().enumerate() {
         for (i, part) in parts.iter().enumerate() {
             let p64: Vec<Vec<f64>> = part.iter().map(|x| x.iter().map(|&v| v as f64).collect()).collect();
@@ -178,8 +215,10 @@ fn download(gpu: &Gpu, out: &[DevicePartial], grads: &RankGrads) -> [Vec<Vec<f32
 
 fn run_virtual(gpu: &Gpu, c: &Case, plan: &DistPlan, inp: &Inputs) -> ringdil_cuda::dist::DistResult<HostResult> {
     let [q, k, v, g] = &inp.bits;
-    let data: Vec<RankData> = (0..c.ranks).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
-    let dout: Vec<_> = (0..c.ranks).map(|r| ringdil_cuda::dist::ring::upload_pieces(gpu, plan, r, g)).collect::<Result<_, _>>()?;
+    let data: Vec<RankData> =
+        (0..c.ranks).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
+    let dout: Vec<_> =
+        (0..c.ranks).map(|r| ringdil_cuda::dist::ring::upload_pieces(gpu, plan, r, g)).collect::<Result<_, _>>()?;
     let mut vr = VirtualRanks::new(gpu, plan, Dtype::Bf16)?;
     let outs = vr.forward(&data)?;
     let grads = vr.backward(&data, &outs, &dout)?;
@@ -197,7 +236,11 @@ impl Log {
     fn record(&mut self, label: &str, errs: &[(&'static str, f64)], extra: &str) {
         let b = bound(Dtype::Bf16);
         let ok = errs.iter().all(|(_, e)| *e < b);
-        if ok { self.passed += 1 } else { self.failed += 1 }
+        if ok {
+            self.passed += 1
+        } else {
+            self.failed += 1
+        }
         for (what, e) in errs {
             let key = format!("{} {what}", label.split(" | ").next().unwrap_or("").split(' ').next().unwrap_or(""));
             match self.worst.iter_mut().find(|(k, _)| *k == key) {
@@ -207,7 +250,8 @@ impl Log {
         }
         let errs: Vec<String> = errs.iter().map(|(w, e)| format!("{w} {e:.2e}")).collect();
         println!("{} {label} | {}{extra}", if ok { "PASS" } else { "FAIL" }, errs.join(", "));
-        writeln!(self.text, "| {} | {label} | {}{extra} |", if ok { "pass" } else { "**FAIL**" }, errs.join(", ")).unwrap();
+        writeln!(self.text, "| {} | {label} | {}{extra} |", if ok { "pass" } else { "**FAIL**" }, errs.join(", "))
+            .unwrap();
     }
 
     fn finish(&self, header: &str, path: Option<String>, seconds: f64) -> bool {
@@ -215,7 +259,12 @@ impl Log {
         out.push_str(header);
         writeln!(out, "\n| result | case | relative errors |\n|---|---|---|").unwrap();
         out.push_str(&self.text);
-        writeln!(out, "\n## Worst errors (bound {} each)\n\n| schedule / quantity | worst |\n|---|---|", bound(Dtype::Bf16)).unwrap();
+        writeln!(
+            out,
+            "\n## Worst errors (bound {} each)\n\n| schedule / quantity | worst |\n|---|---|",
+            bound(Dtype::Bf16)
+        )
+        .unwrap();
         for (k, e) in &self.worst {
             writeln!(out, "| {k} | {e:.2e} |").unwrap();
         }
@@ -280,7 +329,9 @@ fn main() {
             virtual_main(&gpu, seed, &date, &format!("ring_check {command}"), value("--log"))
         }
         Some(env) => match env.connect() {
-            Ok(Some((gpu, comm))) => dist_main(&gpu, &comm, seed, &date, &format!("ring_check {command}"), value("--log")),
+            Ok(Some((gpu, comm))) => {
+                dist_main(&gpu, &comm, seed, &date, &format!("ring_check {command}"), value("--log"))
+            }
             Ok(None) => skip(),
             Err(e) => {
                 eprintln!("ring check rank {}: {e}", env.rank);
@@ -309,7 +360,11 @@ fn virtual_main(gpu: &Gpu, seed: u64, date: &str, command: &str, log_path: Optio
         }
     }
     striped_rejection(&mut log);
-    log.finish(&header("Ring check (virtual ranks, one GPU)", &device, seed, date, command), log_path, start.elapsed().as_secs_f64())
+    log.finish(
+        &header("Ring check (virtual ranks, one GPU)", &device, seed, date, command),
+        log_path,
+        start.elapsed().as_secs_f64(),
+    )
 }
 
 /// A striped layout with a window pattern must be a typed error naming the layout.
@@ -317,12 +372,28 @@ fn striped_rejection(log: &mut Log) {
     let chunks = ChunkPlan::new(100, 2, &Layout::Striped).expect("layout");
     let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Window { left: 4, right: 0 }), 1, 1, 64);
     let ok = matches!(&e, Err(ringdil_cuda::dist::DistError::UnsupportedLayout { layout: "striped", .. }));
-    if ok { log.passed += 1 } else { log.failed += 1 }
-    writeln!(log.text, "| {} | striped + window: typed error `{}` |  |", if ok { "pass" } else { "**FAIL**" }, e.err().map(|e| e.to_string()).unwrap_or_default()).unwrap();
+    if ok {
+        log.passed += 1
+    } else {
+        log.failed += 1
+    }
+    writeln!(
+        log.text,
+        "| {} | striped + window: typed error `{}` |  |",
+        if ok { "pass" } else { "**FAIL**" },
+        e.err().map(|e| e.to_string()).unwrap_or_default()
+    )
+    .unwrap();
 }
 
 /// Rank 0 receives every other rank's [out, lse, dq, dk, dv] pieces.
-fn gather(gpu: &Gpu, comm: &Communicator, plan: &DistPlan, out: &[DevicePartial], grads: &RankGrads) -> Option<HostResult> {
+fn gather(
+    gpu: &Gpu,
+    comm: &Communicator,
+    plan: &DistPlan,
+    out: &[DevicePartial],
+    grads: &RankGrads,
+) -> Option<HostResult> {
     let (me, p) = (comm.rank(), comm.world());
     if me != 0 {
         let mut sends: Vec<(usize, &CudaSlice<f32>)> = Vec::new();
@@ -340,7 +411,8 @@ fn gather(gpu: &Gpu, comm: &Communicator, plan: &DistPlan, out: &[DevicePartial]
     for r in 1..p {
         let lens = plan.piece_lens(r);
         let lse: Vec<usize> = plan.pieces(r).iter().map(|pc| plan.batch * plan.heads * pc.rows).collect();
-        let kinds = [&lens, &lse, &lens, &lens, &lens].map(|l| l.iter().map(|&n| comm.stream().alloc_zeros::<f32>(n).expect("alloc")).collect::<Vec<_>>());
+        let kinds = [&lens, &lse, &lens, &lens, &lens]
+            .map(|l| l.iter().map(|&n| comm.stream().alloc_zeros::<f32>(n).expect("alloc")).collect::<Vec<_>>());
         bufs.push((r, kinds.into()));
     }
     {
@@ -357,7 +429,8 @@ fn gather(gpu: &Gpu, comm: &Communicator, plan: &DistPlan, out: &[DevicePartial]
     comm.stream().synchronize().expect("sync");
     let mut res: HostResult = vec![download(gpu, out, grads)];
     for (_, kinds) in bufs {
-        let host: Vec<Vec<Vec<f32>>> = kinds.iter().map(|k| k.iter().map(|b| comm.stream().clone_dtoh(b).expect("dtoh")).collect()).collect();
+        let host: Vec<Vec<Vec<f32>>> =
+            kinds.iter().map(|k| k.iter().map(|b| comm.stream().clone_dtoh(b).expect("dtoh")).collect()).collect();
         res.push(host.try_into().expect("five kinds"));
     }
     Some(res)
@@ -385,24 +458,43 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, seed: u64, date: &str, command: &st
             comm.barrier(gpu).expect("barrier");
             if let Some(res) = res {
                 let moved: usize = if schedule == Schedule::PatternRing {
-                    (0..p).flat_map(|d| (0..p).filter(move |&s| s != d).map(move |s| (d, s))).map(|(d, s)| plan.pattern_volume(d, s)).sum()
+                    (0..p)
+                        .flat_map(|d| (0..p).filter(move |&s| s != d).map(move |s| (d, s)))
+                        .map(|(d, s)| plan.pattern_volume(d, s))
+                        .sum()
                 } else {
                     (0..p).map(|r| plan.ring_volume(r)).sum()
                 };
                 let mut extra = format!(" | K/V elements moved (fwd, all ranks) {moved}");
                 if schedule == Schedule::Ring {
                     let diff = virt.as_ref().map_or(f64::NAN, |vres| {
-                        res.iter().zip(vres).flat_map(|(a, b)| a.iter().zip(b.iter())).flat_map(|(x, y)| x.iter().zip(y.iter())).flat_map(|(x, y)| x.iter().zip(y.iter())).map(|(a, b)| if a == b || (a.is_infinite() && b.is_infinite()) { 0.0 } else { (a - b).abs() as f64 }).fold(0.0, f64::max)
+                        res.iter()
+                            .zip(vres)
+                            .flat_map(|(a, b)| a.iter().zip(b.iter()))
+                            .flat_map(|(x, y)| x.iter().zip(y.iter()))
+                            .flat_map(|(x, y)| x.iter().zip(y.iter()))
+                            .map(|(a, b)| {
+                                if a == b || (a.is_infinite() && b.is_infinite()) { 0.0 } else { (a - b).abs() as f64 }
+                            })
+                            .fold(0.0, f64::max)
                     });
                     write!(extra, " | max abs diff ring vs virtual ranks {diff:.1e}").unwrap();
                 }
-                log.record(&format!("{} | {}", schedule.name(), describe(c)), &compare(c, &plan, &res, &inp.reference), &extra);
+                log.record(
+                    &format!("{} | {}", schedule.name(), describe(c)),
+                    &compare(c, &plan, &res, &inp.reference),
+                    &extra,
+                );
             }
         }
     }
     if me == 0 {
         striped_rejection(&mut log);
-        log.finish(&header(&format!("Ring check ({p} GPUs, NCCL)"), &device, seed, date, command), log_path, start.elapsed().as_secs_f64())
+        log.finish(
+            &header(&format!("Ring check ({p} GPUs, NCCL)"), &device, seed, date, command),
+            log_path,
+            start.elapsed().as_secs_f64(),
+        )
     } else {
         true
     }

@@ -76,7 +76,8 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
     let (ring_s, gather_s) = if ranks > 1 {
         let step = (w / (p * p * speeds.flops)).max(problem.moved_fraction * 4.0 * elems * (n / p) / speeds.link_bytes);
         let ring = p * step + p * speeds.step_overhead;
-        let gather = 4.0 * elems * n * (p - 1.0) / p / speeds.link_bytes + w / (p * speeds.flops) + speeds.step_overhead;
+        let gather =
+            4.0 * elems * n * (p - 1.0) / p / speeds.link_bytes + w / (p * speeds.flops) + speeds.step_overhead;
         let gather_fits = elems * (n * 4.0 + n / p * 10.0) <= speeds.memory;
         (Some(ring), gather_fits.then_some(gather))
     } else {

@@ -49,7 +49,8 @@ impl std::fmt::Debug for UniqueId {
 impl UniqueId {
     /// A fresh id (rank 0 only). Needs libnccl.
     pub fn new() -> DistResult<Self> {
-        let id = result::get_uniqueid().map_err(|e| DistError::Nccl { call: "ncclGetUniqueId", code: format!("{e:?}") })?;
+        let id =
+            result::get_uniqueid().map_err(|e| DistError::Nccl { call: "ncclGetUniqueId", code: format!("{e:?}") })?;
         Ok(UniqueId(id.internal.map(|c| c as u8)))
     }
 
@@ -112,7 +113,11 @@ impl Communicator {
 
     /// One NCCL group of sends `(peer, buffer)` and receives `(peer, buffer)`, enqueued on
     /// the communication stream. Matching is by order per peer pair, as in NCCL.
-    pub fn exchange<T: Wire>(&self, sends: &[(usize, &CudaSlice<T>)], recvs: &mut [(usize, &mut CudaSlice<T>)]) -> DistResult<()> {
+    pub fn exchange<T: Wire>(
+        &self,
+        sends: &[(usize, &CudaSlice<T>)],
+        recvs: &mut [(usize, &mut CudaSlice<T>)],
+    ) -> DistResult<()> {
         let st = &self.stream;
         let mut guards = Vec::with_capacity(sends.len() + recvs.len());
         let mut ops: Vec<(bool, u64, usize, usize)> = Vec::with_capacity(sends.len() + recvs.len());

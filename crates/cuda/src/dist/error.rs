@@ -39,7 +39,9 @@ impl fmt::Display for DistError {
             DistError::Cuda(e) => write!(f, "{e}"),
             DistError::Reference(e) => write!(f, "{e}"),
             DistError::Nccl { call, code } => write!(f, "NCCL {call} failed: {code}"),
-            DistError::UnsupportedLayout { layout, reason } => write!(f, "layout `{layout}` is not supported on the GPU ring: {reason}"),
+            DistError::UnsupportedLayout { layout, reason } => {
+                write!(f, "layout `{layout}` is not supported on the GPU ring: {reason}")
+            }
             DistError::TooManyPieces { rank, pieces, max } => write!(
                 f,
                 "rank {rank} owns {pieces} separate runs of tokens; the GPU ring launches at most {max} per step (use contiguous, zigzag or striped layouts, or coarser permutations)"
@@ -49,8 +51,12 @@ impl fmt::Display for DistError {
             DistError::IdFile { path, reason } => write!(f, "NCCL id file {path}: {reason}"),
             DistError::BadLaunch { what, value, reason } => write!(f, "launch: {what} = {value}: {reason}"),
             DistError::Worker { rank, reason } => write!(f, "worker rank {rank}: {reason}"),
-            DistError::ShapeMismatch { what, expected, got } => write!(f, "{what}: expected shape {expected:?}, got {got:?}"),
-            DistError::WorldMismatch { plan, world } => write!(f, "the chunk plan has {plan} ranks but the world has {world}"),
+            DistError::ShapeMismatch { what, expected, got } => {
+                write!(f, "{what}: expected shape {expected:?}, got {got:?}")
+            }
+            DistError::WorldMismatch { plan, world } => {
+                write!(f, "the chunk plan has {plan} ranks but the world has {world}")
+            }
             DistError::BackwardBeforeForward => write!(f, "backward called before forward"),
         }
     }

@@ -41,7 +41,11 @@ pub(crate) struct Helpers {
 }
 
 fn grid(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 impl Helpers {
@@ -179,7 +183,13 @@ pub(crate) fn alloc_partial(gpu: &Gpu, dims: [usize; 4]) -> DistResult<DevicePar
 
 /// The finished output of each query piece: query pieces that saw no key at all hold the
 /// merge identity (output 0, LSE `-inf`), as in the reference.
-pub(crate) fn finish(gpu: &Gpu, helpers: &Helpers, plan: &DistPlan, rank: usize, acc: Vec<Option<DevicePartial>>) -> DistResult<Vec<DevicePartial>> {
+pub(crate) fn finish(
+    gpu: &Gpu,
+    helpers: &Helpers,
+    plan: &DistPlan,
+    rank: usize,
+    acc: Vec<Option<DevicePartial>>,
+) -> DistResult<Vec<DevicePartial>> {
     acc.into_iter()
         .enumerate()
         .map(|(qi, a)| match a {
@@ -197,7 +207,10 @@ pub(crate) fn finish(gpu: &Gpu, helpers: &Helpers, plan: &DistPlan, rank: usize,
 }
 
 /// `kv[kj]` views of a whole block.
-pub(crate) fn all_of<'a>(k: &'a [DeviceTensor], v: &'a [DeviceTensor]) -> Vec<Option<(&'a DeviceTensor, &'a DeviceTensor)>> {
+pub(crate) fn all_of<'a>(
+    k: &'a [DeviceTensor],
+    v: &'a [DeviceTensor],
+) -> Vec<Option<(&'a DeviceTensor, &'a DeviceTensor)>> {
     k.iter().zip(v).map(Some).collect()
 }
 

@@ -52,7 +52,11 @@ impl LaunchOptions {
             return Err(DistError::BadLaunch { what: "nnodes", value: 0, reason: "at least one host" });
         }
         if self.node_rank >= self.nnodes {
-            return Err(DistError::BadLaunch { what: "node_rank", value: self.node_rank, reason: "must be below nnodes" });
+            return Err(DistError::BadLaunch {
+                what: "node_rank",
+                value: self.node_rank,
+                reason: "must be below nnodes",
+            });
         }
         if self.nnodes > 1 && self.id_file.is_none() && std::env::var("RINGDIL_NCCL_ID").is_err() {
             return Err(DistError::BadLaunch {
@@ -99,12 +103,17 @@ pub fn launch(program: &Path, args: &[String], opts: &LaunchOptions) -> DistResu
     let mut children: Vec<(usize, Child)> = Vec::new();
     for local in 0..opts.nproc {
         let mut cmd = Command::new(program);
-        cmd.args(args).envs(opts.env_of(local, &id_file)).env("CUDA_VISIBLE_DEVICES", device_for(local, inherited.as_deref()));
+        cmd.args(args)
+            .envs(opts.env_of(local, &id_file))
+            .env("CUDA_VISIBLE_DEVICES", device_for(local, inherited.as_deref()));
         match cmd.spawn() {
             Ok(c) => children.push((local, c)),
             Err(e) => {
                 kill_all(&mut children);
-                return Err(DistError::Worker { rank: opts.node_rank * opts.nproc + local, reason: format!("spawn {}: {e}", program.display()) });
+                return Err(DistError::Worker {
+                    rank: opts.node_rank * opts.nproc + local,
+                    reason: format!("spawn {}: {e}", program.display()),
+                });
             }
         }
     }
@@ -172,7 +181,14 @@ impl RankEnv {
             text.trim().parse().map_err(|_| DistError::Env { var, value: text, reason: "not a non-negative integer" })
         };
         let rank = num("RINGDIL_RANK", rank)?;
-        let world = num("RINGDIL_WORLD", get("RINGDIL_WORLD").ok_or(DistError::Env { var: "RINGDIL_WORLD", value: String::new(), reason: "unset (RINGDIL_RANK is set)" })?)?;
+        let world = num(
+            "RINGDIL_WORLD",
+            get("RINGDIL_WORLD").ok_or(DistError::Env {
+                var: "RINGDIL_WORLD",
+                value: String::new(),
+                reason: "unset (RINGDIL_RANK is set)",
+            })?,
+        )?;
         if rank >= world {
             return Err(DistError::BadRank { rank, world });
         }
@@ -180,7 +196,11 @@ impl RankEnv {
         let id_hex = get("RINGDIL_NCCL_ID");
         let id_file = get("RINGDIL_NCCL_ID_FILE").map(PathBuf::from);
         if id_hex.is_none() && id_file.is_none() {
-            return Err(DistError::Env { var: "RINGDIL_NCCL_ID_FILE", value: String::new(), reason: "unset, and RINGDIL_NCCL_ID is unset too" });
+            return Err(DistError::Env {
+                var: "RINGDIL_NCCL_ID_FILE",
+                value: String::new(),
+                reason: "unset, and RINGDIL_NCCL_ID is unset too",
+            });
         }
         Ok(Some(RankEnv { rank, local_rank, world, id_file, id_hex }))
     }
@@ -208,7 +228,10 @@ impl RankEnv {
                 return UniqueId::from_hex("RINGDIL_NCCL_ID_FILE", &text);
             }
             if start.elapsed() > ID_WAIT {
-                return Err(DistError::IdFile { path: path.display().to_string(), reason: format!("rank 0 did not write it within {ID_WAIT:?}") });
+                return Err(DistError::IdFile {
+                    path: path.display().to_string(),
+                    reason: format!("rank 0 did not write it within {ID_WAIT:?}"),
+                });
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -64,7 +64,9 @@ impl DistPlan {
         chunks.validate()?;
         let (n, p) = (chunks.seq_len, chunks.ranks());
         spec.validate(batch, heads, n)?;
-        let striped = p > 1 && chunks == ChunkPlan::new(n, p, &Layout::Striped)? && chunks != ChunkPlan::new(n, p, &Layout::Contiguous)?;
+        let striped = p > 1
+            && chunks == ChunkPlan::new(n, p, &Layout::Striped)?
+            && chunks != ChunkPlan::new(n, p, &Layout::Contiguous)?;
         if striped && (spec.pattern != GpuPattern::Dense || spec.key_lengths.is_some()) {
             return Err(DistError::UnsupportedLayout {
                 layout: "striped",
@@ -140,7 +142,8 @@ impl DistPlan {
     /// `kj` of `src` (see the module docs for striped virtual positions).
     pub fn pair(&self, r: usize, qi: usize, src: usize, kj: usize) -> (Shape, Chunk) {
         let (qp, kp) = (self.pieces[r][qi], self.pieces[src][kj]);
-        let shape = Shape { batch: self.batch, heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
+        let shape =
+            Shape { batch: self.batch, heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
         let chunk = if self.striped {
             let shift = (src > r) as usize;
             Chunk { q_offset: 0, k_offset: shift, seq_len: qp.rows.max(kp.rows + shift) }

@@ -70,7 +70,11 @@ pub struct RankData {
 impl RankData {
     /// Upload the pieces of `rank` from host tensors in global token order.
     pub fn upload(gpu: &Gpu, plan: &DistPlan, rank: usize, q: &[u16], k: &[u16], v: &[u16]) -> DistResult<Self> {
-        Ok(RankData { q: upload_pieces(gpu, plan, rank, q)?, k: upload_pieces(gpu, plan, rank, k)?, v: upload_pieces(gpu, plan, rank, v)? })
+        Ok(RankData {
+            q: upload_pieces(gpu, plan, rank, q)?,
+            k: upload_pieces(gpu, plan, rank, k)?,
+            v: upload_pieces(gpu, plan, rank, v)?,
+        })
     }
 }
 
@@ -137,7 +141,8 @@ impl<'a> DistRank<'a> {
     /// Fresh receive buffers for the pieces `which` of `src` (others `None`).
     fn recv_block(&self, src: usize, which: &[usize]) -> DistResult<Received> {
         let st = self.comm.stream();
-        let mut out: Vec<Option<(DeviceTensor, DeviceTensor)>> = (0..self.plan.pieces(src).len()).map(|_| None).collect();
+        let mut out: Vec<Option<(DeviceTensor, DeviceTensor)>> =
+            (0..self.plan.pieces(src).len()).map(|_| None).collect();
         for &kj in which {
             let dims = self.plan.piece_dims(src, kj);
             let n = dims.iter().product::<usize>();
@@ -149,7 +154,12 @@ impl<'a> DistRank<'a> {
     }
 
     /// Send `send` (pieces `which` of a block) to `to`; receive pieces into `recv` from `from`.
-    fn swap_kv(&self, send: &[(usize, &DeviceTensor, &DeviceTensor)], recv: &mut [Option<(DeviceTensor, DeviceTensor)>], from: usize) -> DistResult<()> {
+    fn swap_kv(
+        &self,
+        send: &[(usize, &DeviceTensor, &DeviceTensor)],
+        recv: &mut [Option<(DeviceTensor, DeviceTensor)>],
+        from: usize,
+    ) -> DistResult<()> {
         let mut sends = Vec::new();
         for (to, k, v) in send {
             sends.push((*to, &k.data));
@@ -169,7 +179,12 @@ impl<'a> DistRank<'a> {
     }
 
     /// [`DistRank::forward`], or only its kernels or only its transfers (benchmarks).
-    pub fn forward_probe(&mut self, schedule: Schedule, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
+    pub fn forward_probe(
+        &mut self,
+        schedule: Schedule,
+        data: &RankData,
+        probe: Probe,
+    ) -> DistResult<Vec<DevicePartial>> {
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         let mut acc: Vec<Option<DevicePartial>> = (0..data.q.len()).map(|_| None).collect();
         if probe == Probe::ComputeOnly {
@@ -184,7 +199,10 @@ impl<'a> DistRank<'a> {
                     .map(|kj| {
                         let dims = plan.piece_dims(src, kj);
                         let n = dims.iter().product::<usize>();
-                        Ok((DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims }, DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims }))
+                        Ok((
+                            DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims },
+                            DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims },
+                        ))
                     })
                     .collect::<DistResult<Vec<_>>>()?;
                 let kv: Vec<_> = block.iter().map(|(k, v)| Some((k, v))).collect();
@@ -275,7 +293,11 @@ impl<'a> DistRank<'a> {
         let (me, p) = (self.rank(), self.plan.ranks());
         let mut blocks = Vec::with_capacity(p);
         for o in 0..p {
-            blocks.push(if o == me { None } else { Some(self.recv_block(o, &(0..self.plan.pieces(o).len()).collect::<Vec<_>>())?) });
+            blocks.push(if o == me {
+                None
+            } else {
+                Some(self.recv_block(o, &(0..self.plan.pieces(o).len()).collect::<Vec<_>>())?)
+            });
         }
         let mut sends = Vec::new();
         for o in (0..p).filter(|&o| o != me) {
@@ -297,10 +319,20 @@ impl<'a> DistRank<'a> {
 
     /// The backward pass for `out` (this rank's finished forward, from
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
-    pub fn backward(&mut self, schedule: Schedule, data: &RankData, out: &[DevicePartial], dout: &[DeviceTensor]) -> DistResult<RankGrads> {
+    pub fn backward(
+        &mut self,
+        schedule: Schedule,
+        data: &RankData,
+        out: &[DevicePartial],
+        dout: &[DeviceTensor],
+    ) -> DistResult<RankGrads> {
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         if out.len() != data.q.len() || dout.len() != data.q.len() {
-            return Err(DistError::ShapeMismatch { what: "backward pieces (out, d_out)", expected: vec![data.q.len()], got: vec![out.len(), dout.len()] });
+            return Err(DistError::ShapeMismatch {
+                what: "backward pieces (out, d_out)",
+                expected: vec![data.q.len()],
+                got: vec![out.len(), dout.len()],
+            });
         }
         let qlens = plan.piece_lens(me);
         let mut dq = zeros(gpu, &qlens)?;
@@ -327,15 +359,28 @@ impl<'a> DistRank<'a> {
                     } else {
                         None
                     };
-                    self.compute.backward(gpu, helpers, plan, src, &data.q, &all_of(ck, cv), out, dout, &mut dq, &mut all_of_mut(&mut dk, &mut dv))?;
+                    self.compute.backward(
+                        gpu,
+                        helpers,
+                        plan,
+                        src,
+                        &data.q,
+                        &all_of(ck, cv),
+                        out,
+                        dout,
+                        &mut dq,
+                        &mut all_of_mut(&mut dk, &mut dv),
+                    )?;
                     if p > 1 {
                         // Pass the accumulators on; after the last step they go home (to r + 1).
                         let target = if s + 1 < p { nsrc } else { me };
                         let lens = plan.piece_lens(target);
                         let st = self.comm.stream();
                         // SAFETY: fully written by the receive.
-                        let mut rdk: Vec<CudaSlice<f32>> = lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
-                        let mut rdv: Vec<CudaSlice<f32>> = lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
+                        let mut rdk: Vec<CudaSlice<f32>> =
+                            lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
+                        let mut rdv: Vec<CudaSlice<f32>> =
+                            lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
                         let sends: Vec<_> = dk.iter().chain(&dv).map(|b| (next, b)).collect();
                         let mut recvs: Vec<_> = rdk.iter_mut().chain(rdv.iter_mut()).map(|b| (prev, b)).collect();
                         self.comm.exchange(&sends, &mut recvs)?;
@@ -350,7 +395,18 @@ impl<'a> DistRank<'a> {
                 let mut dk = zeros(gpu, &qlens)?;
                 let mut dv = zeros(gpu, &qlens)?;
                 // Own block first (no transfer).
-                self.compute.backward(gpu, helpers, plan, me, &data.q, &all_of(&data.k, &data.v), out, dout, &mut dq, &mut all_of_mut(&mut dk, &mut dv))?;
+                self.compute.backward(
+                    gpu,
+                    helpers,
+                    plan,
+                    me,
+                    &data.q,
+                    &all_of(&data.k, &data.v),
+                    out,
+                    dout,
+                    &mut dq,
+                    &mut all_of_mut(&mut dk, &mut dv),
+                )?;
                 let gathered = if schedule == Schedule::AllGather { Some(self.gather_all(data)?) } else { None };
                 let mut incoming = if gathered.is_none() { self.pattern_fetch(1, data)? } else { Vec::new() };
                 // Contributions received for my pieces, added after the next step's kernels
@@ -370,15 +426,22 @@ impl<'a> DistRank<'a> {
                         }
                     };
                     let kv: Vec<_> = match &gathered {
-                        Some(g) => g[src].as_ref().expect("other ranks' blocks").iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect(),
+                        Some(g) => g[src]
+                            .as_ref()
+                            .expect("other ranks' blocks")
+                            .iter()
+                            .map(|x| x.as_ref().map(|(k, v)| (k, v)))
+                            .collect(),
                         None => held.iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect(),
                     };
-                    let which: Vec<usize> = kv.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i).collect();
+                    let which: Vec<usize> =
+                        kv.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i).collect();
                     let lens = plan.piece_lens(src);
                     let mut sdk = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
                     let mut sdv = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
                     {
-                        let mut dkv: Vec<Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>> = (0..lens.len()).map(|_| None).collect();
+                        let mut dkv: Vec<Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>> =
+                            (0..lens.len()).map(|_| None).collect();
                         for ((kj, a), b) in which.iter().zip(sdk.iter_mut()).zip(sdv.iter_mut()) {
                             dkv[*kj] = Some((a, b));
                         }
@@ -414,8 +477,16 @@ impl<'a> DistRank<'a> {
                         recv_from.push((o, (self.recv_f32(&qlens)?, self.recv_f32(&qlens)?)));
                     }
                     {
-                        let sends: Vec<_> = returns.iter().flat_map(|(src, (a, b))| a.iter().chain(b).map(move |x| (*src, x))).collect();
-                        let mut recvs: Vec<_> = recv_from.iter_mut().flat_map(|(o, (a, b))| a.iter_mut().chain(b.iter_mut()).map(|x| (*o, x)).collect::<Vec<_>>()).collect();
+                        let sends: Vec<_> = returns
+                            .iter()
+                            .flat_map(|(src, (a, b))| a.iter().chain(b).map(move |x| (*src, x)))
+                            .collect();
+                        let mut recvs: Vec<_> = recv_from
+                            .iter_mut()
+                            .flat_map(|(o, (a, b))| {
+                                a.iter_mut().chain(b.iter_mut()).map(|x| (*o, x)).collect::<Vec<_>>()
+                            })
+                            .collect();
                         self.comm.exchange(&sends, &mut recvs)?;
                     }
                     let all: Vec<usize> = (0..qlens.len()).collect();
@@ -434,7 +505,14 @@ impl<'a> DistRank<'a> {
     }
 
     /// `dk[kj] += a[i]`, `dv[kj] += b[i]` for `kj = which[i]` (waits for the receive).
-    fn add_pieces(&self, dk: &mut [CudaSlice<f32>], dv: &mut [CudaSlice<f32>], which: &[usize], a: Vec<CudaSlice<f32>>, b: Vec<CudaSlice<f32>>) -> DistResult<()> {
+    fn add_pieces(
+        &self,
+        dk: &mut [CudaSlice<f32>],
+        dv: &mut [CudaSlice<f32>],
+        which: &[usize],
+        a: Vec<CudaSlice<f32>>,
+        b: Vec<CudaSlice<f32>>,
+    ) -> DistResult<()> {
         for ((&kj, x), y) in which.iter().zip(&a).zip(&b) {
             self.helpers.add(self.gpu, &mut dk[kj], x)?;
             self.helpers.add(self.gpu, &mut dv[kj], y)?;

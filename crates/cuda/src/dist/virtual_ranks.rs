@@ -37,18 +37,31 @@ impl<'a> VirtualRanks<'a> {
     pub fn forward(&mut self, data: &[RankData]) -> DistResult<Vec<Vec<DevicePartial>>> {
         self.check("virtual ranks' inputs", data.len())?;
         let p = self.plan.ranks();
-        let mut acc: Vec<Vec<Option<DevicePartial>>> = data.iter().map(|d| (0..d.q.len()).map(|_| None).collect()).collect();
+        let mut acc: Vec<Vec<Option<DevicePartial>>> =
+            data.iter().map(|d| (0..d.q.len()).map(|_| None).collect()).collect();
         for s in 0..p {
             for r in 0..p {
                 let src = (r + p - s) % p;
-                self.ranks[r].attend(self.gpu, self.plan, src, &data[r].q, &all_of(&data[src].k, &data[src].v), &mut acc[r])?;
+                self.ranks[r].attend(
+                    self.gpu,
+                    self.plan,
+                    src,
+                    &data[r].q,
+                    &all_of(&data[src].k, &data[src].v),
+                    &mut acc[r],
+                )?;
             }
         }
         acc.into_iter().enumerate().map(|(r, a)| finish(self.gpu, &self.helpers, self.plan, r, a)).collect()
     }
 
     /// Every rank's gradients, for outputs `out[r]` and upstream gradients `dout[r]`.
-    pub fn backward(&mut self, data: &[RankData], out: &[Vec<DevicePartial>], dout: &[Vec<DeviceTensor>]) -> DistResult<Vec<RankGrads>> {
+    pub fn backward(
+        &mut self,
+        data: &[RankData],
+        out: &[Vec<DevicePartial>],
+        dout: &[Vec<DeviceTensor>],
+    ) -> DistResult<Vec<RankGrads>> {
         self.check("virtual ranks' inputs", data.len())?;
         self.check("virtual ranks' outputs", out.len())?;
         self.check("virtual ranks' d_out", dout.len())?;
@@ -61,7 +74,18 @@ impl<'a> VirtualRanks<'a> {
                 let src = (r + p - s) % p;
                 let kv = all_of(&data[src].k, &data[src].v);
                 let mut dkv = all_of_mut(&mut dk[src], &mut dv[src]);
-                self.ranks[r].backward(self.gpu, &self.helpers, self.plan, src, &data[r].q, &kv, &out[r], &dout[r], &mut dq[r], &mut dkv)?;
+                self.ranks[r].backward(
+                    self.gpu,
+                    &self.helpers,
+                    self.plan,
+                    src,
+                    &data[r].q,
+                    &kv,
+                    &out[r],
+                    &dout[r],
+                    &mut dq[r],
+                    &mut dkv,
+                )?;
             }
         }
         Ok(dq.into_iter().zip(dk).zip(dv).map(|((dq, dk), dv)| RankGrads { dq, dk, dv }).collect())

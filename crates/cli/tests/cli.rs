@@ -323,3 +323,51 @@ fn launch_starts_one_process_per_rank_with_its_environment() {
     assert_eq!(code, 2);
     assert!(stderr.contains("nproc = 0"), "{stderr}");
 }
+
+/// bf16 tensors in one .safetensors file, named as FILE:NAME, are widened exactly and
+/// computed in f32: the output matches f64 attention on the same rounded values to f32
+/// precision.
+#[test]
+fn attend_reads_bf16_safetensors() {
+    let shape = [1, 37, 2, 8];
+    let rounded: Vec<Array4<f64>> =
+        (31..34).map(|seed| normal_tensor(shape, seed).mapv(|x| half::bf16::from_f64(x).to_f64())).collect();
+    let bytes: Vec<Vec<u8>> =
+        rounded.iter().map(|t| t.iter().flat_map(|&x| half::bf16::from_f64(x).to_le_bytes()).collect()).collect();
+    let views: Vec<(&str, safetensors::tensor::TensorView)> = ["q", "k", "v"]
+        .iter()
+        .zip(&bytes)
+        .map(|(name, b)| {
+            (*name, safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, shape.to_vec(), b).unwrap())
+        })
+        .collect();
+    let file = scratch("qkv.safetensors");
+    safetensors::serialize_to_file(views, None, &file).unwrap();
+    let out = scratch("st-out.npy");
+    let f = file.to_str().unwrap();
+    let (stdout, stderr, code) = ringdil(&[
+        "attend",
+        "--q",
+        &format!("{f}:q"),
+        "--k",
+        &format!("{f}:k"),
+        "--v",
+        &format!("{f}:v"),
+        "--causal",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["dtype"], "f32");
+    let got: Array4<f32> = read_npy(&out).unwrap();
+    let expected =
+        attention(rounded[0].view(), rounded[1].view(), rounded[2].view(), &Spec::dense().causal(true)).unwrap();
+    let err = rel_err(&got.mapv(f64::from), &expected.out);
+    assert!(err < 1e-5, "{err}");
+    // A file with several tensors needs a name.
+    let (_, stderr, code) = ringdil(&["attend", "--q", f, "--k", f, "--v", f, "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("name one as"), "{stderr}");
+}

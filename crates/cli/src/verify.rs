@@ -150,6 +150,15 @@ fn random_spec(rng: &mut SplitMix64, n: usize, heads: usize) -> (Spec, String) {
     (spec.causal(causal), name)
 }
 
+/// One case's inputs and its single-device f64 result, which every check compares with.
+struct Problem<'a> {
+    q: Array4<f64>,
+    k: Array4<f64>,
+    v: Array4<f64>,
+    spec: &'a Spec,
+    full: Attention<f64>,
+}
+
 /// Run every check of one case.
 pub fn run_case(case: &Case) -> Res<Vec<Row>> {
     let [b, n, h, d] = case.shape;
@@ -158,15 +167,16 @@ pub fn run_case(case: &Case) -> Res<Vec<Row>> {
     let v = normal_tensor([b, n, h, d], case.seed + 2);
     let spec = &case.spec;
     let full = attention(q.view(), k.view(), v.view(), spec)?;
+    let problem = Problem { q, k, v, spec, full };
     let mut rows = Vec::new();
     for check in Check::ALL {
         let (rel_err, how) = match check {
-            Check::Masked => (check_masked(&q, &k, &v, spec, &full), None),
-            Check::Merge => (check_merge(&q, &k, &v, spec, &full, case.seed)?, None),
-            Check::Backward => (check_backward(&q, &k, &v, spec, &full, case.seed)?, None),
-            Check::F32 => (check_f32(&q, &k, &v, spec, &full)?, None),
+            Check::Masked => (check_masked(&problem), None),
+            Check::Merge => (check_merge(&problem, case.seed)?, None),
+            Check::Backward => (check_backward(&problem, case.seed)?, None),
+            Check::F32 => (check_f32(&problem)?, None),
             Check::Ring => {
-                let (err, how) = check_ring(&q, &k, &v, spec, &full, case.seed)?;
+                let (err, how) = check_ring(&problem, case.seed)?;
                 (err, Some(how))
             }
         };
@@ -195,7 +205,8 @@ fn err_pair(out: &Array4<f64>, lse: &Array3<f64>, reference: &Attention<f64>) ->
 
 /// Dense softmax over the whole score matrix with the count mask written out from the
 /// pattern, causality and padding: shares no code with the blocked engine.
-fn check_masked(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>) -> f64 {
+fn check_masked(p: &Problem) -> f64 {
+    let Problem { q, k, v, spec, full } = p;
     let (batch, n, heads, d) = q.dim();
     let scale = spec.scale_for(d);
     let mut out = Array4::zeros(q.raw_dim());
@@ -228,14 +239,8 @@ fn check_masked(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, 
 /// Split the keys into 1..=5 random parts (some empty, non-contiguous), evaluate each
 /// part with global positions, merge in a random order and in two bracketings, and
 /// compare forward and the summed backward with the full computation.
-fn check_merge(
-    q: &Array4<f64>,
-    k: &Array4<f64>,
-    v: &Array4<f64>,
-    spec: &Spec,
-    full: &Attention<f64>,
-    seed: u64,
-) -> Res<f64> {
+fn check_merge(p: &Problem, seed: u64) -> Res<f64> {
+    let Problem { q, k, v, spec, full } = p;
     let (batch, n, heads, d) = q.dim();
     let mut rng = SplitMix64::new(seed ^ 0x006d_6572_6765);
     let parts = rng.range(1, 5);
@@ -279,14 +284,8 @@ fn check_merge(
 
 /// Compare the analytic gradient of `L = sum(out * G)` with central differences at a
 /// few random coordinates of each of q, k, v.
-fn check_backward(
-    q: &Array4<f64>,
-    k: &Array4<f64>,
-    v: &Array4<f64>,
-    spec: &Spec,
-    full: &Attention<f64>,
-    seed: u64,
-) -> Res<f64> {
+fn check_backward(p: &Problem, seed: u64) -> Res<f64> {
+    let Problem { q, k, v, spec, full } = p;
     const EPS: f64 = 1e-5;
     const SAMPLES: usize = 4;
     let g = normal_tensor(q.dim().into(), seed ^ 0x6664);
@@ -313,7 +312,8 @@ fn check_backward(
 }
 
 /// The same case evaluated in f32, against the f64 result.
-fn check_f32(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, full: &Attention<f64>) -> Res<f64> {
+fn check_f32(p: &Problem) -> Res<f64> {
+    let Problem { q, k, v, spec, full } = p;
     let narrow = |x: &Array4<f64>| x.mapv(|e| e as f32);
     let low = attention(narrow(q).view(), narrow(k).view(), narrow(v).view(), spec)?;
     let widen = Partial { out: low.out, lse: low.lse }.cast::<f64>();
@@ -323,14 +323,8 @@ fn check_f32(q: &Array4<f64>, k: &Array4<f64>, v: &Array4<f64>, spec: &Spec, ful
 /// Replay a random distributed schedule on simulated ranks and compare the gathered
 /// output and gradients with the single-device ones. Also says which schedule, how many
 /// ranks and which layout it drew.
-fn check_ring(
-    q: &Array4<f64>,
-    k: &Array4<f64>,
-    v: &Array4<f64>,
-    spec: &Spec,
-    full: &Attention<f64>,
-    seed: u64,
-) -> Res<(f64, String)> {
+fn check_ring(p: &Problem, seed: u64) -> Res<(f64, String)> {
+    let Problem { q, k, v, spec, full } = p;
     let (_, n, heads, _) = q.dim();
     let mut rng = SplitMix64::new(seed ^ 0x7269_6e67);
     let ranks = rng.range(1, 8);

@@ -34,6 +34,19 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Write `inputs` as `PREFIX-q.npy`, `-k`, `-v` and name `outputs` files after them;
+/// returns all paths as arguments, inputs first.
+fn npy_files(prefix: &str, inputs: &[&Array4<f64>; 3], outputs: &[&str]) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (name, x) in ["q", "k", "v"].iter().zip(inputs) {
+        let path = scratch(&format!("{prefix}-{name}.npy"));
+        write_npy(&path, *x).unwrap();
+        paths.push(path);
+    }
+    paths.extend(outputs.iter().map(|name| scratch(&format!("{prefix}-{name}.npy"))));
+    paths.iter().map(|p| p.to_str().unwrap().to_string()).collect()
+}
+
 #[test]
 fn verify_default_sweep_passes_and_prints_its_table() {
     let (stdout, _, code) = ringdil(&["verify", "--cases", "4", "--seed", "7"]);
@@ -139,11 +152,8 @@ fn toml_pattern_files_parse_like_json() {
 fn attend_matches_the_library_on_npy_files() {
     let shape = [2, 45, 3, 8];
     let (q, k, v) = (normal_tensor(shape, 11), normal_tensor(shape, 12), normal_tensor(shape, 13));
-    let paths: Vec<PathBuf> = ["q", "k", "v", "o", "l"].iter().map(|n| scratch(&format!("attend-{n}.npy"))).collect();
-    for (path, x) in paths.iter().zip([&q, &k, &v]) {
-        write_npy(path, x).unwrap();
-    }
-    let arg = |i: usize| paths[i].to_str().unwrap().to_string();
+    let paths = npy_files("attend", &[&q, &k, &v], &["o", "l"]);
+    let arg = |i: usize| paths[i].clone();
     let (_, stderr, code) = ringdil(&[
         "attend",
         "--q",
@@ -174,11 +184,8 @@ fn attend_matches_the_library_on_npy_files() {
 fn attend_on_simulated_ranks_matches_single_device() {
     let shape = [1, 23, 2, 4];
     let (q, k, v) = (normal_tensor(shape, 21), normal_tensor(shape, 22), normal_tensor(shape, 23));
-    let paths: Vec<PathBuf> = ["q", "k", "v", "o"].iter().map(|n| scratch(&format!("ring-{n}.npy"))).collect();
-    for (path, x) in paths.iter().zip([&q, &k, &v]) {
-        write_npy(path, x).unwrap();
-    }
-    let arg = |i: usize| paths[i].to_str().unwrap().to_string();
+    let paths = npy_files("ring", &[&q, &k, &v], &["o"]);
+    let arg = |i: usize| paths[i].clone();
     let spec = Spec::new(Dilated::longnet(&[(16, 1), (32, 2), (64, 4)])).causal(true);
     let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
     for schedule in ["ring", "pattern", "all-gather", "ulysses"] {

@@ -187,26 +187,16 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
                 }
             }
             Op::Attend { rank, heads, queries, keys } => {
-                if queries.is_empty() || keys.is_empty() || heads.is_empty() {
+                let Some((spec, q, k, v)) = self.compute_inputs(*rank, heads, queries, keys)? else {
                     return Ok(());
-                }
-                self.report.computes += 1;
-                let spec = head_slice(&self.spec, heads, self.dims.2);
-                let q = self.gather(*rank, Tensor::Q, queries, heads)?;
-                let k = self.gather(*rank, Tensor::K, keys, heads)?;
-                let v = self.gather(*rank, Tensor::V, keys, heads)?;
+                };
                 let part = attend_chunk(q.view(), queries, k.view(), v.view(), keys, self.dims.1, &spec)?;
                 self.combine(*rank, Tensor::Out, queries, heads, from_partial(&part.out, &part.lse))?;
             }
             Op::AttendBackward { rank, heads, queries, keys } => {
-                if queries.is_empty() || keys.is_empty() || heads.is_empty() {
+                let Some((spec, q, k, v)) = self.compute_inputs(*rank, heads, queries, keys)? else {
                     return Ok(());
-                }
-                self.report.computes += 1;
-                let spec = head_slice(&self.spec, heads, self.dims.2);
-                let q = self.gather(*rank, Tensor::Q, queries, heads)?;
-                let k = self.gather(*rank, Tensor::K, keys, heads)?;
-                let v = self.gather(*rank, Tensor::V, keys, heads)?;
+                };
                 let d_out = self.gather(*rank, Tensor::DOut, queries, heads)?;
                 let Partial { out, lse } = to_partial(self.gather(*rank, Tensor::Out, queries, heads)?.view());
                 let grad = OutputGrad::new(&spec, &Attention { out, lse }, d_out.view())?;
@@ -217,6 +207,28 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
             }
         }
         Ok(())
+    }
+
+    /// What a compute of `queries` over `keys` on `rank` for `heads` needs: the spec
+    /// restricted to those heads and the `Q`, `K`, `V` rows (an error if the rank does
+    /// not hold them). `None` for an empty compute, which is not counted.
+    #[allow(clippy::type_complexity)]
+    fn compute_inputs(
+        &mut self,
+        rank: usize,
+        heads: &Range<usize>,
+        queries: &[usize],
+        keys: &[usize],
+    ) -> Result<Option<(Spec, Array4<T>, Array4<T>, Array4<T>)>> {
+        if queries.is_empty() || keys.is_empty() || heads.is_empty() {
+            return Ok(None);
+        }
+        self.report.computes += 1;
+        let spec = head_slice(&self.spec, heads, self.dims.2);
+        let q = self.gather(rank, Tensor::Q, queries, heads)?;
+        let k = self.gather(rank, Tensor::K, keys, heads)?;
+        let v = self.gather(rank, Tensor::V, keys, heads)?;
+        Ok(Some((spec, q, k, v)))
     }
 
     /// Row width of `tensor` (per batch row).

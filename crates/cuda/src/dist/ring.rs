@@ -173,6 +173,23 @@ impl<'a> DistRank<'a> {
         self.comm.exchange(&sends, &mut recvs)
     }
 
+    /// One hop of the ring: send the block `(ck, cv)` this rank holds to `next` and
+    /// receive all pieces of `src`'s block from `prev`, in one NCCL group.
+    fn ring_hop(
+        &self,
+        src: usize,
+        ck: &[DeviceTensor],
+        cv: &[DeviceTensor],
+        next: usize,
+        prev: usize,
+    ) -> DistResult<Block> {
+        let all: Vec<usize> = (0..self.plan.pieces(src).len()).collect();
+        let mut recv = self.recv_block(src, &all)?;
+        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
+        self.swap_kv(&send, &mut recv, prev)?;
+        Ok(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
+    }
+
     /// The forward pass: the finished output of each query piece of this rank.
     pub fn forward(&mut self, schedule: Schedule, data: &RankData) -> DistResult<Vec<DevicePartial>> {
         self.forward_probe(schedule, data, Probe::Full)
@@ -221,16 +238,8 @@ impl<'a> DistRank<'a> {
                         None => (&data.k, &data.v),
                         Some((k, v)) => (k, v),
                     };
-                    let incoming = if s + 1 < p {
-                        let nsrc = (me + p - s - 1) % p;
-                        let all: Vec<usize> = (0..plan.pieces(nsrc).len()).collect();
-                        let mut recv = self.recv_block(nsrc, &all)?;
-                        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
-                        self.swap_kv(&send, &mut recv, prev)?;
-                        Some(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
-                    } else {
-                        None
-                    };
+                    let incoming =
+                        if s + 1 < p { Some(self.ring_hop((me + p - s - 1) % p, ck, cv, next, prev)?) } else { None };
                     if compute {
                         self.compute.attend(gpu, plan, src, &data.q, &all_of(ck, cv), &mut acc)?;
                     }
@@ -350,15 +359,7 @@ impl<'a> DistRank<'a> {
                         Some((k, v)) => (k, v),
                     };
                     let nsrc = (me + p - s - 1) % p;
-                    let incoming: Option<Block> = if s + 1 < p {
-                        let all: Vec<usize> = (0..plan.pieces(nsrc).len()).collect();
-                        let mut recv = self.recv_block(nsrc, &all)?;
-                        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
-                        self.swap_kv(&send, &mut recv, prev)?;
-                        Some(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
-                    } else {
-                        None
-                    };
+                    let incoming = if s + 1 < p { Some(self.ring_hop(nsrc, ck, cv, next, prev)?) } else { None };
                     self.compute.backward(
                         gpu,
                         helpers,

@@ -20,6 +20,8 @@ pub enum CudaError {
     TooLarge { what: &'static str, value: usize, max: usize },
     /// The spec is invalid for these tensors (the reference crate's own check).
     Spec(ringdil_reference::Error),
+    /// A device ordinal not below the number of visible CUDA devices.
+    NoSuchDevice { ordinal: usize, count: usize },
     /// libcuda was found but NVRTC (libnvrtc) was not.
     NvrtcMissing,
     /// NVRTC rejected the kernel source; `log` is its compiler output.
@@ -44,6 +46,10 @@ impl fmt::Display for CudaError {
             }
             CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
             CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
+            CudaError::NoSuchDevice { ordinal, count } => write!(
+                f,
+                "CUDA device {ordinal} does not exist: {count} device(s) visible (ordinals 0..{count}; check CUDA_VISIBLE_DEVICES)"
+            ),
             CudaError::NvrtcMissing => write!(f, "libcuda is present but libnvrtc (NVRTC) could not be loaded"),
             CudaError::Compile { module, log } => write!(f, "NVRTC failed to compile {module}:\n{log}"),
             CudaError::Driver(e) => write!(f, "CUDA driver error: {e:?}"),

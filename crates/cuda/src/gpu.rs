@@ -88,18 +88,30 @@ impl Gpu {
     /// The first GPU, or `None` when this machine has no CUDA driver or no device (the
     /// caller reports "skipped: no CUDA device"). Errors only when CUDA is half there.
     pub fn probe() -> Result<Option<Gpu>> {
+        Self::on_device(0)
+    }
+
+    /// GPU `ordinal` of this process: [`Gpu::probe`] for any device, so that threads of one
+    /// process can each open their own (`dist::threads` opens device `rank`). `None` when
+    /// there is no CUDA driver or no device at all; an error naming `ordinal` and the
+    /// device count when `ordinal` is not below that count.
+    pub fn on_device(ordinal: usize) -> Result<Option<Gpu>> {
         // SAFETY: only tries to dlopen the driver library.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Ok(None);
         }
-        if CudaContext::device_count().unwrap_or(0) < 1 {
+        let count = usize::try_from(CudaContext::device_count().unwrap_or(0)).unwrap_or(0);
+        if count == 0 {
             return Ok(None);
+        }
+        if ordinal >= count {
+            return Err(CudaError::NoSuchDevice { ordinal, count });
         }
         // SAFETY: as above, for NVRTC.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(CudaError::NvrtcMissing);
         }
-        let ctx = CudaContext::new(0)?;
+        let ctx = CudaContext::new(ordinal)?;
         let (major, minor) = ctx.compute_capability()?;
         let stream = ctx.default_stream();
         Ok(Some(Gpu { ctx, stream, arch: format!("sm_{major}{minor}"), kernels: Mutex::new(HashMap::new()) }))

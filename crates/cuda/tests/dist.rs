@@ -3,7 +3,8 @@
 
 use ringdil_cuda::dist::comm::UniqueId;
 use ringdil_cuda::dist::launcher::device_for;
-use ringdil_cuda::dist::{DistError, LaunchOptions, RankEnv};
+use ringdil_cuda::dist::{DistError, LaunchOptions, RankEnv, run_threads};
+use ringdil_cuda::{CudaError, Gpu};
 use std::collections::HashMap;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -70,4 +71,19 @@ fn a_failing_worker_is_reported_with_its_rank() {
         &LaunchOptions::local(3),
     )
     .unwrap();
+}
+
+/// Without CUDA these are the "no device" answers; on a GPU machine, the real ones.
+#[test]
+fn devices_by_ordinal_and_threads_of_one_process() {
+    let no_cuda = Gpu::probe().unwrap().is_none();
+    match Gpu::on_device(usize::MAX) {
+        Ok(None) => assert!(no_cuda),
+        Err(CudaError::NoSuchDevice { ordinal: usize::MAX, count }) => assert!(!no_cuda && count > 0),
+        other => panic!("device usize::MAX: {:?}", other.map(|g| g.is_some())),
+    }
+    let e = run_threads(0, |_, c| Ok(c.rank())).unwrap_err();
+    assert!(matches!(e, DistError::BadLaunch { what: "threads", value: 0, .. }), "{e}");
+    let ranks = run_threads(1, |_, c| Ok((c.rank(), c.world()))).unwrap();
+    assert_eq!(ranks, if no_cuda { None } else { Some(vec![(0, 1)]) });
 }

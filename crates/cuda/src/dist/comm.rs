@@ -7,10 +7,15 @@
 //! and a freed buffer waits for every reader. The guards that record those events are
 //! dropped only after `ncclGroupEnd`, when the transfers are really enqueued.
 //!
-//! Each rank's process sees one GPU (the launcher sets `CUDA_VISIBLE_DEVICES`), so
-//! device 0 of [`Gpu::probe`] is this rank's GPU and the same code runs on one host or
-//! many. The unique id comes from rank 0 through a file (or the `RINGDIL_NCCL_ID`
-//! variable): see [`super::launcher`].
+//! With one process per GPU, each process sees one GPU (the launcher sets
+//! `CUDA_VISIBLE_DEVICES`), so device 0 of [`Gpu::probe`] is this rank's GPU and the same
+//! code runs on one host or many; the unique id comes from rank 0 through a file (or the
+//! `RINGDIL_NCCL_ID` variable): see [`super::launcher`]. With one thread per GPU
+//! ([`super::threads`]) each thread opens device `rank` and the id is shared in memory.
+//!
+//! A `Communicator` holds a raw `ncclComm_t` and is neither `Send` nor `Sync`: it lives
+//! and dies on the thread that created it, whose current CUDA context is its GPU's
+//! (bound by [`Communicator::init`] and [`Communicator::split`]).
 
 use super::error::{DistError, DistResult};
 use crate::gpu::Gpu;
@@ -33,7 +38,7 @@ impl Wire for f32 {
 }
 
 fn nccl(call: &'static str, r: Result<result::NcclStatus, result::NcclError>) -> DistResult<()> {
-    r.map(|_| ()).map_err(|e| DistError::Nccl { call, code: format!("{e:?}") })
+    r.map(|_| ()).map_err(|e| DistError::Nccl { call, code: format!("{:?}", e.0) })
 }
 
 /// An NCCL unique id: 128 bytes that rank 0 creates and every rank must receive.
@@ -49,8 +54,8 @@ impl std::fmt::Debug for UniqueId {
 impl UniqueId {
     /// A fresh id (rank 0 only). Needs libnccl.
     pub fn new() -> DistResult<Self> {
-        let id =
-            result::get_uniqueid().map_err(|e| DistError::Nccl { call: "ncclGetUniqueId", code: format!("{e:?}") })?;
+        let id = result::get_uniqueid()
+            .map_err(|e| DistError::Nccl { call: "ncclGetUniqueId", code: format!("{:?}", e.0) })?;
         Ok(UniqueId(id.internal.map(|c| c as u8)))
     }
 
@@ -95,6 +100,42 @@ impl Communicator {
         let raw = sys::ncclUniqueId { internal: id.0.map(|b| b as std::ffi::c_char) };
         // SAFETY: `comm` is a valid out-pointer; the device is bound to this thread.
         nccl("ncclCommInitRank", unsafe { result::comm_init_rank(&mut comm, world as i32, raw, rank as i32) })?;
+        Ok(Communicator { comm, rank, world, stream })
+    }
+
+    /// Split this communicator (collective: every rank of it must call, concurrently):
+    /// ranks with the same `color` form one new communicator, ordered by `key` (ties by
+    /// rank here). The new one has its own communication stream on `gpu`, which must be
+    /// the GPU this communicator was created on. The 2-D layout ([`super::grid`]) splits
+    /// the world into rings with `color = ring`, `key = position`.
+    ///
+    /// cudarc 0.19 exposes `result::comm_split` only for CUDA 12.2-12.5 builds, so this
+    /// calls `sys::ncclCommSplit` directly, with a NULL config: the child inherits the
+    /// parent's configuration (`nccl.h`).
+    pub fn split(&self, gpu: &Gpu, color: usize, key: usize) -> DistResult<Communicator> {
+        let int = |what, value: usize| i32::try_from(value).map_err(|_| DistError::BadSplit { what, value });
+        let (c, k) = (int("color", color)?, int("key", key)?);
+        gpu.context().bind_to_thread()?;
+        let stream = gpu.context().new_stream()?;
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `self.comm` is live, `comm` a valid out-pointer, NULL config is allowed;
+        // `c >= 0`, so this rank gets a communicator (not NCCL_SPLIT_NOCOLOR).
+        nccl(
+            "ncclCommSplit",
+            unsafe { sys::ncclCommSplit(self.comm, c, k, &mut comm, std::ptr::null_mut()) }.result(),
+        )?;
+        // SAFETY: `comm` was just created.
+        let rank = unsafe { result::comm_user_rank(comm) };
+        // SAFETY: as above.
+        let world = unsafe { result::comm_count(comm) };
+        let (rank, world) = match (rank, world) {
+            (Ok(r), Ok(w)) => (r as usize, w as usize),
+            (Err(e), _) | (_, Err(e)) => {
+                // SAFETY: created above, nothing enqueued on it.
+                let _ = unsafe { result::comm_destroy(comm) };
+                return Err(DistError::Nccl { call: "ncclCommUserRank/ncclCommCount", code: format!("{:?}", e.0) });
+            }
+        };
         Ok(Communicator { comm, rank, world, stream })
     }
 

@@ -31,6 +31,16 @@ pub enum DistError {
     WorldMismatch { plan: usize, world: usize },
     /// `backward` called before `forward`.
     BackwardBeforeForward,
+    /// A rank of [`run_threads`](super::threads::run_threads) returned this error.
+    RankFailed { rank: usize, error: Box<DistError> },
+    /// A rank of [`run_threads`](super::threads::run_threads) panicked with this message.
+    RankPanicked { rank: usize, message: String },
+    /// `world` ranks cannot form `rings` rings of equal size.
+    BadGrid { world: usize, rings: usize, reason: &'static str },
+    /// Splitting `batch` rows over `rings` rings would leave a ring without rows.
+    EmptyRing { batch: usize, rings: usize },
+    /// A color or key of `ncclCommSplit` that does not fit NCCL's non-negative `int`.
+    BadSplit { what: &'static str, value: usize },
 }
 
 impl fmt::Display for DistError {
@@ -58,6 +68,18 @@ impl fmt::Display for DistError {
                 write!(f, "the chunk plan has {plan} ranks but the world has {world}")
             }
             DistError::BackwardBeforeForward => write!(f, "backward called before forward"),
+            DistError::RankFailed { rank, error } => write!(f, "rank {rank}: {error}"),
+            DistError::RankPanicked { rank, message } => write!(f, "rank {rank} panicked: {message}"),
+            DistError::BadGrid { world, rings, reason } => {
+                write!(f, "{world} ranks cannot form {rings} rings: {reason}")
+            }
+            DistError::EmptyRing { batch, rings } => write!(
+                f,
+                "batch {batch} split over {rings} rings leaves a ring without rows (each ring needs at least one)"
+            ),
+            DistError::BadSplit { what, value } => {
+                write!(f, "communicator split: {what} = {value} does not fit a non-negative C int")
+            }
         }
     }
 }

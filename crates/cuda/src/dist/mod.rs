@@ -12,6 +12,10 @@
 //! * [`comm`]: the NCCL communicator (unique id, grouped send/recv, barrier).
 //! * [`launcher`]: one process per GPU started by [`launch`], torchrun-style, for one
 //!   host or several.
+//! * [`threads`]: the same ranks as threads of one process, one GPU each
+//!   ([`run_threads`]).
+//! * [`grid`]: the 2-D layout, several rings side by side, data-parallel across them
+//!   (rings on sub-communicators from [`Communicator::split`]).
 //! * [`auto`]: single GPU, ring or all-gather from the problem and measured speeds.
 //!
 //! `docs/distributed.md` describes the runtime, the volumes and the auto rule.
@@ -20,14 +24,18 @@ pub mod auto;
 pub mod comm;
 pub mod error;
 mod exec;
+pub mod grid;
 pub mod launcher;
 pub mod layout;
 pub mod ring;
+pub mod threads;
 pub mod virtual_ranks;
 
 pub use comm::{Communicator, UniqueId};
 pub use error::{DistError, DistResult};
+pub use grid::Grid;
 pub use launcher::{LaunchOptions, RankEnv, launch};
 pub use layout::{DistPlan, Piece};
 pub use ring::{DistRank, Probe, RankData, RankGrads, Schedule};
+pub use threads::run_threads;
 pub use virtual_ranks::VirtualRanks;

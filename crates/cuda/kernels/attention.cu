@@ -55,7 +55,7 @@ struct Params {
     int batch, heads;
     int nq, nk;                // launch index space (compact rows for a dilated branch)
     int q_rows, k_rows;        // physical rows of the q / k tensors
-    int q_offset, k_offset;    // global position of physical row 0
+    int q_offset, k_offset;    // global position of physical row 0 (see Axis)
     int seq_len;               // global sequence length the pattern is defined on
     int causal;
     int pattern;               // 0 dense, 1 sliding window, 2 block sparse, 3 dilated branch
@@ -64,6 +64,8 @@ struct Params {
     int dil_segment, dil_rate, dil_rule, dil_fixed;
     int compact;               // 1: index c -> row of the dilated branch (see row_of)
     int dil_per_seg;           // ceil(dil_segment / dil_rate)
+    int q_stride, k_stride;    // row i is at global position offset + i * stride
+    int q_cbase, k_cbase;      // compact: global compact index of launch index 0
     int accumulate;            // backward: add into dq/dk/dv instead of overwriting
     float scale;
     float scale_log2;          // scale * log2(e)
@@ -152,16 +154,30 @@ __device__ __forceinline__ int dil_offset(const Params& p, int h) {
     return p.dil_fixed;
 }
 
-// Physical row of launch index c (< n) on a side with `rows` rows, or -1. In compact mode
-// index c is kept position t = c mod m of segment s = c div m (m = dil_per_seg): row
-// s*w + o(h) + t*r, a hole (-1) when that lies past the segment's end.
-__device__ __forceinline__ int row_of(const Params& p, int c, int n, int rows, int h) {
-    if (c >= n) return -1;
+// One side of a launch: `n` launch indices over `rows` tensor rows; row i sits at global
+// position offset + i * stride; in compact mode launch index c is global compact index
+// c + cbase.
+struct Axis {
+    int n, rows, offset, stride, cbase;
+};
+__device__ __forceinline__ Axis q_axis(const Params& p) { return {p.nq, p.q_rows, p.q_offset, p.q_stride, p.q_cbase}; }
+__device__ __forceinline__ Axis k_axis(const Params& p) { return {p.nk, p.k_rows, p.k_offset, p.k_stride, p.k_cbase}; }
+
+// Tensor row of launch index c on axis a, or -1. In compact mode (contiguous axes) global
+// compact index G = c + cbase is kept position t = G mod m of segment s = G div m
+// (m = dil_per_seg): position s*w + o(h) + t*r, a hole (-1) past the segment's end or
+// outside the axis's rows (a ring chunk that starts or ends inside a segment).
+__device__ __forceinline__ int row_of(const Params& p, const Axis& a, int c, int h) {
+    if (c >= a.n) return -1;
     if (!p.compact) return c;
-    int s = c / p.dil_per_seg, t = c - s * p.dil_per_seg;
-    int row = s * p.dil_segment + dil_offset(p, h) + t * p.dil_rate;
-    return row < min((s + 1) * p.dil_segment, rows) ? row : -1;
+    const int g = c + a.cbase, s = g / p.dil_per_seg, t = g - s * p.dil_per_seg;
+    const int pos = s * p.dil_segment + dil_offset(p, h) + t * p.dil_rate;
+    const int row = pos - a.offset;
+    return pos < (s + 1) * p.dil_segment && row >= 0 && row < a.rows ? row : -1;
 }
+
+// Global position of tensor row `row` (-1 stays -1).
+__device__ __forceinline__ int pos_of(const Axis& a, int row) { return row >= 0 ? a.offset + row * a.stride : -1; }
 
 // Does query position i see key position j (both global, valid)? Mirrors the reference's
 // patterns plus causality and padding (klimit = min(key length, seq_len)).
@@ -185,8 +201,10 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
     return true;
 }
 
-// Compact segment of launch index c (0 outside compact mode).
-__device__ __forceinline__ int seg_of(const Params& p, int c) { return p.compact ? c / p.dil_per_seg : 0; }
+// Compact segment of launch index c on axis a (0 outside compact mode).
+__device__ __forceinline__ int seg_of(const Params& p, const Axis& a, int c) {
+    return p.compact ? (c + a.cbase) / p.dil_per_seg : 0;
+}
 
 // The element mask with per-row precomputed positions (-1: no row) and compact segments.
 // In compact mode every valid index pair of one segment is a kept pair of the branch, so
@@ -198,31 +216,34 @@ __device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qs
 }
 
 // A tile (query indices q0..q0+qn-1, keys k0..k0+BN-1) that needs no per-element mask:
-// every key is a valid row visible to every query.
+// every key is a valid row visible to every query (query holes are never stored).
 __device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn, int k0, int klimit) {
+    const Axis qa = q_axis(p), ka = k_axis(p);
     const int k1 = k0 + BN - 1;
     if (p.compact) {
-        // One segment for the whole tile, no hole (rows grow within a segment, so the
-        // last key decides), below the diagonal, inside the padding limit.
-        const int s = seg_of(p, k0);
-        const int last = row_of(p, k1, p.nk, p.k_rows, h);
-        return seg_of(p, k1) == s && seg_of(p, q0) == s && seg_of(p, q0 + qn - 1) == s && last >= 0 &&
-               last < klimit && (!p.causal || k1 <= q0);
+        // One segment for the whole tile, no key hole (within a segment rows grow with the
+        // index and the valid ones are an interval: the first and last key decide), below
+        // the diagonal (same segment: compact order is position order), inside the padding.
+        const int s = seg_of(p, ka, k0);
+        const int first = row_of(p, ka, k0, h), last = row_of(p, ka, k1, h);
+        return seg_of(p, ka, k1) == s && seg_of(p, qa, q0) == s && seg_of(p, qa, q0 + qn - 1) == s && first >= 0 &&
+               last >= 0 && pos_of(ka, last) < klimit && (!p.causal || k1 + ka.cbase <= q0 + qa.cbase);
     }
-    return p.pattern == 0 && k1 < p.nk && p.k_offset + k1 < klimit &&
-           (!p.causal || p.k_offset + k1 <= p.q_offset + q0);
+    const int klast = ka.offset + k1 * ka.stride;
+    return p.pattern == 0 && k1 < p.nk && klast < klimit && (!p.causal || klast <= qa.offset + q0 * qa.stride);
 }
 
 __device__ __forceinline__ int key_limit(const Params& p, int b) {
     return p.key_len ? min(p.key_len[b], p.seq_len) : p.seq_len;
 }
 
-// Are all keys of the tile starting at launch index k0 past the padding limit? Rows grow
-// with the index, so the tile's first possible position decides. The plan is per
+// Are all keys of the tile starting at launch index k0 past the padding limit? Positions
+// grow with the index, so the tile's first possible position decides. The plan is per
 // (row tile), shared by the batch; padding is per batch row, so it is skipped here.
 __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int klimit) {
-    int first = p.compact ? (k0 / p.dil_per_seg) * p.dil_segment : k0;
-    return p.k_offset + first >= klimit;
+    const Axis ka = k_axis(p);
+    const int first = p.compact ? max(seg_of(p, ka, k0) * p.dil_segment, ka.offset) : ka.offset + k0 * ka.stride;
+    return first >= klimit;
 }
 
 // Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
@@ -230,16 +251,16 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
 // Each thread copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip
 // count, one address per row, no per-chunk division.
 template <int ROWS = 64, int THREADS = NTHREADS>
-__device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, int b, int h, int c0,
-                                          int n, int rows) {
+__device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
+                                          int c0) {
     constexpr int STEP = THREADS / CH;  // rows per pass
     static_assert(THREADS % CH == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
     const int r0 = threadIdx.x / CH, ch = threadIdx.x % CH;
-    const u16* base = g + ((size_t)b * rows * p.heads + h) * D + ch * 8;
+    const u16* base = g + ((size_t)b * a.rows * p.heads + h) * D + ch * 8;
     #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
         const int r = r0 + i * STEP;
-        const int row = row_of(p, c0 + r, n, rows, h);
+        const int row = row_of(p, a, c0 + r, h);
         cp_async16(tile + swz(r, ch), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
     }
 }
@@ -294,10 +315,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     u32 qf[WM][D / 16][4];
 #endif
 
-    load_tile<FBM>(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
+    load_tile<FBM>(sQ, p.q, p, q_axis(p), b, h, q0);
     if (kbeg < kend) {
-        load_tile(sKV, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
-        load_tile(sKV + BN * D, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+        load_tile(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
+        load_tile(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
     }
     cp_commit();
 
@@ -309,8 +330,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         __syncthreads();  // everyone's have, and every warp is done with tile it - 1
         if (it + 1 < kend) {  // into the stage tile it - 1 used
             u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
-            load_tile(nK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
-            load_tile(nK + BN * D, p.v, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+            load_tile(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
+            load_tile(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
         }
         cp_commit();
 #if QREGS
@@ -372,16 +393,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
                 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int kc = k0 + nb * 8 + 2 * t + e;
-                    const int krow = row_of(p, kc, p.nk, p.k_rows, h);
-                    const int kpos = krow >= 0 ? p.k_offset + krow : -1, kseg = seg_of(p, kc);
+                    const int krow = row_of(p, k_axis(p), kc, h);
+                    const int kpos = pos_of(k_axis(p), krow), kseg = seg_of(p, k_axis(p), kc);
                     #pragma unroll
                     for (int mt = 0; mt < WM; ++mt)
                         #pragma unroll
                         for (int r = 0; r < 2; ++r) {
                             const int qc = fwd_qidx(q0, warp, mt, g, r);
-                            const int qrow = row_of(p, qc, p.nq, p.q_rows, h);
-                            const int qpos = qrow >= 0 ? p.q_offset + qrow : -1;
-                            if (!visible(p, h, qpos, seg_of(p, qc), kpos, kseg, klimit)) s[mt][nb][2 * r + e] = NEG_INF;
+                            const int qrow = row_of(p, q_axis(p), qc, h);
+                            const int qpos = pos_of(q_axis(p), qrow);
+                            if (!visible(p, h, qpos, seg_of(p, q_axis(p), qc), kpos, kseg, klimit)) s[mt][nb][2 * r + e] = NEG_INF;
                         }
                 }
         }
@@ -463,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
             float lr = l[mt][r];
             lr += __shfl_xor_sync(0xffffffff, lr, 1);
             lr += __shfl_xor_sync(0xffffffff, lr, 2);
-            const int qrow = row_of(p, fwd_qidx(q0, warp, mt, g, r), p.nq, p.q_rows, h);
+            const int qrow = row_of(p, q_axis(p), fwd_qidx(q0, warp, mt, g, r), h);
             if (qrow < 0) continue;
             const float inv = lr > 0.f ? 1.f / lr : 0.f;
             float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
@@ -566,9 +587,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
     float lse2[2], dl[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        qrow[r] = row_of(p, q0 + warp * 16 + g + 8 * r, p.nq, p.q_rows, h);
-        qseg[r] = seg_of(p, q0 + warp * 16 + g + 8 * r);
-        qpos[r] = qrow[r] >= 0 ? p.q_offset + qrow[r] : -1;
+        qrow[r] = row_of(p, q_axis(p), q0 + warp * 16 + g + 8 * r, h);
+        qseg[r] = seg_of(p, q_axis(p), q0 + warp * 16 + g + 8 * r);
+        qpos[r] = pos_of(q_axis(p), qrow[r]);
         lse2[r] = lse2_of(p, b, h, qrow[r]);
         dl[r] = qrow[r] >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + qrow[r]] : 0.f;
     }
@@ -577,11 +598,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
     for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     u32 qf[D / 16][4], of[D / 16][4];
 
-    load_tile(sQ, p.q, p, b, h, q0, p.nq, p.q_rows);
-    load_tile(sO, p.dout, p, b, h, q0, p.nq, p.q_rows);
+    load_tile(sQ, p.q, p, q_axis(p), b, h, q0);
+    load_tile(sO, p.dout, p, q_axis(p), b, h, q0);
     if (kbeg < kend) {
-        load_tile(sKV, p.k, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
-        load_tile(sKV + BN * D, p.v, p, b, h, p.plan_idx[kbeg] * BN, p.nk, p.k_rows);
+        load_tile(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
+        load_tile(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
     }
     cp_commit();
     for (int it = kbeg; it < kend; ++it) {
@@ -592,8 +613,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
         __syncthreads();  // for everyone, and every warp is done with tile it - 1
         if (it + 1 < kend) {
             u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
-            load_tile(nK, p.k, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
-            load_tile(nK + BN * D, p.v, p, b, h, p.plan_idx[it + 1] * BN, p.nk, p.k_rows);
+            load_tile(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
+            load_tile(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
         }
         cp_commit();
         if (it == kbeg)
@@ -627,9 +648,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
                 int kpos = 0, kseg = 0;
                 if (!full) {
                     const int kc = k0 + nb * 8 + 2 * t + e;
-                    const int krow = row_of(p, kc, p.nk, p.k_rows, h);
-                    kpos = krow >= 0 ? p.k_offset + krow : -1;
-                    kseg = seg_of(p, kc);
+                    const int krow = row_of(p, k_axis(p), kc, h);
+                    kpos = pos_of(k_axis(p), krow);
+                    kseg = seg_of(p, k_axis(p), kc);
                 }
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
@@ -685,9 +706,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
     int krow[2], kpos[2], kseg[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        krow[r] = row_of(p, k0 + warp * 16 + g + 8 * r, p.nk, p.k_rows, h);
-        kseg[r] = seg_of(p, k0 + warp * 16 + g + 8 * r);
-        kpos[r] = krow[r] >= 0 ? p.k_offset + krow[r] : -1;
+        krow[r] = row_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r, h);
+        kseg[r] = seg_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r);
+        kpos[r] = pos_of(k_axis(p), krow[r]);
     }
     float dk[D / 8][4], dv[D / 8][4];
     #pragma unroll
@@ -699,18 +720,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
     auto fetch = [&](int it) {
         const int q0 = p.plan_idx[it] * BM;
         u16* st = sStage + ((it - qbeg) & 1) * STAGE;
-        load_tile(st, p.q, p, b, h, q0, p.nq, p.q_rows);
-        load_tile(st + BM * D, p.dout, p, b, h, q0, p.nq, p.q_rows);
+        load_tile(st, p.q, p, q_axis(p), b, h, q0);
+        load_tile(st + BM * D, p.dout, p, q_axis(p), b, h, q0);
         if (threadIdx.x < BM) {
             float* sL = reinterpret_cast<float*>(st + 2 * BM * D);
-            int row = row_of(p, q0 + threadIdx.x, p.nq, p.q_rows, h);
-            reinterpret_cast<int*>(sL + 2 * BM)[threadIdx.x] = row >= 0 ? p.q_offset + row : -1;
+            int row = row_of(p, q_axis(p), q0 + threadIdx.x, h);
+            reinterpret_cast<int*>(sL + 2 * BM)[threadIdx.x] = pos_of(q_axis(p), row);
             sL[threadIdx.x] = lse2_of(p, b, h, row);
             sL[BM + threadIdx.x] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
         }
     };
-    load_tile(sK, p.k, p, b, h, k0, p.nk, p.k_rows);
-    load_tile(sV, p.v, p, b, h, k0, p.nk, p.k_rows);
+    load_tile(sK, p.k, p, k_axis(p), b, h, k0);
+    load_tile(sV, p.v, p, k_axis(p), b, h, k0);
     if (qbeg < qend) fetch(qbeg);
     cp_commit();
     for (int it = qbeg; it < qend; ++it) {
@@ -753,7 +774,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qc = nb * 8 + 2 * t + e;
-                const int qp = sP[qc], qs = seg_of(p, q0 + qc);
+                const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     bool ok = full || visible(p, h, qp, qs, kpos[r], kseg[r], klimit);

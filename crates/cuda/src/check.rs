@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::gpu::{DevicePartial, Gpu};
 use crate::launch::{Chunk, Dtype, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
-use ndarray::{Array3, Array4, ArrayView3, s};
+use ndarray::{Array3, Array4, ArrayView3, Axis, s};
 use ringdil_reference::pattern::{BlockSparse, Dilated};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::{Attention, Partial, attend_chunk, attention, attention_backward};
@@ -170,6 +170,12 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
             add(Kind::Forward, "dilated torchscale offsets", GpuSpec::new(torchscale), &mut rng);
             add(Kind::RingStep, "ring step dense", dense.clone().causal(causal), &mut rng);
             add(Kind::RingStep, "ring step dilated", GpuSpec::new(longnet.clone()).causal(true), &mut rng);
+            add(
+                Kind::RingStep,
+                "ring step window + padding",
+                GpuSpec::new(window.clone()).key_lengths(vec![]),
+                &mut rng,
+            );
             add(Kind::Merge, "ring merge causal", dense.clone().causal(true), &mut rng);
             add(Kind::Merge, "ring merge window + padding", GpuSpec::new(window).key_lengths(vec![]), &mut rng);
             add(Kind::Backward, "backward dense", dense.clone().causal(causal), &mut rng);
@@ -284,18 +290,18 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             }
         }
         Kind::RingStep => {
-            // Queries [qa, qa + nq) against keys [ka, ka + nk) of the global sequence.
-            let (qa, nq) = chunk_of(n, &mut rng);
-            let (ka, nk) = chunk_of(n, &mut rng);
-            let got = ring_step(gpu, case, (&qb, qa, nq), (&kb, &vb, ka, nk))?;
+            // Query rows at positions qa + i*qs against key rows ka + j*ks of the global
+            // sequence (contiguous ring pieces, or a striped rank's rows).
+            let qc = chunk_of(n, &mut rng);
+            let kc = chunk_of(n, &mut rng);
+            let got = ring_step(gpu, case, (&qb, qc), (&kb, &vb, kc))?;
             let got = partial_to_host(gpu, &got)?;
-            let qpos: Vec<usize> = (qa..qa + nq).collect();
-            let kpos: Vec<usize> = (ka..ka + nk).collect();
+            let (qpos, kpos) = (qc.positions(), kc.positions());
             let want = attend_chunk(
-                q.slice(s![.., qa..qa + nq, .., ..]),
+                q.select(Axis(1), &qpos).view(),
                 &qpos,
-                k.slice(s![.., ka..ka + nk, .., ..]),
-                v.slice(s![.., ka..ka + nk, .., ..]),
+                k.select(Axis(1), &kpos).view(),
+                v.select(Axis(1), &kpos).view(),
                 &kpos,
                 n,
                 &reference_spec,
@@ -308,8 +314,10 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 return run_case(gpu, &Case { kind: Kind::Forward, ..case.clone() }, seed);
             }
             let cut = rng.range(1, n - 1);
-            let left = ring_step(gpu, case, (&qb, 0, n), (&kb, &vb, 0, cut))?;
-            let right = ring_step(gpu, case, (&qb, 0, n), (&kb, &vb, cut, n - cut))?;
+            let all_rows = Rows { start: 0, len: n, stride: 1 };
+            let left = ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: 0, len: cut, stride: 1 }))?;
+            let right =
+                ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: cut, len: n - cut, stride: 1 }))?;
             let mut merged = poisoned_partial(gpu, dims)?;
             gpu.merge_into(&left, &right, &mut merged)?;
             let got = partial_to_host(gpu, &merged)?;
@@ -348,31 +356,47 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
     Ok(Outcome { case: describe(case), metrics })
 }
 
-/// A random non-empty chunk `[start, start + len)` of `0..n`.
-fn chunk_of(n: usize, rng: &mut SplitMix64) -> (usize, usize) {
-    let start = rng.range(0, n - 1);
-    (start, rng.range(1, n - start))
+/// Rows of one side of a ring step: global positions `start + i * stride`, `i < len`.
+#[derive(Debug, Clone, Copy)]
+struct Rows {
+    start: usize,
+    len: usize,
+    stride: usize,
 }
 
-/// One ring step on the GPU: query rows `qa..qa+nq` over key rows `ka..ka+nk`.
+impl Rows {
+    fn positions(&self) -> Vec<usize> {
+        (0..self.len).map(|i| self.start + i * self.stride).collect()
+    }
+}
+
+/// Random non-empty rows of `0..n`: contiguous half of the time, else a stride of 2 to 4
+/// (a striped layout's rank).
+fn chunk_of(n: usize, rng: &mut SplitMix64) -> Rows {
+    let stride = if n < 8 || rng.uniform() < 0.5 { 1 } else { rng.range(2, 4) };
+    let start = rng.range(0, n - 1);
+    Rows { start, len: rng.range(1, (n - 1 - start) / stride + 1), stride }
+}
+
+/// One ring step on the GPU: query rows `qr` over key rows `kr`.
 fn ring_step(
     gpu: &Gpu,
     case: &Case,
-    (qb, qa, nq): (&[u16], usize, usize),
-    (kb, vb, ka, nk): (&[u16], &[u16], usize, usize),
+    (qb, qr): (&[u16], Rows),
+    (kb, vb, kr): (&[u16], &[u16], Rows),
 ) -> Result<DevicePartial> {
     let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
-    let rows = |src: &[u16], start: usize, len: usize| -> Vec<u16> {
+    let rows = |src: &[u16], r: Rows| -> Vec<u16> {
         let a = ndarray::ArrayView4::from_shape((b, n, h, d), src).expect("dims");
-        a.slice(s![.., start..start + len, .., ..]).iter().copied().collect()
+        a.select(Axis(1), &r.positions()).iter().copied().collect()
     };
-    let shape = Shape { batch: b, heads: h, head_dim: d, q_rows: nq, k_rows: nk };
-    let chunk = Chunk { q_offset: qa, k_offset: ka, seq_len: n };
+    let shape = Shape { batch: b, heads: h, head_dim: d, q_rows: qr.len, k_rows: kr.len };
+    let chunk = Chunk { q_stride: qr.stride, k_stride: kr.stride, ..Chunk::new(qr.start, kr.start, n) };
     let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &chunk)?;
-    let qd = gpu.upload(&rows(qb, qa, nq), [b, nq, h, d])?;
-    let kd = gpu.upload(&rows(kb, ka, nk), [b, nk, h, d])?;
-    let vd = gpu.upload(&rows(vb, ka, nk), [b, nk, h, d])?;
-    let mut out = poisoned_partial(gpu, [b, nq, h, d])?;
+    let qd = gpu.upload(&rows(qb, qr), [b, qr.len, h, d])?;
+    let kd = gpu.upload(&rows(kb, kr), [b, kr.len, h, d])?;
+    let vd = gpu.upload(&rows(vb, kr), [b, kr.len, h, d])?;
+    let mut out = poisoned_partial(gpu, [b, qr.len, h, d])?;
     gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
     Ok(out)
 }

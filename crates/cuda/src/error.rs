@@ -15,7 +15,7 @@ pub enum CudaError {
     /// Two tensors disagree on a shape.
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// A chunk (ring step) that does not fit in the global sequence.
-    ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, seq_len: usize },
+    ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, stride: usize, seq_len: usize },
     /// A size that does not fit the kernels' 32-bit indexing or the launch grid.
     TooLarge { what: &'static str, value: usize, max: usize },
     /// The spec is invalid for these tensors (the reference crate's own check).
@@ -41,9 +41,13 @@ impl fmt::Display for CudaError {
             CudaError::ShapeMismatch { what, expected, got } => {
                 write!(f, "{what}: expected shape {expected:?}, got {got:?}")
             }
-            CudaError::ChunkOutOfRange { side, offset, rows, seq_len } => {
+            CudaError::ChunkOutOfRange { side, offset, rows, stride: 1, seq_len } => {
                 write!(f, "{side} chunk: offset {offset} + {rows} rows exceeds the global sequence length {seq_len}")
             }
+            CudaError::ChunkOutOfRange { side, offset, rows, stride, seq_len } => write!(
+                f,
+                "{side} chunk: {rows} rows at positions {offset} + i * {stride} pass the global sequence length {seq_len}"
+            ),
             CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
             CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
             CudaError::NoSuchDevice { ordinal, count } => write!(

@@ -3,7 +3,7 @@
 //! it is tested on machines without a GPU.
 
 use crate::error::{CudaError, Result};
-use crate::plan::{FWD_Q_TILE, IndexMap, TILE, TilePlan, plan};
+use crate::plan::{Axis, FWD_Q_TILE, IndexMap, TILE, TilePlan, plan};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
 
@@ -45,24 +45,36 @@ impl Shape {
     }
 }
 
-/// Where the tensors sit in the global sequence: queries are global positions
-/// `q_offset..q_offset + q_rows`, keys `k_offset..k_offset + k_rows`, patterns are
-/// defined on `0..seq_len`. One ring step is one chunk pair.
+/// Where the tensors sit in the global sequence: query row `i` is global position
+/// `q_offset + i * q_stride`, key row `j` is `k_offset + j * k_stride`; patterns are
+/// defined on `0..seq_len`. One ring step is one chunk pair; stride 1 is a contiguous
+/// piece, stride `P` a rank's rows of a striped layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
     pub q_offset: usize,
     pub k_offset: usize,
     pub seq_len: usize,
+    pub q_stride: usize,
+    pub k_stride: usize,
 }
 
 impl Chunk {
-    /// The whole sequence (self-attention).
-    pub fn whole(shape: &Shape) -> Self {
-        Chunk { q_offset: 0, k_offset: 0, seq_len: shape.q_rows }
+    /// Contiguous query and key rows from the given offsets.
+    pub fn new(q_offset: usize, k_offset: usize, seq_len: usize) -> Self {
+        Chunk { q_offset, k_offset, seq_len, q_stride: 1, k_stride: 1 }
     }
 
-    fn is_whole(&self, shape: &Shape) -> bool {
-        self.q_offset == 0 && self.k_offset == 0 && shape.q_rows == self.seq_len && shape.k_rows == self.seq_len
+    /// The whole sequence (self-attention).
+    pub fn whole(shape: &Shape) -> Self {
+        Chunk::new(0, 0, shape.q_rows)
+    }
+
+    /// The query and key axes of `shape` placed by this chunk.
+    pub fn axes(&self, shape: &Shape) -> (Axis, Axis) {
+        (
+            Axis { offset: self.q_offset, stride: self.q_stride, rows: shape.q_rows },
+            Axis { offset: self.k_offset, stride: self.k_stride, rows: shape.k_rows },
+        )
     }
 }
 
@@ -109,6 +121,10 @@ pub struct Params {
     pub dil_fixed: i32,
     pub compact: i32,
     pub dil_per_seg: i32,
+    pub q_stride: i32,
+    pub k_stride: i32,
+    pub q_cbase: i32,
+    pub k_cbase: i32,
     pub accumulate: i32,
     pub scale: f32,
     pub scale_log2: f32,
@@ -181,9 +197,19 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
             return Err(CudaError::ZeroDim { tensor: "q/k/v", dim });
         }
     }
-    for (side, offset, rows) in [("query", chunk.q_offset, shape.q_rows), ("key", chunk.k_offset, shape.k_rows)] {
-        if offset + rows > chunk.seq_len {
-            return Err(CudaError::ChunkOutOfRange { side, offset, rows, seq_len: chunk.seq_len });
+    let (qa, ka) = chunk.axes(shape);
+    for (side, axis) in [("query", qa), ("key", ka)] {
+        if axis.stride == 0 {
+            return Err(CudaError::ZeroDim { tensor: side, dim: "stride" });
+        }
+        if axis.offset + (axis.rows - 1) * axis.stride >= chunk.seq_len {
+            return Err(CudaError::ChunkOutOfRange {
+                side,
+                offset: axis.offset,
+                rows: axis.rows,
+                stride: axis.stride,
+                seq_len: chunk.seq_len,
+            });
         }
     }
     fits_i32("seq_len", chunk.seq_len)?;
@@ -212,13 +238,22 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
         ..Params::default()
     };
-    let identity = IndexMap::Identity { q_offset: chunk.q_offset, k_offset: chunk.k_offset };
+    let (qa, ka) = chunk.axes(shape);
+    let identity = IndexMap::Identity { q: qa, k: ka };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
-        let (nq, nk) = (map.extent(shape.q_rows, chunk.seq_len), map.extent(shape.k_rows, chunk.seq_len));
-        let fwd = plan(&spec.pattern, branch, spec.causal, map, (nq, FWD_Q_TILE), nk);
-        let rows = plan(&spec.pattern, branch, spec.causal, map, (nq, TILE), nk);
+        let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
+        let fwd = plan(&spec.pattern, branch, spec.causal, map, FWD_Q_TILE);
+        let rows = plan(&spec.pattern, branch, spec.causal, map, TILE);
         let cols = rows.transpose();
-        let params = Params { nq: fits_i32("query launch rows", nq)?, nk: fits_i32("key launch rows", nk)?, ..params };
+        let params = Params {
+            nq: fits_i32("query launch rows", nq)?,
+            nk: fits_i32("key launch rows", nk)?,
+            q_stride: fits_i32("query stride", qa.stride)?,
+            k_stride: fits_i32("key stride", ka.stride)?,
+            q_cbase: fits_i32("query compact base", qb)?,
+            k_cbase: fits_i32("key compact base", kb)?,
+            ..params
+        };
         Ok(LaunchSpec { params, map, fwd, rows, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
@@ -263,10 +298,10 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
                     dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
                     ..base
                 };
-                // Compaction needs the whole sequence on both sides (kept rows are found
-                // from segment starts); a ring chunk evaluates the branch mask in place.
-                if chunk.is_whole(shape) {
-                    let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation };
+                // Compaction needs contiguous rows (kept positions are found from segment
+                // starts); a strided (striped-layout) axis evaluates the branch mask in place.
+                if qa.stride == 1 && ka.stride == 1 {
+                    let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
                     build(Params { compact: 1, ..params }, Some(&branch), map)
                 } else {
                     build(params, Some(&branch), identity)
@@ -298,10 +333,10 @@ mod tests {
 
     #[test]
     fn params_layout_matches_the_cuda_struct() {
-        // 14 pointers, 25 ints, 2 floats, padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<Params>(), 14 * 8 + 25 * 4 + 2 * 4 + 4);
+        // 14 pointers, 29 ints, 2 floats, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Params>(), 14 * 8 + 29 * 4 + 2 * 4 + 4);
         assert_eq!(std::mem::offset_of!(Params, batch), 112);
-        assert_eq!(std::mem::offset_of!(Params, scale), 112 + 25 * 4);
+        assert_eq!(std::mem::offset_of!(Params, scale), 112 + 29 * 4);
         // The CUDA source declares the same fields in the same order.
         let src = crate::KERNEL_SOURCE;
         let body = &src[src.find("struct Params {").unwrap()..];
@@ -352,6 +387,10 @@ mod tests {
             "dil_fixed",
             "compact",
             "dil_per_seg",
+            "q_stride",
+            "k_stride",
+            "q_cbase",
+            "k_cbase",
             "accumulate",
             "scale",
             "scale_log2",
@@ -380,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn dilated_whole_sequence_is_compact_and_a_ring_chunk_is_not() {
+    fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
         let d = Dilated::longnet(&[(512, 1), (1024, 4), (100_000, 16)]);
         let spec = GpuSpec::new(GpuPattern::Dilated(d));
         let shape = Shape::square(1, 4096, 8, 64);
@@ -394,10 +433,19 @@ mod tests {
         // Work (tiles) of each branch is its share n*w/r^2 of the dense n^2.
         assert_eq!(l[1].rows.visits(), 4096 * 1024 / 16 / (64 * 64));
 
+        // A ring step: queries 2048..3072 over keys 1024..2048 stay compact (segment
+        // bases per side), so the (1024, 4) branch costs its share of the step.
         let ring = Shape { q_rows: 1024, k_rows: 1024, ..shape };
-        let chunk = Chunk { q_offset: 2048, k_offset: 1024, seq_len: 4096 };
-        let l = launches(&ring, &spec, &chunk).unwrap();
-        assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
+        let l = launches(&ring, &spec, &Chunk::new(2048, 1024, 4096)).unwrap();
+        assert!(l.iter().all(|l| l.params.compact == 1 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
+        assert_eq!((l[1].params.nq, l[1].params.q_cbase, l[1].params.k_cbase), (256, 2 * 256, 256));
+        assert_eq!(l[1].rows.visits(), 0, "segments 2 and 1 of 1024 tokens do not meet");
+        // A striped axis (stride 2) evaluates the branch mask in place.
+        let striped = Chunk { q_stride: 2, k_stride: 2, ..Chunk::new(1, 0, 4096) };
+        let l = launches(&Shape { q_rows: 2048, k_rows: 2048, ..shape }, &spec, &striped).unwrap();
+        assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_stride == 2 && l.params.k_stride == 2));
+        let e = launches(&Shape { q_rows: 2049, k_rows: 2048, ..shape }, &spec, &striped).unwrap_err();
+        assert_eq!(e.to_string(), "query chunk: 2049 rows at positions 1 + i * 2 pass the global sequence length 4096");
     }
 
     #[test]
@@ -425,7 +473,7 @@ mod tests {
             "head_dim 96 has no GPU kernel; supported: 64, 128"
         );
         assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
-        let chunk = Chunk { q_offset: 50, k_offset: 0, seq_len: 120 };
+        let chunk = Chunk::new(50, 0, 120);
         assert_eq!(
             err(&shape, &dense(), &chunk),
             "query chunk: offset 50 + 100 rows exceeds the global sequence length 120"

@@ -1,12 +1,13 @@
 //! Tile plans: which key tiles each query tile visits (and the transpose for dK/dV).
 //!
-//! The kernels evaluate the mask per element from global indices; the plan decides, per
-//! 64x64 tile, whether the tile can hold *any* allowed pair. A tile the plan leaves out is
+//! The kernels evaluate the mask per element from global positions; the plan decides, per
+//! tile, whether the tile can hold *any* allowed pair. A tile the plan leaves out is
 //! never loaded nor multiplied: that is how a causal, windowed, block-sparse or dilated
 //! pattern costs its share of the dense work. The plan must be *sound* (every allowed
 //! pair lies in a planned tile; the tests check it against the reference's key sets) and
-//! is exact for dense, causal and window masks. It does not depend on the batch row or the
-//! head; key padding, which does, is cut in the kernel (the padded tail of a plan row).
+//! is exact for dense and causal masks on any [`Axis`], and for windows on contiguous
+//! ones. It does not depend on the batch row or the head; key padding, which depends on
+//! the batch row, is cut in the kernel (the padded tail of a plan row).
 
 use crate::spec::GpuPattern;
 use ringdil_reference::pattern::{BlockSparse, Branch};
@@ -17,24 +18,87 @@ pub const TILE: usize = 64;
 /// Query rows per forward block (`FBM`: 4 warps of 2 m16 tiles each).
 pub const FWD_Q_TILE: usize = 128;
 
+/// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
+/// `offset + i * stride`. Stride 1 is a contiguous chunk (a whole sequence, a ring
+/// piece); stride `P` with offset `r` is rank `r`'s rows of a striped layout, so the
+/// kernels see *true* positions for every layout and every mask stays exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Axis {
+    pub offset: usize,
+    pub stride: usize,
+    pub rows: usize,
+}
+
+impl Axis {
+    /// `rows` consecutive positions from `offset`.
+    pub fn contiguous(offset: usize, rows: usize) -> Self {
+        Axis { offset, stride: 1, rows }
+    }
+
+    /// Global position of the last row (`rows >= 1`).
+    fn last(&self) -> usize {
+        self.offset + (self.rows - 1) * self.stride
+    }
+}
+
 /// How a launch index becomes a row of the tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexMap {
-    /// Index `c` is row `c`, at global position `offset + c` (a ring chunk when offset > 0).
-    Identity { q_offset: usize, k_offset: usize },
-    /// One dilated branch over the whole sequence, compacted: index `c` is the
-    /// `c mod m`-th kept row of segment `c div m` (`m = ceil(segment / dilation)`),
-    /// i.e. row `s*w + o(h) + t*r`; indices past a short segment's end are holes.
-    /// Only the kept rows are visited, so a branch costs `n*w/r^2` per head.
-    Compact { segment: usize, dilation: usize },
+    /// Index `c` is row `c`, at global position `offset + c * stride` of its axis.
+    Identity { q: Axis, k: Axis },
+    /// One dilated branch `(w, r)` on contiguous axes, compacted. Index `c` is the global
+    /// compact index `G = c + base` (`base = (offset div w) * m`, `m = ceil(w / r)`):
+    /// kept position `t = G mod m` of segment `s = G div m`, i.e. position
+    /// `s*w + o(h) + t*r`; a *hole* when that lies past the segment's end or outside the
+    /// axis (a chunk that starts or ends inside a segment). Only kept rows are visited, so
+    /// a branch costs `rows_q * w / r^2` per head on a whole sequence *and* on a ring
+    /// step, instead of the `rows_q * w` of evaluating its mask in place.
+    Compact { segment: usize, dilation: usize, q: Axis, k: Axis },
 }
 
 impl IndexMap {
-    /// Launch indices on each side for tensors of `rows` rows and a sequence of `seq_len`.
-    pub fn extent(&self, rows: usize, seq_len: usize) -> usize {
+    /// Both sides of a self-attention over a whole sequence of `n` tokens.
+    pub fn whole(n: usize) -> Self {
+        IndexMap::Identity { q: Axis::contiguous(0, n), k: Axis::contiguous(0, n) }
+    }
+
+    /// The query and key axes.
+    pub fn axes(&self) -> (Axis, Axis) {
         match *self {
-            IndexMap::Identity { .. } => rows,
-            IndexMap::Compact { segment, dilation } => seq_len.div_ceil(segment) * segment.div_ceil(dilation),
+            IndexMap::Identity { q, k } | IndexMap::Compact { q, k, .. } => (q, k),
+        }
+    }
+
+    /// Compact rows per segment and the first segment an axis touches.
+    fn compact_seg(segment: usize, dilation: usize, a: Axis) -> (usize, usize) {
+        (segment.div_ceil(dilation), a.offset / segment)
+    }
+
+    /// Launch indices on the query and key side.
+    pub fn extents(&self) -> (usize, usize) {
+        match *self {
+            IndexMap::Identity { q, k } => (q.rows, k.rows),
+            IndexMap::Compact { segment, dilation, q, k } => {
+                let ext = |a: Axis| {
+                    let (m, first) = Self::compact_seg(segment, dilation, a);
+                    (a.last() / segment - first + 1) * m
+                };
+                (ext(q), ext(k))
+            }
+        }
+    }
+
+    /// Global compact index of launch index 0 on the query and key side (0 for identity).
+    pub fn bases(&self) -> (usize, usize) {
+        match *self {
+            IndexMap::Identity { .. } => (0, 0),
+            IndexMap::Compact { segment, dilation, q, k } => {
+                let base = |a: Axis| {
+                    let (m, first) = Self::compact_seg(segment, dilation, a);
+                    first * m
+                };
+                (base(q), base(k))
+            }
         }
     }
 }
@@ -92,39 +156,59 @@ impl TilePlan {
     }
 }
 
-/// Inclusive global position range of launch indices `a..b` (clipped to `n`), or None.
-fn positions(a: usize, b: usize, n: usize, offset: usize) -> Option<(usize, usize)> {
-    (a < n).then(|| (offset + a, offset + b.min(n) - 1))
+/// Inclusive global position range of the rows of launch indices `a..b` (clipped to the
+/// axis), or None past its end.
+fn positions(a: usize, b: usize, axis: Axis) -> Option<(usize, usize)> {
+    (a < axis.rows).then(|| (axis.offset + a * axis.stride, axis.offset + (b.min(axis.rows) - 1) * axis.stride))
 }
 
-/// The tile plan of one launch: query indices `0..nq` in tiles of `q_tile`, key indices
-/// `0..nk` in tiles of [`TILE`], under `map`. `pattern` is the launch's pattern (for a
-/// dilated pattern, `branch` is the branch).
-pub fn plan(
-    pattern: &GpuPattern,
-    branch: Option<&Branch>,
-    causal: bool,
-    map: IndexMap,
-    (nq, q_tile): (usize, usize),
-    nk: usize,
-) -> TilePlan {
+/// The positions that compact indices `g0..=g1` (global compact indices) can take inside
+/// segment `s`, over every head offset `o in 0..r`, clipped to the segment and the axis:
+/// `[s*w + t0*r, s*w + (r-1) + t1*r]`. None when the indices miss `s` or are all holes.
+fn compact_span(
+    (segment, dilation): (usize, usize),
+    s: usize,
+    (g0, g1): (usize, usize),
+    axis: Axis,
+) -> Option<(usize, usize)> {
+    let m = segment.div_ceil(dilation);
+    let (t0, t1) = (g0.max(s * m).checked_sub(s * m)?, g1.min(s * m + m - 1).checked_sub(s * m)?);
+    if t0 > t1 {
+        return None;
+    }
+    let lo = (s * segment + t0 * dilation).max(axis.offset);
+    let hi = (s * segment + dilation - 1 + t1 * dilation).min(s * segment + segment - 1).min(axis.last());
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// The tile plan of one launch under `map`: query indices in tiles of `q_tile`, key
+/// indices in tiles of [`TILE`] (the extents of `map`). `pattern` is the launch's pattern
+/// (for a dilated pattern, `branch` is the branch).
+pub fn plan(pattern: &GpuPattern, branch: Option<&Branch>, causal: bool, map: IndexMap, q_tile: usize) -> TilePlan {
+    let (nq, nk) = map.extents();
+    let (qa, ka) = map.axes();
     let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(TILE));
     match map {
-        IndexMap::Compact { segment, dilation } => {
-            // Kept rows of one segment are m consecutive indices; rows grow with the index,
-            // so causality is `first key index <= last query index`.
+        IndexMap::Compact { segment, dilation, .. } => {
+            // A tile pair can hold a kept pair only inside a segment both tiles reach,
+            // with (causal) some key position at or before some query position there.
             let m = segment.div_ceil(dilation);
+            let (qb, kb) = map.bases();
             TilePlan::build(rt, ct, |r, c| {
-                let (q0, q1) = (r * q_tile, ((r + 1) * q_tile).min(nq) - 1);
-                let (k0, k1) = (c * TILE, ((c + 1) * TILE).min(nk) - 1);
-                (!causal || k0 <= q1) && (q0 / m).max(k0 / m) <= (q1 / m).min(k1 / m)
+                let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
+                let k = (kb + c * TILE, kb + ((c + 1) * TILE).min(nk) - 1);
+                ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
+                    match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
+                        (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
+                        _ => false,
+                    }
+                })
             })
         }
-        IndexMap::Identity { q_offset, k_offset } => TilePlan::build(rt, ct, |r, c| {
-            let (Some(q), Some(k)) = (
-                positions(r * q_tile, (r + 1) * q_tile, nq, q_offset),
-                positions(c * TILE, (c + 1) * TILE, nk, k_offset),
-            ) else {
+        IndexMap::Identity { .. } => TilePlan::build(rt, ct, |r, c| {
+            let (Some(q), Some(k)) =
+                (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * TILE, (c + 1) * TILE, ka))
+            else {
                 return false;
             };
             ranges_may_attend(pattern, branch, causal, q, k)
@@ -200,7 +284,7 @@ mod tests {
     }
 
     fn identity_plan(spec: &GpuSpec, n: usize) -> TilePlan {
-        plan(&spec.pattern, None, spec.causal, IndexMap::Identity { q_offset: 0, k_offset: 0 }, (n, TILE), n)
+        plan(&spec.pattern, None, spec.causal, IndexMap::whole(n), TILE)
     }
 
     fn planned(p: &TilePlan) -> Vec<(usize, usize)> {
@@ -257,14 +341,7 @@ mod tests {
         for (i, branch) in d.branches.iter().enumerate() {
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(i))).causal(causal);
-                let p = plan(
-                    &spec.pattern,
-                    Some(branch),
-                    causal,
-                    IndexMap::Identity { q_offset: 0, k_offset: 0 },
-                    (n, TILE),
-                    n,
-                );
+                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::whole(n), TILE);
                 for (r, c) in needed_tiles(&spec, 8, n) {
                     assert!(p.contains(r, c), "branch {i} causal={causal}: tile ({r}, {c}) not planned");
                 }
@@ -272,14 +349,7 @@ mod tests {
         }
         // A 64-token segment: only the diagonal tiles.
         let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(0)));
-        let p = plan(
-            &spec.pattern,
-            Some(&d.branches[0]),
-            false,
-            IndexMap::Identity { q_offset: 0, k_offset: 0 },
-            (640, TILE),
-            640,
-        );
+        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::whole(640), TILE);
         assert_eq!(p.visits(), 10);
     }
 
@@ -288,11 +358,9 @@ mod tests {
         // Queries 128..256 against keys 0..128 under causality: every tile is below the
         // diagonal; the reverse chunk pair is empty.
         let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
-        let below =
-            plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 128, k_offset: 0 }, (128, TILE), 128);
+        let below = plan(&spec.pattern, None, true, chunk(128, 0, 128), TILE);
         assert_eq!(below.visits(), 4);
-        let above =
-            plan(&spec.pattern, None, true, IndexMap::Identity { q_offset: 0, k_offset: 128 }, (128, TILE), 128);
+        let above = plan(&spec.pattern, None, true, chunk(0, 128, 128), TILE);
         assert_eq!(above.visits(), 0);
     }
 
@@ -301,17 +369,16 @@ mod tests {
         // n = 4096, w = 1024, r = 4: 4 segments of 256 compact rows = 4 tiles each, so
         // 4 * 4 * 4 = 64 tiles of 64x64, i.e. n*w/r^2 / 64^2 = 64: the branch's share.
         let (n, w, r) = (4096, 1024, 4);
-        let map = IndexMap::Compact { segment: w, dilation: r };
-        let nc = map.extent(n, n);
-        assert_eq!(nc, 1024);
-        let p = plan(&GpuPattern::Dense, None, false, map, (nc, TILE), nc);
+        let map = IndexMap::Compact { segment: w, dilation: r, q: Axis::contiguous(0, n), k: Axis::contiguous(0, n) };
+        assert_eq!(map.extents(), (1024, 1024));
+        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
         assert_eq!(p.visits(), n * w / (r * r) / (TILE * TILE));
-        let causal = plan(&GpuPattern::Dense, None, true, map, (nc, TILE), nc);
+        let causal = plan(&GpuPattern::Dense, None, true, map, TILE);
         assert_eq!(causal.visits(), 4 * (4 * 5 / 2));
         // Segments that do not fill tiles (w = 100, r = 3: 34 compact rows per segment).
-        let map = IndexMap::Compact { segment: 100, dilation: 3 };
-        let nc = map.extent(1000, 1000);
-        let p = plan(&GpuPattern::Dense, None, false, map, (nc, TILE), nc);
+        let whole = Axis::contiguous(0, 1000);
+        let map = IndexMap::Compact { segment: 100, dilation: 3, q: whole, k: whole };
+        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
         for s in 0..10 {
             let (a, b) = (s * 34 / TILE, (s * 34 + 33) / TILE);
             assert!(p.contains(a, b) && p.contains(b, a));
@@ -322,27 +389,13 @@ mod tests {
     fn forward_plan_with_128_row_query_tiles() {
         // Causal, 300 tokens: query tiles [0,128), [128,256), [256,300) see key tiles up
         // to their last row: 2, 4 and 5 tiles.
-        let p = plan(
-            &GpuPattern::Dense,
-            None,
-            true,
-            IndexMap::Identity { q_offset: 0, k_offset: 0 },
-            (300, FWD_Q_TILE),
-            300,
-        );
+        let p = plan(&GpuPattern::Dense, None, true, IndexMap::whole(300), FWD_Q_TILE);
         assert_eq!((p.row_tiles, p.col_tiles), (3, 5));
         assert_eq!((p.row(0).len(), p.row(1).len(), p.row(2).len()), (2, 4, 5));
         let spec = GpuSpec::new(GpuPattern::Window { left: 10, right: 0 }).causal(true);
         for (r, c) in needed_tiles(&spec, 1, 300) {
             let q_tile = r * TILE / FWD_Q_TILE;
-            let p = plan(
-                &spec.pattern,
-                None,
-                true,
-                IndexMap::Identity { q_offset: 0, k_offset: 0 },
-                (300, FWD_Q_TILE),
-                300,
-            );
+            let p = plan(&spec.pattern, None, true, IndexMap::whole(300), FWD_Q_TILE);
             assert!(p.contains(q_tile, c));
         }
     }
@@ -355,5 +408,136 @@ mod tests {
         assert_eq!(t.row(3), &[3]);
         assert_eq!(t.visits(), p.visits());
         assert_eq!(t.transpose(), p);
+    }
+
+    fn chunk(q_offset: usize, k_offset: usize, rows: usize) -> IndexMap {
+        IndexMap::Identity { q: Axis::contiguous(q_offset, rows), k: Axis::contiguous(k_offset, rows) }
+    }
+
+    /// Launch index of global position `pos` of head `h` on an axis of `map`, or None
+    /// when the launch does not hold that row (not kept by the branch for this head).
+    fn index_of(
+        map: &IndexMap,
+        d: &Dilated,
+        h: usize,
+        heads: usize,
+        pos: usize,
+        axis: Axis,
+        base: usize,
+    ) -> Option<usize> {
+        match *map {
+            IndexMap::Identity { .. } => {
+                let i = pos.checked_sub(axis.offset)?;
+                (i % axis.stride == 0 && i / axis.stride < axis.rows).then_some(i / axis.stride)
+            }
+            IndexMap::Compact { segment, dilation, .. } => {
+                let o = d.offset(&d.branches[0], h, heads);
+                let (s, within) = (pos / segment, pos % segment);
+                let t = within.checked_sub(o)?;
+                (t % dilation == 0).then(|| s * segment.div_ceil(dilation) + t / dilation - base)
+            }
+        }
+    }
+
+    /// Every allowed pair between two axes lies in a planned tile (forward and backward tiles).
+    fn assert_sound(spec: &GpuSpec, d: Option<&Dilated>, map: IndexMap, n: usize, heads: usize) {
+        let reference = spec.to_reference();
+        let branch = d.map(|d| &d.branches[0]);
+        let (qa, ka) = map.axes();
+        let (qb, kb) = map.bases();
+        let one = Dilated::longnet(&[(1, 1)]);
+        for q_tile in [TILE, FWD_Q_TILE] {
+            let p = plan(&spec.pattern, branch, spec.causal, map, q_tile);
+            for h in 0..heads {
+                for i in 0..qa.rows {
+                    let qpos = qa.offset + i * qa.stride;
+                    let counts = key_counts(reference.pattern.as_ref(), qpos, h, heads, n);
+                    for j in 0..ka.rows {
+                        let kpos = ka.offset + j * ka.stride;
+                        if counts[kpos] == 0 || (spec.causal && kpos > qpos) {
+                            continue;
+                        }
+                        let dd = d.unwrap_or(&one);
+                        let qc = index_of(&map, dd, h, heads, qpos, qa, qb).expect("an allowed query has an index");
+                        let kc = index_of(&map, dd, h, heads, kpos, ka, kb).expect("an allowed key has an index");
+                        assert!(
+                            p.contains(qc / q_tile, kc / TILE),
+                            "{map:?} h {h}: q {qpos} (index {qc}) k {kpos} (index {kc}) not planned"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn compact_ring_chunks_are_sound_and_cost_the_branch_share() {
+        let n = 1000;
+        let d = Dilated::longnet(&[(256, 4), (300, 2), (1000, 8)]);
+        // (q offset, q rows, k offset, k rows): aligned and unaligned chunks, same and other segments.
+        let chunks =
+            [(0, 250, 250, 250), (250, 250, 0, 250), (333, 201, 100, 300), (700, 300, 700, 300), (5, 7, 990, 10)];
+        for i in 0..d.branches.len() {
+            let one = d.single_branch(i);
+            let (segment, dilation) = (one.branches[0].segment, one.branches[0].dilation);
+            for causal in [false, true] {
+                let spec = GpuSpec::new(GpuPattern::Dilated(one.clone())).causal(causal);
+                for &(qo, qr, ko, kr) in &chunks {
+                    let map = IndexMap::Compact {
+                        segment,
+                        dilation,
+                        q: Axis::contiguous(qo, qr),
+                        k: Axis::contiguous(ko, kr),
+                    };
+                    assert_sound(&spec, Some(&one), map, n, 5);
+                }
+            }
+        }
+        // A ring step of 1024 queries over 1024 keys in one 4096-token segment, r = 8: the
+        // branch's share (1024/8)^2 / 64^2 = 4 tiles, not the 256 of the mask in place.
+        let map = IndexMap::Compact {
+            segment: 4096,
+            dilation: 8,
+            q: Axis::contiguous(2048, 1024),
+            k: Axis::contiguous(1024, 1024),
+        };
+        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
+        assert_eq!(map.extents(), (512, 512));
+        assert_eq!(map.bases(), (0, 0));
+        assert_eq!(p.visits(), 4);
+        // Causal, keys after the queries: nothing.
+        let after = IndexMap::Compact {
+            segment: 4096,
+            dilation: 8,
+            q: Axis::contiguous(1024, 1024),
+            k: Axis::contiguous(2048, 1024),
+        };
+        assert_eq!(plan(&GpuPattern::Dense, None, true, after, TILE).visits(), 0);
+    }
+
+    #[test]
+    fn strided_axes_are_sound_for_every_mask() {
+        // Rank r of a striped layout over P ranks holds positions r, r + P, ...
+        let (n, ranks) = (301, 3);
+        let d = Dilated::longnet(&[(64, 2)]);
+        let specs = [
+            (GpuSpec::new(GpuPattern::Dense).causal(true), None),
+            (GpuSpec::new(GpuPattern::Window { left: 40, right: 3 }), None),
+            (GpuSpec::new(GpuPattern::Window { left: 40, right: 0 }).causal(true), None),
+            (GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(true), Some(&d)),
+        ];
+        for (spec, dil) in &specs {
+            for r in 0..ranks {
+                for src in 0..ranks {
+                    let axis = |x: usize| Axis { offset: x, stride: ranks, rows: (n - x).div_ceil(ranks) };
+                    let map = IndexMap::Identity { q: axis(r), k: axis(src) };
+                    assert_sound(spec, *dil, map, n, 2);
+                }
+            }
+        }
+        // Causal striped: the plan is the lower triangle of local indices (exact).
+        let axis = |x: usize| Axis { offset: x, stride: ranks, rows: 64 * 4 };
+        let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q: axis(0), k: axis(1) }, TILE);
+        assert_eq!(p.visits(), 4 * 5 / 2);
     }
 }

@@ -2,19 +2,16 @@
 //! and the pattern-aware "who needs what" table. Pure host code, tested without a GPU.
 //!
 //! # Pieces
-//! The kernels take one contiguous range of query positions and one of key positions per
-//! launch ([`Chunk`]). A rank's tokens are cut into **pieces**, maximal runs of
-//! consecutive global positions: one piece for contiguous layouts and any boundaries, two
-//! for zigzag (`c_i` and `c_{2P-1-i}`). Each piece is its own device tensor, so one ring
-//! step of rank `r` over the block of `src` is `|pieces(r)| x |pieces(src)|` launches
-//! whose partials are merged per query piece.
-//!
-//! **Striped** layouts (token `t` on rank `t mod P`) are not runs: rank `r`'s local row
-//! `i` is global `r + iP`. For a dense pattern the causal test between rank `r` and `src`
-//! depends only on local indices: `src + jP <= r + iP  <=>  j <= i - [src > r]`, so
-//! the launch uses *virtual* positions `q = i`, `k = j + [src > r]` with the same causal
-//! kernel. Other patterns (windows, dilation, padding) need true positions per row and
-//! are rejected with a typed error for striped layouts.
+//! The kernels take one *arithmetic* run of query positions and one of key positions per
+//! launch ([`Chunk`]: offset and stride). A rank's tokens are cut greedily into
+//! **pieces**, maximal runs with a constant positive step: one piece for contiguous
+//! layouts and any boundaries, two for zigzag (`c_i` and `c_{2P-1-i}`), one of stride
+//! `P` for striped layouts (rank `r` holds `r, r + P, ...`). Each piece is its own device
+//! tensor, so one ring step of rank `r` over the block of `src` is
+//! `|pieces(r)| x |pieces(src)|` launches whose partials are merged per query piece.
+//! Since the kernels see true global positions, every mask (causal, window, dilated,
+//! padding) is exact on every layout; dilated branches are compacted on contiguous pieces
+//! and evaluated in place on strided ones.
 //!
 //! # Needs
 //! Pair `(r, qi) x (src, kj)` is **needed** when its tile plan (the list of 64x64 tiles
@@ -27,19 +24,37 @@
 
 use super::error::{DistError, DistResult};
 use crate::launch::{Chunk, Shape, launches};
-use crate::spec::{GpuPattern, GpuSpec};
-use ringdil_reference::ring::{ChunkPlan, Layout};
+use crate::spec::GpuSpec;
+use ringdil_reference::ring::ChunkPlan;
 
 /// The most pieces one rank may have: each step launches `pieces(r) x pieces(src)` kernels.
 pub const MAX_PIECES: usize = 16;
 
-/// A run of a rank's rows: local rows `local..local + rows`, kernel position `start`
-/// of the first row (the global token, or a virtual position for striped layouts).
+/// A run of a rank's rows: local rows `local..local + rows` hold the global tokens
+/// `start + i * stride`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     pub local: usize,
     pub rows: usize,
     pub start: usize,
+    pub stride: usize,
+}
+
+/// Cut a rank's tokens (in local order) into maximal runs of constant positive step.
+/// A run of one token has stride 1.
+fn runs(tokens: &[usize]) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::new();
+    for (i, &t) in tokens.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if last.rows == 1 && t > last.start => {
+                last.stride = t - last.start;
+                last.rows = 2;
+            }
+            Some(last) if last.rows > 1 && t == last.start + last.rows * last.stride => last.rows += 1,
+            _ => out.push(Piece { local: i, rows: 1, start: t, stride: 1 }),
+        }
+    }
+    out
 }
 
 /// A chunk plan made ready for the GPU ring: pieces per rank, problem sizes, spec, and
@@ -52,7 +67,6 @@ pub struct DistPlan {
     pub heads: usize,
     pub head_dim: usize,
     pieces: Vec<Vec<Piece>>,
-    striped: bool,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
     needed: Vec<Vec<Vec<(usize, usize)>>>,
 }
@@ -64,37 +78,15 @@ impl DistPlan {
         chunks.validate()?;
         let (n, p) = (chunks.seq_len, chunks.ranks());
         spec.validate(batch, heads, n)?;
-        let striped = p > 1
-            && chunks == ChunkPlan::new(n, p, &Layout::Striped)?
-            && chunks != ChunkPlan::new(n, p, &Layout::Contiguous)?;
-        if striped && (spec.pattern != GpuPattern::Dense || spec.key_lengths.is_some()) {
-            return Err(DistError::UnsupportedLayout {
-                layout: "striped",
-                reason: "only dense patterns without key padding (other masks need a true position per row)",
-            });
-        }
         let mut pieces = Vec::with_capacity(p);
         for r in 0..p {
-            let tokens = chunks.tokens(r);
-            let mut mine: Vec<Piece> = Vec::new();
-            if striped {
-                if !tokens.is_empty() {
-                    mine.push(Piece { local: 0, rows: tokens.len(), start: 0 });
-                }
-            } else {
-                for (i, &t) in tokens.iter().enumerate() {
-                    match mine.last_mut() {
-                        Some(last) if last.start + last.rows == t => last.rows += 1,
-                        _ => mine.push(Piece { local: i, rows: 1, start: t }),
-                    }
-                }
-            }
+            let mine = runs(&chunks.tokens(r));
             if mine.len() > MAX_PIECES {
                 return Err(DistError::TooManyPieces { rank: r, pieces: mine.len(), max: MAX_PIECES });
             }
             pieces.push(mine);
         }
-        let mut plan = DistPlan { chunks, spec, batch, heads, head_dim, pieces, striped, needed: Vec::new() };
+        let mut plan = DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: Vec::new() };
         plan.needed = (0..p)
             .map(|r| {
                 (0..p)
@@ -139,17 +131,13 @@ impl DistPlan {
     }
 
     /// Shape and kernel positions of the launch of query piece `qi` of `r` over key piece
-    /// `kj` of `src` (see the module docs for striped virtual positions).
+    /// `kj` of `src`.
     pub fn pair(&self, r: usize, qi: usize, src: usize, kj: usize) -> (Shape, Chunk) {
         let (qp, kp) = (self.pieces[r][qi], self.pieces[src][kj]);
         let shape =
             Shape { batch: self.batch, heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
-        let chunk = if self.striped {
-            let shift = (src > r) as usize;
-            Chunk { q_offset: 0, k_offset: shift, seq_len: qp.rows.max(kp.rows + shift) }
-        } else {
-            Chunk { q_offset: qp.start, k_offset: kp.start, seq_len: self.chunks.seq_len }
-        };
+        let chunk =
+            Chunk { q_stride: qp.stride, k_stride: kp.stride, ..Chunk::new(qp.start, kp.start, self.seq_len()) };
         (shape, chunk)
     }
 
@@ -238,7 +226,9 @@ impl DistPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::GpuPattern;
     use ringdil_reference::pattern::Dilated;
+    use ringdil_reference::ring::Layout;
 
     fn plan(n: usize, p: usize, layout: Layout, spec: GpuSpec) -> DistResult<DistPlan> {
         DistPlan::new(ChunkPlan::new(n, p, &layout).unwrap(), spec, 1, 2, 64)
@@ -248,16 +238,18 @@ mod tests {
     fn pieces_per_layout() {
         let causal = GpuSpec::new(GpuPattern::Dense).causal(true);
         let c = plan(10, 3, Layout::Contiguous, causal.clone()).unwrap();
-        assert_eq!(c.pieces(0), &[Piece { local: 0, rows: 4, start: 0 }]);
-        assert_eq!(c.pieces(2), &[Piece { local: 0, rows: 3, start: 7 }]);
+        let run = |local, rows, start, stride| Piece { local, rows, start, stride };
+        assert_eq!(c.pieces(0), &[run(0, 4, 0, 1)]);
+        assert_eq!(c.pieces(2), &[run(0, 3, 7, 1)]);
         let z = plan(10, 2, Layout::Zigzag, causal.clone()).unwrap();
         // c = [0,3,5,8,10]: rank 0 owns 0..3 and 8..10.
-        assert_eq!(z.pieces(0), &[Piece { local: 0, rows: 3, start: 0 }, Piece { local: 3, rows: 2, start: 8 }]);
+        assert_eq!(z.pieces(0), &[run(0, 3, 0, 1), run(3, 2, 8, 1)]);
         let s = plan(9, 2, Layout::Striped, causal.clone()).unwrap();
-        assert_eq!(s.pieces(1), &[Piece { local: 0, rows: 4, start: 0 }]);
+        assert_eq!(s.pieces(1), &[run(0, 4, 1, 2)]);
         let b = plan(10, 3, Layout::Boundaries(vec![0, 1, 1, 10]), causal).unwrap();
         assert!(b.pieces(1).is_empty());
-        assert_eq!(b.pieces(2)[0], Piece { local: 0, rows: 9, start: 1 });
+        assert_eq!(b.pieces(0), &[run(0, 1, 0, 1)]);
+        assert_eq!(b.pieces(2), &[run(0, 9, 1, 1)]);
     }
 
     #[test]
@@ -271,29 +263,32 @@ mod tests {
     }
 
     #[test]
-    fn striped_virtual_positions_reproduce_the_causal_mask() {
-        // rank r local i is global r + iP; the virtual launch must allow exactly k <= q.
+    fn striped_pieces_launch_at_true_positions_with_every_mask() {
+        // Rank r holds r, r + P, ...: one piece of stride P, so window, dilated and padded
+        // masks see true positions (no layout is rejected).
         let (n, ranks) = (23, 3);
-        let p = plan(n, ranks, Layout::Striped, GpuSpec::new(GpuPattern::Dense).causal(true)).unwrap();
-        for r in 0..ranks {
-            for src in 0..ranks {
-                let (shape, chunk) = p.pair(r, 0, src, 0);
-                for i in 0..shape.q_rows {
-                    for j in 0..shape.k_rows {
-                        let global = src + j * ranks <= r + i * ranks;
-                        let virt = chunk.k_offset + j <= chunk.q_offset + i;
-                        assert_eq!(global, virt, "r {r} src {src} i {i} j {j}");
-                    }
+        let specs = [
+            GpuSpec::new(GpuPattern::Dense).causal(true),
+            GpuSpec::new(GpuPattern::Window { left: 3, right: 0 }).causal(true),
+            GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(8, 2)]))).key_lengths(vec![20]),
+        ];
+        for spec in specs {
+            let p = plan(n, ranks, Layout::Striped, spec).unwrap();
+            for r in 0..ranks {
+                for src in 0..ranks {
+                    let (shape, chunk) = p.pair(r, 0, src, 0);
+                    assert_eq!((chunk.q_offset, chunk.q_stride, chunk.k_offset, chunk.k_stride), (r, 3, src, 3));
+                    assert_eq!((shape.q_rows, chunk.seq_len), ((n - r).div_ceil(ranks), n));
                 }
             }
         }
     }
 
     #[test]
-    fn striped_rejects_masks_that_need_true_positions() {
-        let w = GpuSpec::new(GpuPattern::Window { left: 3, right: 0 });
-        let e = plan(40, 2, Layout::Striped, w).unwrap_err().to_string();
-        assert!(e.contains("striped"), "{e}");
+    fn runs_take_the_longest_constant_step() {
+        let piece = |local, rows, start, stride| Piece { local, rows, start, stride };
+        assert_eq!(runs(&[4, 6, 8, 9, 10, 3]), vec![piece(0, 3, 4, 2), piece(3, 2, 9, 1), piece(5, 1, 3, 1)]);
+        assert_eq!(runs(&[]), vec![]);
     }
 
     #[test]
@@ -310,7 +305,9 @@ mod tests {
 
     #[test]
     fn too_many_pieces_is_a_typed_error_naming_the_rank() {
-        let order: Vec<usize> = (0..64).map(|i| if i % 2 == 0 { i / 2 } else { 32 + i / 2 }).collect();
+        // Descending tokens: no run is longer than one token. (Interleaved tokens would be
+        // runs of stride 32, two per rank: fine.)
+        let order: Vec<usize> = (0..64).rev().collect();
         let chunks = ChunkPlan::new(64, 2, &Layout::Permuted { order, boundaries: None }).unwrap();
         let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense), 1, 1, 64).unwrap_err();
         assert!(matches!(e, DistError::TooManyPieces { rank: 0, pieces: 32, max: MAX_PIECES }), "{e}");

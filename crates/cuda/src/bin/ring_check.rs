@@ -7,7 +7,9 @@
 //! inputs: relative L2 error < 1e-2 (the bf16 bound of `gpu_check`). The gathered host
 //! arrays start as NaN, so a row nobody wrote fails. For the dense ring, rank 0 also
 //! runs the same case on virtual ranks and reports the largest difference from the
-//! real ring (same launches, same merge order: expected 0).
+//! real ring (same launches, same merge order: expected 0). Every pattern runs on every
+//! layout (striped pieces launch at true positions, `dist::layout`); a permutation that
+//! gives a rank more runs than the ring launches per step must be a typed error.
 //!
 //! The distributed cases run the same per-rank body (`dist_main`) whichever way the
 //! ranks are started: one process per GPU (`--nproc`, re-executed under the launcher)
@@ -106,10 +108,6 @@ fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
         for (i, &(seq, head_dim, batch)) in [(1000usize, 64usize, 1usize), (777, 128, 2)].iter().enumerate() {
             for (layout_name, layout) in layouts(seq, p) {
                 for (j, pattern) in patterns(seq).into_iter().enumerate() {
-                    let striped = layout == Layout::Striped;
-                    if striped && (pattern.1.pattern != GpuPattern::Dense) {
-                        continue; // rejected with a typed error (see dist::layout); checked below
-                    }
                     if i == 1 && pattern.0.starts_with("window") {
                         continue;
                     }
@@ -448,7 +446,7 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
             }
         }
     }
-    striped_rejection(&mut log);
+    too_many_pieces(&mut log);
     log.finish(
         &header("Ring check (virtual ranks, one GPU)", &device, run.seed, &run.date, &run.command),
         run.log.clone(),
@@ -456,11 +454,13 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     )
 }
 
-/// A striped layout with a window pattern must be a typed error naming the layout.
-fn striped_rejection(log: &mut Log) {
-    let chunks = ChunkPlan::new(100, 2, &Layout::Striped).expect("layout");
-    let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Window { left: 4, right: 0 }), 1, 1, 64);
-    let ok = matches!(&e, Err(ringdil_cuda::dist::DistError::UnsupportedLayout { layout: "striped", .. }));
+/// A layout whose rank holds more runs than the ring launches per step must be a typed
+/// error naming the rank (descending tokens: every run is one token long).
+fn too_many_pieces(log: &mut Log) {
+    let order: Vec<usize> = (0..64).rev().collect();
+    let chunks = ChunkPlan::new(64, 2, &Layout::Permuted { order, boundaries: None }).expect("layout");
+    let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense), 1, 1, 64);
+    let ok = matches!(&e, Err(ringdil_cuda::dist::DistError::TooManyPieces { rank: 0, .. }));
     if ok {
         log.passed += 1
     } else {
@@ -468,7 +468,7 @@ fn striped_rejection(log: &mut Log) {
     }
     writeln!(
         log.text,
-        "| {} | striped + window: typed error `{}` |  |",
+        "| {} | descending permutation: typed error `{}` |  |",
         if ok { "pass" } else { "**FAIL**" },
         e.err().map(|e| e.to_string()).unwrap_or_default()
     )
@@ -592,7 +592,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         }
     }
     if me == 0 {
-        striped_rejection(&mut log);
+        too_many_pieces(&mut log);
         log.finish(
             &header(
                 &format!("Ring check ({w} GPUs{shape}, NCCL, {})", run.mode),

@@ -1,18 +1,20 @@
 //! Scaling benchmark of distributed attention: tokens per second and per-GPU memory of
 //! the ring (and all-gather, pattern-aware plan) on `P` GPUs against one GPU, the time
 //! the transfers hide behind the kernels, measured link and compute speeds with the
-//! auto rule's decisions on them, and the largest sequence the ring runs.
+//! auto rule's decisions on them, the run-time auto selection checked against the
+//! measured time of every option, and the largest sequence the ring runs.
 //!
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
 //!
 //! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
 //! total length `N` (1.0 = perfect). Weak rows keep `N / P` fixed, strong rows keep `N`.
 //! One GPU runs the whole sequence with the single-GPU path (`Gpu::forward_into`; dilated
-//! branches compacted), the ring runs chunk launches (dilated masks in place). Times are
+//! branches compacted), the ring runs chunk launches (dilated branches compacted per
+//! chunk pair, segment bases per side). Times are
 //! medians of 3 after a warm-up, the slowest rank's, forward only and forward + backward.
 
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::auto::{Problem, Speeds, choose};
+use ringdil_cuda::dist::auto::{Decision, Problem, Selected, Speeds, choose, select};
 use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, Schedule, launch};
 use ringdil_cuda::launch::{Chunk, Dtype, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
@@ -319,6 +321,10 @@ fn main() {
         }
         per *= 2;
     }
+    // The auto rule at run time: rank 0's measured speeds, shared so every rank decides alike.
+    let mine = if me == 0 { measured_speeds(&gpu, p, &singles, &rows).to_vec() } else { vec![0.0; 4] };
+    let speeds = Speeds::from_slice(&comm.broadcast_f64(0, &mine).expect("broadcast")).expect("four speeds");
+    let autos = auto_rows(&gpu, &comm, &speeds);
     if me != 0 {
         return;
     }
@@ -328,12 +334,79 @@ fn main() {
         &singles,
         &rows,
         &largest,
+        (&speeds, &autos),
         start.elapsed().as_secs_f64(),
         &value("--date").unwrap_or_else(|| "unknown".into()),
         &args,
         value("--json"),
         value("--md"),
     );
+}
+
+/// The auto rule's speeds from this run (rank 0): compute from one GPU's dense causal
+/// forward at 128K, link bandwidth from the comm-only ring at 128K, the per-step overhead
+/// from the 8K ring forward (an upper bound), memory from the device.
+fn measured_speeds(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)]) -> Speeds {
+    let n = 128 * 1024;
+    let flops = singles
+        .iter()
+        .find(|r| r.pattern == "dense causal" && r.seq_len == n)
+        .map_or(f64::NAN, |s| 4.0 * (HEADS * DIM) as f64 * (n as f64).powi(2) * 0.5 / (s.fwd_ms / 1e3));
+    let link = rows
+        .iter()
+        .find(|(m, _)| m.row.schedule == "ring" && m.row.seq_len == n && m.comm_ms.is_finite())
+        .map_or(f64::NAN, |(m, _)| {
+            let bytes = 4.0 * (HEADS * DIM) as f64 * (m.row.seq_len / p) as f64 * (p - 1) as f64;
+            bytes / (m.comm_ms / 1e3)
+        });
+    let step_overhead = rows
+        .iter()
+        .find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring")
+        .map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
+    let memory = gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN);
+    Speeds { flops, link_bytes: link, step_overhead, memory }
+}
+
+/// One row of the run-time auto check: the rule's decision and the measured forward time
+/// of every option on the same problem.
+#[derive(serde::Serialize)]
+struct AutoRow {
+    pattern: String,
+    seq_len: usize,
+    decision: Decision,
+    selected: Selected,
+    measured_ms: Vec<(String, f64)>,
+}
+
+/// Decide with `speeds` for each problem, then time every option (rank 0 alone for one GPU).
+fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds) -> Vec<AutoRow> {
+    let k = 1024;
+    let me = comm.rank();
+    let mut out = Vec::new();
+    for (pat, layout, n) in [
+        ("dense causal", Layout::Zigzag, 4 * k),
+        ("dense causal", Layout::Zigzag, 16 * k),
+        ("dense causal", Layout::Zigzag, 64 * k),
+        ("dense causal", Layout::Zigzag, 128 * k),
+        ("longnet dilated causal", Layout::Contiguous, 128 * k),
+    ] {
+        let chunks = ChunkPlan::new(n, comm.world(), &layout).expect("plan");
+        let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).expect("plan");
+        let (decision, selected) = select(&plan, speeds).expect("select");
+        let mut measured = Vec::new();
+        let single_ms = if me == 0 { single(gpu, pat, n).fwd_ms } else { f64::NAN };
+        comm.barrier(gpu).expect("barrier");
+        measured.push(("single".to_string(), single_ms));
+        for schedule in Schedule::ALL {
+            let ms = distributed(gpu, comm, pat, &layout, schedule, n, false).map_or(f64::NAN, |m| m.row.fwd_ms);
+            measured.push((schedule.name().to_string(), ms));
+        }
+        if me == 0 {
+            println!("auto {pat} N={n}: {selected:?}, measured {measured:?}");
+        }
+        out.push(AutoRow { pattern: pat.into(), seq_len: n, decision, selected, measured_ms: measured });
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -343,6 +416,7 @@ fn report(
     singles: &[Row],
     rows: &[(Measured, &str)],
     largest: &[(usize, f64, f64)],
+    (speeds, autos): (&Speeds, &[AutoRow]),
     secs: f64,
     date: &str,
     args: &[String],
@@ -391,39 +465,44 @@ fn report(
     for (n, ms, mem) in largest {
         writeln!(out, "| {n} | {} | {ms:.1} | {mem:.1} |", n / p).unwrap();
     }
-    // Measured speeds for the auto rule: compute from one GPU at 128K, link from comm-only.
-    let flops = single_at("dense causal", 128 * 1024)
-        .map_or(f64::NAN, |s| 4.0 * (HEADS * DIM) as f64 * (128.0 * 1024.0f64).powi(2) * 0.5 / (s.fwd_ms / 1e3));
-    let link = rows
-        .iter()
-        .find(|(m, _)| m.row.schedule == "ring" && m.row.seq_len == 128 * 1024 && m.comm_ms.is_finite())
-        .map_or(f64::NAN, |(m, _)| {
-            let bytes = 4.0 * (HEADS * DIM) as f64 * (m.row.seq_len / p) as f64 * (p - 1) as f64;
-            bytes / (m.comm_ms / 1e3)
-        });
-    let small = rows
-        .iter()
-        .find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring")
-        .map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
-    let speeds = Speeds {
-        flops,
-        link_bytes: link,
-        step_overhead: small,
-        memory: gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN),
-    };
-    writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, small * 1e3).unwrap();
+    let (flops, link, step) = (speeds.flops, speeds.link_bytes, speeds.step_overhead);
+    writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, step * 1e3).unwrap();
+    let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
     for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
         let pr = Problem { batch: 1, heads: HEADS, head_dim: DIM, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 };
-        let d = choose(&pr, p, &speeds);
-        let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
+        let d = choose(&pr, p, speeds);
         writeln!(out, "| {n} | {:?} | {} | {} | {} |", d.choice, f(d.single_s), f(d.ring_s), f(d.gather_s)).unwrap();
+    }
+    writeln!(out, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast), then every option is timed on it. \"best\" is the fastest measured option; the choice is right when it is the best or within 10% of it.\n\n| pattern | N | selected | predicted s (single / ring / all-gather) | measured ms (single / ring / pattern ring / all-gather) | best | chosen / best |\n|---|---|---|---|---|---|---|").unwrap();
+    for a in autos {
+        let name = match a.selected {
+            Selected::Single => "single",
+            Selected::Distributed(s) => s.name(),
+        };
+        let chosen = a.measured_ms.iter().find(|(n, _)| n == name).map_or(f64::NAN, |x| x.1);
+        let best = a.measured_ms.iter().filter(|x| x.1.is_finite()).min_by(|x, y| x.1.total_cmp(&y.1));
+        let d = &a.decision;
+        let ms: Vec<String> = a.measured_ms.iter().map(|(_, t)| format!("{t:.2}")).collect();
+        writeln!(
+            out,
+            "| {} | {} | {name} | {} / {} / {} | {} | {} | {:.2} |",
+            a.pattern,
+            a.seq_len,
+            f(d.single_s),
+            f(d.ring_s),
+            f(d.gather_s),
+            ms.join(" / "),
+            best.map_or("-", |b| b.0.as_str()),
+            best.map_or(f64::NAN, |b| chosen / b.1)
+        )
+        .unwrap();
     }
     println!("{out}");
     if let Some(path) = md {
         std::fs::write(&path, &out).expect("write md");
     }
     if let Some(path) = json {
-        let j = serde_json::json!({"gpus": p, "device": gpu.describe().unwrap_or_default(), "command": command, "single": singles, "distributed": json_rows, "largest": largest, "speeds": speeds});
+        let j = serde_json::json!({"gpus": p, "device": gpu.describe().unwrap_or_default(), "command": command, "single": singles, "distributed": json_rows, "largest": largest, "speeds": speeds, "auto": autos});
         std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).expect("write json");
     }
 }

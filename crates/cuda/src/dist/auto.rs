@@ -20,7 +20,23 @@
 //! overlap (the step costs the larger of compute and transfer). The choice is the
 //! smallest predicted time; on a tie the simpler schedule wins (single, then ring, then
 //! all-gather), so a short sequence, where `P o` dominates, never pays ring overhead.
+//!
+//! # At run time
+//! [`select`] turns a [`DistPlan`] into a [`Problem`] ([`Problem::of_plan`]: `f` is the
+//! work the kernels really do, the tiles of the whole-sequence launches relative to
+//! dense; `m` is the pattern-aware plan's volume relative to the dense ring's) and the
+//! decision into what to run ([`Selected`]): one GPU, the pattern-aware ring when it
+//! moves less than the dense ring, else the dense ring, or all-gather. Every rank must
+//! take the same decision, so the speeds are rank 0's, shared with
+//! [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64) (see
+//! [`Speeds::to_vec`]); `ring_bench` measures them and checks the choice against the
+//! measured times of all three.
 
+use super::error::DistResult;
+use super::layout::DistPlan;
+use super::ring::Schedule;
+use crate::launch::{Chunk, Shape, launches};
+use crate::plan::{FWD_Q_TILE, TILE};
 use serde::Serialize;
 
 /// Sizes and sparsity of one attention call.
@@ -37,7 +53,7 @@ pub struct Problem {
 }
 
 /// Measured speeds of the machine (from `ring_bench`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Speeds {
     /// Attention forward FLOP/s of one GPU.
     pub flops: f64,
@@ -92,6 +108,69 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
         }
     }
     Decision { choice: best.0, single_s, ring_s, gather_s }
+}
+
+impl Problem {
+    /// The problem `plan` describes (see the module docs). The pair fraction counts the
+    /// kernel's tiles, so a dilated pattern counts its compacted branches' work.
+    pub fn of_plan(plan: &DistPlan) -> DistResult<Problem> {
+        let n = plan.seq_len();
+        let shape = Shape::square(1, n, 1, plan.head_dim);
+        let visits: usize = launches(&shape, &plan.spec, &Chunk::whole(&shape))?.iter().map(|l| l.fwd.visits()).sum();
+        let dense = n.div_ceil(FWD_Q_TILE) * n.div_ceil(TILE);
+        let p = plan.ranks();
+        let ring: usize = (0..p).map(|r| plan.ring_volume(r)).sum();
+        let moved: usize = (0..p)
+            .flat_map(|dst| (0..p).filter(move |&src| src != dst).map(move |src| (dst, src)))
+            .map(|(dst, src)| plan.pattern_volume(dst, src))
+            .sum();
+        Ok(Problem {
+            batch: plan.batch,
+            heads: plan.heads,
+            head_dim: plan.head_dim,
+            seq_len: n,
+            pair_fraction: visits as f64 / dense as f64,
+            moved_fraction: if ring == 0 { 0.0 } else { moved as f64 / ring as f64 },
+        })
+    }
+}
+
+impl Speeds {
+    /// The four numbers in a fixed order, for [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64).
+    pub fn to_vec(&self) -> Vec<f64> {
+        vec![self.flops, self.link_bytes, self.step_overhead, self.memory]
+    }
+
+    /// The inverse of [`Speeds::to_vec`] (`None` unless there are exactly four numbers).
+    pub fn from_slice(v: &[f64]) -> Option<Speeds> {
+        match *v {
+            [flops, link_bytes, step_overhead, memory] => Some(Speeds { flops, link_bytes, step_overhead, memory }),
+            _ => None,
+        }
+    }
+}
+
+/// What a distributed call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selected {
+    /// The whole problem on one GPU (rank 0); the others wait.
+    Single,
+    Distributed(Schedule),
+}
+
+/// Decide for `plan` on its ranks with `speeds`: the rule's decision and what to run.
+/// A ring uses the pattern-aware plan when it moves less than the dense ring.
+pub fn select(plan: &DistPlan, speeds: &Speeds) -> DistResult<(Decision, Selected)> {
+    let problem = Problem::of_plan(plan)?;
+    let d = choose(&problem, plan.ranks(), speeds);
+    let selected = match d.choice {
+        Choice::Single => Selected::Single,
+        Choice::AllGather => Selected::Distributed(Schedule::AllGather),
+        Choice::Ring if problem.moved_fraction < 1.0 => Selected::Distributed(Schedule::PatternRing),
+        Choice::Ring => Selected::Distributed(Schedule::Ring),
+    };
+    Ok((d, selected))
 }
 
 #[cfg(test)]
@@ -159,5 +238,52 @@ mod tests {
         assert!((d.single_s.unwrap() - w / s.flops).abs() < 1e-12);
         let step = (w / (16.0 * s.flops)).max(4.0 * 8.0 * 128.0 * 16_384.0 / s.link_bytes);
         assert!((d.ring_s.unwrap() - (4.0 * step + 4.0 * s.step_overhead)).abs() < 1e-12);
+    }
+
+    fn plan(n: usize, p: usize, spec: crate::spec::GpuSpec, layout: ringdil_reference::ring::Layout) -> DistPlan {
+        let chunks = ringdil_reference::ring::ChunkPlan::new(n, p, &layout).unwrap();
+        DistPlan::new(chunks, spec, 1, 8, 128).unwrap()
+    }
+
+    #[test]
+    fn a_plan_becomes_its_problem() {
+        use crate::spec::{GpuPattern, GpuSpec};
+        use ringdil_reference::pattern::Dilated;
+        use ringdil_reference::ring::Layout;
+        let causal =
+            Problem::of_plan(&plan(4096, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Zigzag)).unwrap();
+        // 32 query tiles of 128 see 2, 4, ..., 64 key tiles of 64: 1056 of 32 * 64.
+        assert!((causal.pair_fraction - 1056.0 / 2048.0).abs() < 1e-12, "{causal:?}");
+        // Zigzag causal: rank 0's late piece needs all of rank 1, rank 1 needs rank 0's early piece.
+        assert!(causal.moved_fraction > 0.7 && causal.moved_fraction < 1.0, "{causal:?}");
+        let dense = Problem::of_plan(&plan(4096, 2, GpuSpec::new(GpuPattern::Dense), Layout::Contiguous)).unwrap();
+        assert_eq!((dense.pair_fraction, dense.moved_fraction), (1.0, 1.0));
+        // LongNet segments inside each rank: a fraction of the work, nothing moves.
+        let d = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(512, 1), (2048, 4)])));
+        let local = Problem::of_plan(&plan(4096, 2, d, Layout::Contiguous)).unwrap();
+        assert_eq!(local.moved_fraction, 0.0);
+        let share = (512.0 + 2048.0 / 16.0) / 4096.0;
+        assert!(local.pair_fraction < 1.5 * share, "{local:?} vs share {share}");
+    }
+
+    #[test]
+    fn selection_maps_choices_to_schedules() {
+        use crate::spec::{GpuPattern, GpuSpec};
+        use ringdil_reference::ring::Layout;
+        let s = h200();
+        let short = plan(1024, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Zigzag);
+        assert_eq!(select(&short, &s).unwrap().1, Selected::Single);
+        let long = plan(131_072, 2, GpuSpec::new(GpuPattern::Dense), Layout::Contiguous);
+        assert_eq!(select(&long, &s).unwrap().1, Selected::Distributed(Schedule::Ring));
+        let causal = plan(131_072, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Contiguous);
+        // Contiguous causal: rank 0 needs nothing from rank 1, so the pattern-aware ring moves half.
+        assert_eq!(select(&causal, &s).unwrap().1, Selected::Distributed(Schedule::PatternRing));
+    }
+
+    #[test]
+    fn speeds_round_trip_through_a_vector() {
+        let s = h200();
+        assert_eq!(Speeds::from_slice(&s.to_vec()), Some(s));
+        assert_eq!(Speeds::from_slice(&[1.0]), None);
     }
 }

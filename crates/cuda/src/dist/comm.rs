@@ -198,15 +198,42 @@ impl Communicator {
     /// both streams of this rank are drained.
     pub fn barrier(&self, gpu: &Gpu) -> DistResult<()> {
         gpu.synchronize()?;
-        let mut x = self.stream.alloc_zeros::<f32>(1)?;
+        self.sum_f32(&[0.0])?;
+        Ok(())
+    }
+
+    /// Rank `root`'s `values` on every rank (collective: every rank passes a slice of the
+    /// same length; only the root's contents matter). Used to make a decision once, e.g.
+    /// the auto schedule from rank 0's measured speeds, so that all ranks agree on it.
+    pub fn broadcast_f64(&self, root: usize, values: &[f64]) -> DistResult<Vec<f64>> {
+        if root >= self.world {
+            return Err(DistError::BadRank { rank: root, world: self.world });
+        }
+        // A sum where only the root contributes: exact for f64 sent as hi + lo f32 parts.
+        let mine = self.rank == root;
+        let parts: Vec<f32> = values
+            .iter()
+            .flat_map(|&v| {
+                let hi = v as f32;
+                let lo = (v - hi as f64) as f32;
+                if mine { [hi, lo] } else { [0.0, 0.0] }
+            })
+            .collect();
+        let sum = self.sum_f32(&parts)?;
+        Ok(sum.chunks(2).map(|c| c[0] as f64 + c[1] as f64).collect())
+    }
+
+    /// The element-wise sum over ranks of `values`, on every rank (blocking).
+    fn sum_f32(&self, values: &[f32]) -> DistResult<Vec<f32>> {
+        let mut x = self.stream.clone_htod(values)?;
         {
             let (p, _g) = x.device_ptr_mut(&self.stream);
-            // SAFETY: in-place all-reduce of one live f32.
+            // SAFETY: in-place all-reduce of a live buffer of `values.len()` f32.
             nccl("ncclAllReduce", unsafe {
                 result::all_reduce(
                     p as *const _,
                     p as *mut _,
-                    1,
+                    values.len(),
                     sys::ncclDataType_t::ncclFloat32,
                     sys::ncclRedOp_t::ncclSum,
                     self.comm,
@@ -214,8 +241,9 @@ impl Communicator {
                 )
             })?;
         }
+        let out = self.stream.clone_dtoh(&x)?;
         self.stream.synchronize()?;
-        Ok(())
+        Ok(out)
     }
 }
 

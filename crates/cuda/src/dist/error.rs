@@ -11,9 +11,7 @@ pub enum DistError {
     Reference(ringdil_reference::Error),
     /// An NCCL call failed (`call` names it; `code` is NCCL's result code).
     Nccl { call: &'static str, code: String },
-    /// A layout the GPU ring cannot run, with the reason.
-    UnsupportedLayout { layout: &'static str, reason: &'static str },
-    /// A rank's tokens fall into more contiguous runs than the ring launches per step.
+    /// A rank's tokens fall into more arithmetic runs than the ring launches per step.
     TooManyPieces { rank: usize, pieces: usize, max: usize },
     /// Rank and world size that do not fit together.
     BadRank { rank: usize, world: usize },
@@ -49,9 +47,6 @@ impl fmt::Display for DistError {
             DistError::Cuda(e) => write!(f, "{e}"),
             DistError::Reference(e) => write!(f, "{e}"),
             DistError::Nccl { call, code } => write!(f, "NCCL {call} failed: {code}"),
-            DistError::UnsupportedLayout { layout, reason } => {
-                write!(f, "layout `{layout}` is not supported on the GPU ring: {reason}")
-            }
             DistError::TooManyPieces { rank, pieces, max } => write!(
                 f,
                 "rank {rank} owns {pieces} separate runs of tokens; the GPU ring launches at most {max} per step (use contiguous, zigzag or striped layouts, or coarser permutations)"

@@ -80,7 +80,7 @@ impl DistPlan {
         spec.validate(batch, heads, n)?;
         let mut pieces = Vec::with_capacity(p);
         for r in 0..p {
-            let mine = runs(&chunks.tokens(r));
+            let mine = runs(chunks.tokens(r));
             if mine.len() > MAX_PIECES {
                 return Err(DistError::TooManyPieces { rank: r, pieces: mine.len(), max: MAX_PIECES });
             }

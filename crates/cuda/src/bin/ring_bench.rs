@@ -29,7 +29,8 @@ const DIM: usize = 128;
 fn pattern(name: &str) -> GpuSpec {
     match name {
         "dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true),
-        _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4)]))).causal(true),
+        _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4), (262_144, 8)])))
+            .causal(true),
     }
 }
 
@@ -113,6 +114,8 @@ fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
 
 struct Measured {
     row: Row,
+    /// K/V MiB rank 0 sends in one forward.
+    sent_mib: f64,
     compute_ms: f64,
     comm_ms: f64,
     full_ms: f64,
@@ -173,7 +176,14 @@ fn distributed(
     };
     // Every pass starts and ends with a barrier, so rank 0's wall time is the slowest
     // rank's (plus one barrier).
-    let kv = plan.piece_lens(me).iter().sum::<usize>() as f64 * 2.0 * 2.0 / (1u64 << 20) as f64;
+    let mib = |elements: usize| elements as f64 * 2.0 / (1u64 << 20) as f64;
+    let kv = mib(2 * plan.piece_lens(me).iter().sum::<usize>());
+    // K/V this rank sends in one forward (bf16: 2 bytes per element).
+    let sent = match schedule {
+        Schedule::Ring => plan.ring_volume(me),
+        Schedule::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum(),
+        Schedule::AllGather => 2 * (p - 1) * plan.piece_lens(me).iter().sum::<usize>(),
+    };
     Ok(Measured {
         row: Row {
             pattern: pat.into(),
@@ -188,6 +198,7 @@ fn distributed(
             memory_gib: mem / (1u64 << 30) as f64,
             kv_block_mib: kv,
         },
+        sent_mib: mib(sent),
         compute_ms: compute * 1e3,
         comm_ms: comm_t * 1e3,
         full_ms: full * 1e3,
@@ -252,6 +263,7 @@ fn main() {
         ("dense causal", Layout::Zigzag, Schedule::AllGather, 128 * k, "strong (all-gather baseline)"),
         ("dense causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (pattern-aware)"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 32 * k, "strong"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 32 * k, "strong (pattern-aware)"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
     ];
@@ -445,7 +457,7 @@ fn report(
         )
         .unwrap();
     }
-    writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | K/V sent MiB (fwd, rank 0) | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut json_rows = Vec::new();
     for (m, what) in rows {
         let r = &m.row;
@@ -455,11 +467,11 @@ fn report(
         let hidden = (m.compute_ms + m.comm_ms - m.full_ms).max(0.0);
         writeln!(
             out,
-            "| {what} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3e} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
-            r.pattern, r.schedule, r.layout, r.seq_len, r.seq_len / p, r.fwd_ms, ratio_f, r.fwd_bwd_ms, ratio_b, r.tokens_per_s_fwd, r.memory_gib, r.kv_block_mib, m.compute_ms, m.comm_ms, hidden
+            "| {what} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3e} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            r.pattern, r.schedule, r.layout, r.seq_len, r.seq_len / p, r.fwd_ms, ratio_f, r.fwd_bwd_ms, ratio_b, r.tokens_per_s_fwd, r.memory_gib, r.kv_block_mib, m.sent_mib, m.compute_ms, m.comm_ms, hidden
         )
         .unwrap();
-        json_rows.push(serde_json::json!({"row": r, "what": what, "ratio_fwd": ratio_f, "ratio_fwd_bwd": ratio_b, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden}));
+        json_rows.push(serde_json::json!({"row": r, "what": what, "ratio_fwd": ratio_f, "ratio_fwd_bwd": ratio_b, "sent_mib": m.sent_mib, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden}));
     }
     writeln!(out, "\n## Largest sequence (dense causal, zigzag ring, forward)\n\n| N | N/GPU | fwd ms | GiB in use on rank 0 |\n|---|---|---|---|").unwrap();
     for (n, ms, mem) in largest {

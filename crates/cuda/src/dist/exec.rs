@@ -4,9 +4,11 @@
 //! so every schedule runs the same launches in the same merge order:
 //! rank `r` visits sources `r, r-1, ..., r-P+1 (mod P)`.
 //!
-//! Two helper kernels live here (compiled by NVRTC like the attention kernels): `f32`
-//! addition (`dst += src`, for dQ/dK/dV accumulation across steps) and a fill (the LSE
-//! `-inf` of query rows that saw no key at all).
+//! The helper kernels live here (compiled by NVRTC like the attention kernels): `f32`
+//! addition (`dst += src`, for dQ/dK/dV accumulation across steps), a fill (the LSE
+//! `-inf` of query rows that saw no key at all), and the gather / scatter of the head rows
+//! a piece's receiver needs ([`DistPlan::kept_rows`]): K/V out (gather) and in (scatter
+//! into a zeroed piece), dK/dV back (gather) and home (scatter-add).
 
 use super::error::DistResult;
 use super::layout::DistPlan;
@@ -30,6 +32,21 @@ extern "C" __global__ void ringdil_fill_f32(float* __restrict__ dst, float value
         dst[i] = value;
     }
 }
+// Entry e of a packed buffer is d-vector idx[e] of a piece tensor. `n` = entries * d.
+#define RINGDIL_ROWS(NAME, T, BODY)                                                                 \
+    extern "C" __global__ void NAME(T* __restrict__ packed, T* __restrict__ piece,                 \
+                                    const unsigned int* __restrict__ idx, unsigned int d,           \
+                                    unsigned long long n) {                                         \
+        for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; \
+             i += (unsigned long long)gridDim.x * blockDim.x) {                                     \
+            const unsigned long long at = (unsigned long long)idx[i / d] * d + i % d;               \
+            BODY;                                                                                   \
+        }                                                                                           \
+    }
+RINGDIL_ROWS(ringdil_gather_u16, unsigned short, packed[i] = piece[at])
+RINGDIL_ROWS(ringdil_scatter_u16, unsigned short, piece[at] = packed[i])
+RINGDIL_ROWS(ringdil_gather_f32, float, packed[i] = piece[at])
+RINGDIL_ROWS(ringdil_scatter_add_f32, float, piece[at] += packed[i])
 "#;
 
 static PTX: OnceLock<Ptx> = OnceLock::new();
@@ -38,6 +55,10 @@ static PTX: OnceLock<Ptx> = OnceLock::new();
 pub(crate) struct Helpers {
     add: CudaFunction,
     fill: CudaFunction,
+    gather_u16: CudaFunction,
+    scatter_u16: CudaFunction,
+    gather_f32: CudaFunction,
+    scatter_add_f32: CudaFunction,
 }
 
 fn grid(n: usize) -> LaunchConfig {
@@ -61,7 +82,14 @@ impl Helpers {
             }
         };
         let module = gpu.context().load_module(ptx)?;
-        Ok(Helpers { add: module.load_function("ringdil_add_f32")?, fill: module.load_function("ringdil_fill_f32")? })
+        Ok(Helpers {
+            add: module.load_function("ringdil_add_f32")?,
+            fill: module.load_function("ringdil_fill_f32")?,
+            gather_u16: module.load_function("ringdil_gather_u16")?,
+            scatter_u16: module.load_function("ringdil_scatter_u16")?,
+            gather_f32: module.load_function("ringdil_gather_f32")?,
+            scatter_add_f32: module.load_function("ringdil_scatter_add_f32")?,
+        })
     }
 
     /// `dst += src` on the compute stream.
@@ -74,6 +102,68 @@ impl Helpers {
         Ok(())
     }
 
+    /// The head rows `idx` of a piece (`d` elements each), packed, on the compute stream.
+    pub(crate) fn gather<T: Packable>(
+        &self,
+        gpu: &Gpu,
+        piece: &CudaSlice<T>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+    ) -> DistResult<CudaSlice<T>> {
+        // SAFETY: every element is written by the gather.
+        let mut packed = unsafe { gpu.stream().alloc::<T>((idx.len() * d).max(1)) }?;
+        let (n, d32) = ((idx.len() * d) as u64, d as u32);
+        let mut l = gpu.stream().launch_builder(T::gather(self));
+        l.arg(&mut packed).arg(piece).arg(idx).arg(&d32).arg(&n);
+        // SAFETY: idx holds d-vector indices inside the piece (DistPlan::kept_rows).
+        unsafe { l.launch(grid(n as usize)) }?;
+        Ok(packed)
+    }
+
+    /// A zeroed piece of `len` elements holding the packed head rows `idx`.
+    pub(crate) fn scatter_u16(
+        &self,
+        gpu: &Gpu,
+        packed: &CudaSlice<u16>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+        len: usize,
+    ) -> DistResult<CudaSlice<u16>> {
+        let mut piece = gpu.stream().alloc_zeros::<u16>(len.max(1))?;
+        self.scatter(gpu, &self.scatter_u16, packed, &mut piece, idx, d)?;
+        Ok(piece)
+    }
+
+    /// `piece[row idx[e]] += packed[e]` (dK/dV contributions coming home).
+    pub(crate) fn scatter_add(
+        &self,
+        gpu: &Gpu,
+        piece: &mut CudaSlice<f32>,
+        packed: &CudaSlice<f32>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+    ) -> DistResult<()> {
+        self.scatter(gpu, &self.scatter_add_f32, packed, piece, idx, d)
+    }
+
+    fn scatter<T: cudarc::driver::DeviceRepr>(
+        &self,
+        gpu: &Gpu,
+        f: &CudaFunction,
+        packed: &CudaSlice<T>,
+        piece: &mut CudaSlice<T>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+    ) -> DistResult<()> {
+        let (n, d32) = ((idx.len() * d) as u64, d as u32);
+        let mut l = gpu.stream().launch_builder(f);
+        l.arg(packed).arg(piece).arg(idx).arg(&d32).arg(&n);
+        // SAFETY: idx holds d-vector indices inside the piece (DistPlan::kept_rows) and
+        // packed holds idx.len() * d elements.
+        unsafe { l.launch(grid(n as usize)) }?;
+        Ok(())
+    }
+
     pub(crate) fn fill(&self, gpu: &Gpu, dst: &mut CudaSlice<f32>, value: f32) -> DistResult<()> {
         let n = dst.len() as u64;
         let mut l = gpu.stream().launch_builder(&self.fill);
@@ -81,6 +171,23 @@ impl Helpers {
         // SAFETY: n is the buffer's own length.
         unsafe { l.launch(grid(n as usize)) }?;
         Ok(())
+    }
+}
+
+/// The element types whose head rows are gathered (bf16/f16 bits for K/V, f32 for dK/dV).
+pub(crate) trait Packable: cudarc::driver::DeviceRepr {
+    fn gather(h: &Helpers) -> &CudaFunction;
+}
+
+impl Packable for u16 {
+    fn gather(h: &Helpers) -> &CudaFunction {
+        &h.gather_u16
+    }
+}
+
+impl Packable for f32 {
+    fn gather(h: &Helpers) -> &CudaFunction {
+        &h.gather_f32
     }
 }
 

@@ -24,7 +24,7 @@
 
 use super::error::{DistError, DistResult};
 use crate::launch::{Chunk, Shape, launches};
-use crate::spec::GpuSpec;
+use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::ring::ChunkPlan;
 
 /// The most pieces one rank may have: each step launches `pieces(r) x pieces(src)` kernels.
@@ -69,6 +69,9 @@ pub struct DistPlan {
     pieces: Vec<Vec<Piece>>,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
     needed: Vec<Vec<Vec<(usize, usize)>>>,
+    /// `kept[r][src][kj]`: the head rows of piece `kj` of `src` that `r` needs, when
+    /// that is fewer than all of them (see [`DistPlan::kept_rows`]).
+    kept: Vec<Vec<Vec<Option<Vec<u32>>>>>,
 }
 
 impl DistPlan {
@@ -86,26 +89,68 @@ impl DistPlan {
             }
             pieces.push(mine);
         }
-        let mut plan = DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: Vec::new() };
-        plan.needed = (0..p)
-            .map(|r| {
-                (0..p)
-                    .map(|src| {
-                        let mut pairs = Vec::new();
-                        for qi in 0..plan.pieces[r].len() {
-                            for kj in 0..plan.pieces[src].len() {
-                                let (shape, chunk) = plan.pair(r, qi, src, kj);
-                                if launches(&shape, &plan.spec, &chunk)?.iter().any(|l| !l.fwd.idx.is_empty()) {
-                                    pairs.push((qi, kj));
-                                }
-                            }
+        let mut plan =
+            DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: vec![vec![]; p], kept: vec![vec![]; p] };
+        for r in 0..p {
+            for src in 0..p {
+                // Per key piece: which launches (dilated branches) some query piece needs.
+                let mut live: Vec<Vec<bool>> = vec![Vec::new(); plan.pieces[src].len()];
+                let mut pairs = Vec::new();
+                for qi in 0..plan.pieces[r].len() {
+                    for (kj, live_kj) in live.iter_mut().enumerate() {
+                        let (shape, chunk) = plan.pair(r, qi, src, kj);
+                        let nonempty: Vec<bool> =
+                            launches(&shape, &plan.spec, &chunk)?.iter().map(|l| !l.fwd.idx.is_empty()).collect();
+                        if nonempty.iter().any(|&x| x) {
+                            pairs.push((qi, kj));
+                            live_kj.resize(nonempty.len(), false);
+                            live_kj.iter_mut().zip(&nonempty).for_each(|(a, &b)| *a |= b);
                         }
-                        Ok(pairs)
-                    })
-                    .collect::<DistResult<Vec<_>>>()
-            })
-            .collect::<DistResult<Vec<_>>>()?;
+                    }
+                }
+                let kept = live
+                    .iter()
+                    .enumerate()
+                    .map(|(kj, l)| if src == r { None } else { plan.kept_entries(src, kj, l) })
+                    .collect();
+                plan.needed[r].push(pairs);
+                plan.kept[r].push(kept);
+            }
+        }
         Ok(plan)
+    }
+
+    /// The head rows of piece `kj` of `src` that the live branches keep, as indices of
+    /// `d`-vectors in the piece tensor: `(b * rows + i) * heads + h`, ascending. `None`
+    /// when that is every head row, or the pattern is not dilated, or a live branch has
+    /// dilation 1 (it keeps every row).
+    fn kept_entries(&self, src: usize, kj: usize, live: &[bool]) -> Option<Vec<u32>> {
+        let GpuPattern::Dilated(d) = &self.spec.pattern else { return None };
+        let branches: Vec<_> = d.branches.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
+        if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
+            return None;
+        }
+        let (n, piece, heads) = (self.seq_len(), self.pieces[src][kj], self.heads);
+        if self.batch * piece.rows * heads > u32::MAX as usize {
+            return None;
+        }
+        // Per head, the (segment, dilation, offset) of each live branch; segments clamped
+        // to the sequence as the launches clamp them.
+        let rules: Vec<Vec<(usize, usize, usize)>> = (0..heads)
+            .map(|h| branches.iter().map(|b| (b.segment.min(n), b.dilation, d.offset(b, h, heads))).collect())
+            .collect();
+        let mut out = Vec::new();
+        for bi in 0..self.batch {
+            for i in 0..piece.rows {
+                let pos = piece.start + i * piece.stride;
+                for (h, rule) in rules.iter().enumerate() {
+                    if rule.iter().any(|&(w, r, o)| (pos % w) % r == o) {
+                        out.push(((bi * piece.rows + i) * heads + h) as u32);
+                    }
+                }
+            }
+        }
+        (out.len() < self.batch * piece.rows * heads).then_some(out)
     }
 
     pub fn ranks(&self) -> usize {
@@ -154,11 +199,28 @@ impl DistPlan {
         k
     }
 
+    /// The head rows of piece `kj` of `src` that `dst` needs, when fewer than all: for a
+    /// LongNet pattern, the rows kept by the branches that reach across the two ranks
+    /// (the others stay home), for each head its own offset. Indices of `d`-vectors in the
+    /// piece tensor, `(b * rows + i) * heads + h`, ascending. The pattern-aware plan sends
+    /// only these (a gather into a send buffer) and the receiver scatters them into a
+    /// zeroed piece: every row a kernel reads is there (the kernels read only kept rows of
+    /// the branches they launch), and dK/dV contributions of the other rows are exactly
+    /// zero, so they are returned the same way. `None`: the whole piece.
+    pub fn kept_rows(&self, dst: usize, src: usize, kj: usize) -> Option<&[u32]> {
+        self.kept[dst][src].get(kj).and_then(|k| k.as_deref())
+    }
+
+    /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.
+    pub fn sent_len(&self, dst: usize, src: usize, kj: usize) -> usize {
+        self.kept_rows(dst, src, kj).map_or(self.piece_lens(src)[kj], |k| k.len() * self.head_dim)
+    }
+
     /// Key/value elements (K and V together) that `src` sends `dst` under the
-    /// pattern-aware plan: `2 sum_{kj needed} B n_kj H d`.
+    /// pattern-aware plan: `2 sum_{kj needed} sent_len(kj)` (whole pieces, or their kept
+    /// head rows).
     pub fn pattern_volume(&self, dst: usize, src: usize) -> usize {
-        let lens = self.piece_lens(src);
-        2 * self.needed_pieces(dst, src).iter().map(|&kj| lens[kj]).sum::<usize>()
+        2 * self.needed_pieces(dst, src).iter().map(|&kj| self.sent_len(dst, src, kj)).sum::<usize>()
     }
 
     /// Key/value elements a rank sends in the forward dense ring:
@@ -226,7 +288,6 @@ impl DistPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::GpuPattern;
     use ringdil_reference::pattern::Dilated;
     use ringdil_reference::ring::Layout;
 
@@ -324,5 +385,82 @@ mod tests {
             p.gather_into(&mut y, d, r, &pieces);
         }
         assert_eq!(x, y);
+    }
+
+    #[test]
+    fn pattern_plan_sends_only_the_kept_rows_of_branches_that_cross_ranks() {
+        // (100, 1) stays inside each rank of 500 tokens; (1000, 4) crosses: rank 0 needs,
+        // per head h, the rows of rank 1 with pos % 4 == h % 4.
+        let d = Dilated::longnet(&[(100, 1), (1000, 4)]);
+        let p = DistPlan::new(
+            ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap(),
+            GpuSpec::new(GpuPattern::Dilated(d)),
+            1,
+            2,
+            64,
+        )
+        .unwrap();
+        let kept = p.kept_rows(0, 1, 0).expect("fewer than all rows");
+        assert_eq!(kept.len(), 2 * 500 / 4);
+        for &e in kept {
+            let (i, h) = (e as usize / 2, e as usize % 2);
+            assert_eq!((500 + i) % 4, h, "entry {e}");
+        }
+        assert_eq!(p.pattern_volume(0, 1), 2 * 250 * 64);
+        assert_eq!(p.kept_rows(0, 0, 0), None, "a rank's own pieces never travel");
+        // A crossing branch of dilation 1 needs every row: the whole piece.
+        let dense_cross = Dilated::longnet(&[(1000, 1), (1000, 4)]);
+        let p = DistPlan::new(
+            ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap(),
+            GpuSpec::new(GpuPattern::Dilated(dense_cross)),
+            1,
+            2,
+            64,
+        )
+        .unwrap();
+        assert_eq!(p.kept_rows(0, 1, 0), None);
+        assert_eq!(p.pattern_volume(0, 1), 2 * 500 * 2 * 64);
+    }
+
+    #[test]
+    fn kept_rows_hold_every_key_another_rank_attends() {
+        use ringdil_reference::pattern::key_counts;
+        let (n, ranks, heads, batch) = (300, 3, 3, 2);
+        let d = Dilated::longnet(&[(32, 2), (128, 4), (300, 8)]);
+        let mut lists = 0;
+        for layout in [Layout::Contiguous, Layout::Zigzag, Layout::Striped] {
+            for causal in [false, true] {
+                let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(causal);
+                let reference = spec.to_reference();
+                let p = DistPlan::new(ChunkPlan::new(n, ranks, &layout).unwrap(), spec, batch, heads, 64).unwrap();
+                for r in 0..ranks {
+                    for src in (0..ranks).filter(|&s| s != r) {
+                        for (kj, piece) in p.pieces(src).iter().enumerate() {
+                            let Some(kept) = p.kept_rows(r, src, kj) else { continue };
+                            lists += 1;
+                            for q in p.chunks.tokens(r) {
+                                for h in 0..heads {
+                                    let counts = key_counts(reference.pattern.as_ref(), *q, h, heads, n);
+                                    for i in 0..piece.rows {
+                                        let k = piece.start + i * piece.stride;
+                                        if counts[k] == 0 || (causal && k > *q) {
+                                            continue;
+                                        }
+                                        for bi in 0..batch {
+                                            let e = ((bi * piece.rows + i) * heads + h) as u32;
+                                            assert!(
+                                                kept.binary_search(&e).is_ok(),
+                                                "{layout:?} causal={causal}: q {q} h {h} needs key {k} of rank {src}"
+                                            );
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(lists > 20, "only {lists} kept lists: the test checks too little");
     }
 }

@@ -22,9 +22,13 @@
 //! Same steps, but at step `s` rank `r` receives **directly** from `src = r - s` only
 //! the pieces it needs ([`DistPlan::needed_pieces`]) and sends its own needed pieces to
 //! `r + s`; a step nobody needs moves nothing (a dilated branch whose segments fit in
-//! one rank, causal blocks above the diagonal). Backward: the dK/dV contributions go back
-//! to their owner directly at the same step. Volume received by `r`:
-//! `sum_{s != r} 2 B H d sum_{kj needed} n_kj`.
+//! one rank, causal blocks above the diagonal). Of a LongNet piece only the head rows
+//! kept by the branches that cross the two ranks travel ([`DistPlan::kept_rows`]: about
+//! `sum 1/r` of the piece): gathered into a send buffer, scattered into a zeroed piece on
+//! arrival, just before the step that reads it. Backward: the dK/dV contributions go back
+//! to their owner directly at the same step, packed the same way and scatter-added.
+//! Volume received by `r`: `sum_{s != r} 2 B H d sum_{kj needed} kept_kj` (`kept_kj` =
+//! rows of piece `kj`, or its kept head rows / H).
 //!
 //! # All-gather ([`Schedule::AllGather`])
 //! One group gathers every other rank's pieces (`2 B H d (N - n_r)` received), then the
@@ -38,6 +42,7 @@ use super::layout::DistPlan;
 use crate::gpu::{DevicePartial, DeviceTensor, Gpu};
 use crate::launch::Dtype;
 use cudarc::driver::CudaSlice;
+use std::collections::HashMap;
 
 /// Which communication schedule a distributed call uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -116,11 +121,25 @@ pub struct DistRank<'a> {
     plan: &'a DistPlan,
     compute: RankCompute,
     helpers: Helpers,
+    /// [`DistPlan::kept_rows`] on the device, for the pieces this rank sends or receives:
+    /// key `(dst, src, kj)`.
+    kept: HashMap<(usize, usize, usize), CudaSlice<u32>>,
 }
 
 type Block = (Vec<DeviceTensor>, Vec<DeviceTensor>);
 /// A received block: `Some((k, v))` for the pieces that came.
 type Received = Vec<Option<(DeviceTensor, DeviceTensor)>>;
+
+/// A piece of K and V as it arrives from the pattern-aware plan: whole, or only its kept
+/// head rows, packed. Packed pieces are scattered into a zeroed piece right before the
+/// step that computes on them ([`DistRank::unpack`]), not on arrival: a scatter enqueued
+/// early would hold the compute stream until the transfer lands.
+struct Arrival {
+    k: CudaSlice<u16>,
+    v: CudaSlice<u16>,
+    dims: [usize; 4],
+    packed: bool,
+}
 /// f32 dK and dV buffers of some pieces.
 type GradPieces = (Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>);
 
@@ -130,46 +149,39 @@ impl<'a> DistRank<'a> {
         if plan.ranks() != comm.world() {
             return Err(DistError::WorldMismatch { plan: plan.ranks(), world: comm.world() });
         }
-        let compute = RankCompute::new(gpu, plan, dtype, comm.rank())?;
-        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)? })
+        let me = comm.rank();
+        let compute = RankCompute::new(gpu, plan, dtype, me)?;
+        let mut kept = HashMap::new();
+        for (dst, src) in (0..plan.ranks()).flat_map(|o| [(me, o), (o, me)]) {
+            for kj in 0..plan.pieces(src).len() {
+                if let Some(idx) = plan.kept_rows(dst, src, kj) {
+                    kept.insert((dst, src, kj), gpu.stream().clone_htod(idx)?);
+                }
+            }
+        }
+        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)?, kept })
     }
 
     fn rank(&self) -> usize {
         self.comm.rank()
     }
 
-    /// Fresh receive buffers for the pieces `which` of `src` (others `None`).
-    fn recv_block(&self, src: usize, which: &[usize]) -> DistResult<Received> {
+    /// Fresh receive buffers of `len` elements for K and V.
+    fn recv_pair(&self, len: usize) -> DistResult<(CudaSlice<u16>, CudaSlice<u16>)> {
         let st = self.comm.stream();
-        let mut out: Vec<Option<(DeviceTensor, DeviceTensor)>> =
-            (0..self.plan.pieces(src).len()).map(|_| None).collect();
-        for &kj in which {
-            let dims = self.plan.piece_dims(src, kj);
-            let n = dims.iter().product::<usize>();
-            // SAFETY: fully written by the receive before any kernel reads it.
-            let (k, v) = unsafe { (st.alloc::<u16>(n)?, st.alloc::<u16>(n)?) };
-            out[kj] = Some((DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }));
-        }
-        Ok(out)
+        // SAFETY: fully written by the receive before any kernel reads it.
+        Ok(unsafe { (st.alloc::<u16>(len.max(1))?, st.alloc::<u16>(len.max(1))?) })
     }
 
-    /// Send `send` (pieces `which` of a block) to `to`; receive pieces into `recv` from `from`.
+    /// Send K/V buffers `(to, k, v)`; receive into `(from, k, v)`, in one NCCL group.
     fn swap_kv(
         &self,
-        send: &[(usize, &DeviceTensor, &DeviceTensor)],
-        recv: &mut [Option<(DeviceTensor, DeviceTensor)>],
-        from: usize,
+        send: &[(usize, &CudaSlice<u16>, &CudaSlice<u16>)],
+        recv: &mut [(usize, &mut CudaSlice<u16>, &mut CudaSlice<u16>)],
     ) -> DistResult<()> {
-        let mut sends = Vec::new();
-        for (to, k, v) in send {
-            sends.push((*to, &k.data));
-            sends.push((*to, &v.data));
-        }
-        let mut recvs = Vec::new();
-        for (k, v) in recv.iter_mut().flatten() {
-            recvs.push((from, &mut k.data));
-            recvs.push((from, &mut v.data));
-        }
+        let sends: Vec<_> = send.iter().flat_map(|&(to, k, v)| [(to, k), (to, v)]).collect();
+        let mut recvs: Vec<_> =
+            recv.iter_mut().flat_map(|(from, k, v)| [(*from, &mut **k), (*from, &mut **v)]).collect();
         self.comm.exchange(&sends, &mut recvs)
     }
 
@@ -183,11 +195,16 @@ impl<'a> DistRank<'a> {
         next: usize,
         prev: usize,
     ) -> DistResult<Block> {
-        let all: Vec<usize> = (0..self.plan.pieces(src).len()).collect();
-        let mut recv = self.recv_block(src, &all)?;
-        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, k, v)).collect();
-        self.swap_kv(&send, &mut recv, prev)?;
-        Ok(recv.into_iter().map(|x| x.expect("every piece received")).unzip())
+        let dims: Vec<[usize; 4]> = (0..self.plan.pieces(src).len()).map(|kj| self.plan.piece_dims(src, kj)).collect();
+        let mut bufs = dims.iter().map(|d| self.recv_pair(d.iter().product())).collect::<DistResult<Vec<_>>>()?;
+        let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, &k.data, &v.data)).collect();
+        let mut recv: Vec<_> = bufs.iter_mut().map(|(k, v)| (prev, k, v)).collect();
+        self.swap_kv(&send, &mut recv)?;
+        Ok(bufs
+            .into_iter()
+            .zip(dims)
+            .map(|((k, v), dims)| (DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }))
+            .unzip())
     }
 
     /// The forward pass: the finished output of each query piece of this rank.
@@ -257,6 +274,7 @@ impl<'a> DistRank<'a> {
                     if s + 1 < p {
                         incoming = self.pattern_fetch(s + 1, data)?;
                     }
+                    let held = self.unpack(src, held)?;
                     let kv: Vec<_> = held.iter().map(|x| x.as_ref().map(|(k, v)| (k, v))).collect();
                     if compute {
                         self.compute.attend(gpu, plan, src, &data.q, &kv, &mut acc)?;
@@ -281,49 +299,104 @@ impl<'a> DistRank<'a> {
     }
 
     /// Step `s` of the pattern-aware plan: send my pieces that `me + s` needs, receive
-    /// the pieces of `me - s` that I need. Returns the received block (`None` for pieces
-    /// not needed; empty when `s >= P`).
-    fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Received> {
-        let (plan, me, p) = (self.plan, self.rank(), self.plan.ranks());
+    /// the pieces of `me - s` that I need; a piece whose kept head rows are fewer than all
+    /// travels packed (gathered here on the compute stream, before this step's kernels).
+    /// Returns what arrives (`None` for pieces not needed; empty when `s >= P`).
+    fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Vec<Option<Arrival>>> {
+        let (plan, me, p, d) = (self.plan, self.rank(), self.plan.ranks(), self.plan.head_dim);
         if s >= p {
             return Ok(Vec::new());
         }
         let (dst, src) = ((me + s) % p, (me + p - s) % p);
-        let send: Vec<_> = plan.needed_pieces(dst, me).into_iter().map(|kj| (dst, &data.k[kj], &data.v[kj])).collect();
-        let mut recv = self.recv_block(src, &plan.needed_pieces(me, src))?;
-        if !send.is_empty() || recv.iter().any(Option::is_some) {
-            self.swap_kv(&send, &mut recv, src)?;
+        let outgoing = plan.needed_pieces(dst, me);
+        let mut packed = Vec::new();
+        for &kj in &outgoing {
+            if let Some(idx) = self.kept.get(&(dst, me, kj)) {
+                let g = self.gpu;
+                packed.push((
+                    self.helpers.gather(g, &data.k[kj].data, idx, d)?,
+                    self.helpers.gather(g, &data.v[kj].data, idx, d)?,
+                ));
+            }
         }
-        Ok(recv)
+        let mut packed_iter = packed.iter();
+        let send: Vec<_> = outgoing
+            .iter()
+            .map(|&kj| match self.kept.contains_key(&(dst, me, kj)) {
+                true => {
+                    let (k, v) = packed_iter.next().expect("one packed pair per kept piece");
+                    (dst, k, v)
+                }
+                false => (dst, &data.k[kj].data, &data.v[kj].data),
+            })
+            .collect();
+        let mut arrivals: Vec<Option<Arrival>> = (0..plan.pieces(src).len()).map(|_| None).collect();
+        for kj in plan.needed_pieces(me, src) {
+            let (k, v) = self.recv_pair(plan.sent_len(me, src, kj))?;
+            let packed = plan.kept_rows(me, src, kj).is_some();
+            arrivals[kj] = Some(Arrival { k, v, dims: plan.piece_dims(src, kj), packed });
+        }
+        let mut recv: Vec<_> = arrivals.iter_mut().flatten().map(|a| (src, &mut a.k, &mut a.v)).collect();
+        if !send.is_empty() || !recv.is_empty() {
+            self.swap_kv(&send, &mut recv)?;
+        }
+        drop(recv);
+        Ok(arrivals)
+    }
+
+    /// The pieces of `src` ready for the kernels: packed ones scattered into zeroed pieces
+    /// (on the compute stream, after their receive).
+    fn unpack(&self, src: usize, arrivals: Vec<Option<Arrival>>) -> DistResult<Received> {
+        let (me, d) = (self.rank(), self.plan.head_dim);
+        arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(kj, a)| {
+                let Some(a) = a else { return Ok(None) };
+                let (k, v) = match (a.packed, self.kept.get(&(me, src, kj))) {
+                    (true, Some(idx)) => {
+                        let len = a.dims.iter().product();
+                        let h = &self.helpers;
+                        (h.scatter_u16(self.gpu, &a.k, idx, d, len)?, h.scatter_u16(self.gpu, &a.v, idx, d, len)?)
+                    }
+                    _ => (a.k, a.v),
+                };
+                Ok(Some((DeviceTensor { data: k, dims: a.dims }, DeviceTensor { data: v, dims: a.dims })))
+            })
+            .collect()
     }
 
     /// All-gather: every other rank's whole block (`None` at my own index).
     fn gather_all(&self, data: &RankData) -> DistResult<Vec<Option<Received>>> {
-        let (me, p) = (self.rank(), self.plan.ranks());
-        let mut blocks = Vec::with_capacity(p);
+        let (me, p, plan) = (self.rank(), self.plan.ranks(), self.plan);
+        let mut bufs: Vec<Vec<(CudaSlice<u16>, CudaSlice<u16>)>> = Vec::with_capacity(p);
         for o in 0..p {
-            blocks.push(if o == me {
-                None
-            } else {
-                Some(self.recv_block(o, &(0..self.plan.pieces(o).len()).collect::<Vec<_>>())?)
-            });
+            let n = if o == me { 0 } else { plan.pieces(o).len() };
+            bufs.push((0..n).map(|kj| self.recv_pair(plan.piece_lens(o)[kj])).collect::<DistResult<_>>()?);
         }
-        let mut sends = Vec::new();
-        for o in (0..p).filter(|&o| o != me) {
-            for (k, v) in data.k.iter().zip(&data.v) {
-                sends.push((o, &k.data));
-                sends.push((o, &v.data));
-            }
-        }
-        let mut recvs = Vec::new();
-        for (o, b) in blocks.iter_mut().enumerate() {
-            for (k, v) in b.iter_mut().flatten().flatten() {
-                recvs.push((o, &mut k.data));
-                recvs.push((o, &mut v.data));
-            }
-        }
-        self.comm.exchange(&sends, &mut recvs)?;
-        Ok(blocks)
+        let send: Vec<_> = (0..p)
+            .filter(|&o| o != me)
+            .flat_map(|o| data.k.iter().zip(&data.v).map(move |(k, v)| (o, &k.data, &v.data)))
+            .collect();
+        let mut recv: Vec<_> =
+            bufs.iter_mut().enumerate().flat_map(|(o, b)| b.iter_mut().map(move |(k, v)| (o, k, v))).collect();
+        self.swap_kv(&send, &mut recv)?;
+        drop(recv);
+        Ok(bufs
+            .into_iter()
+            .enumerate()
+            .map(|(o, b)| {
+                (o != me).then(|| {
+                    b.into_iter()
+                        .enumerate()
+                        .map(|(kj, (k, v))| {
+                            let dims = plan.piece_dims(o, kj);
+                            Some((DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }))
+                        })
+                        .collect()
+                })
+            })
+            .collect())
     }
 
     /// The backward pass for `out` (this rank's finished forward, from
@@ -412,7 +485,7 @@ impl<'a> DistRank<'a> {
                 let mut incoming = if gathered.is_none() { self.pattern_fetch(1, data)? } else { Vec::new() };
                 // Contributions received for my pieces, added after the next step's kernels
                 // are enqueued, so the return hop overlaps them.
-                let mut pending: Option<(Vec<usize>, GradPieces)> = None;
+                let mut pending: Option<(usize, Vec<usize>, GradPieces)> = None;
                 let mut returns: Vec<(usize, GradPieces)> = Vec::new();
                 for s in 1..p {
                     let src = (me + p - s) % p;
@@ -423,7 +496,7 @@ impl<'a> DistRank<'a> {
                             if s + 1 < p {
                                 incoming = self.pattern_fetch(s + 1, data)?;
                             }
-                            h
+                            self.unpack(src, h)?
                         }
                     };
                     let kv: Vec<_> = match &gathered {
@@ -448,28 +521,36 @@ impl<'a> DistRank<'a> {
                         }
                         self.compute.backward(gpu, helpers, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
                     }
-                    if let Some((mine, (a, b))) = pending.take() {
-                        self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
+                    if let Some((from, mine, (a, b))) = pending.take() {
+                        self.add_pieces(&mut dk, &mut dv, Some(from), &mine, a, b)?;
                     }
                     if gathered.is_none() {
-                        // Return the contributions to src; receive mine from me + s.
+                        // Return the contributions to src (packed like the K/V that came);
+                        // receive mine from me + s.
                         let dst = (me + s) % p;
                         let mine = plan.needed_pieces(dst, me);
-                        let mut rdk = self.recv_f32(&mine.iter().map(|&kj| qlens[kj]).collect::<Vec<_>>())?;
-                        let mut rdv = self.recv_f32(&mine.iter().map(|&kj| qlens[kj]).collect::<Vec<_>>())?;
-                        let sends: Vec<_> = sdk.iter().chain(&sdv).map(|b| (src, b)).collect();
+                        let lens: Vec<usize> = mine.iter().map(|&kj| plan.sent_len(dst, me, kj)).collect();
+                        let (mut rdk, mut rdv) = (self.recv_f32(&lens)?, self.recv_f32(&lens)?);
+                        let (rk, rv) =
+                            (self.packed_returns(src, &which, &sdk)?, self.packed_returns(src, &which, &sdv)?);
+                        let sends: Vec<_> = rk
+                            .iter()
+                            .zip(&sdk)
+                            .chain(rv.iter().zip(&sdv))
+                            .map(|(packed, whole)| (src, packed.as_ref().unwrap_or(whole)))
+                            .collect();
                         let mut recvs: Vec<_> = rdk.iter_mut().chain(rdv.iter_mut()).map(|b| (dst, b)).collect();
                         if !sends.is_empty() || !recvs.is_empty() {
                             self.comm.exchange(&sends, &mut recvs)?;
                         }
                         drop(sends);
-                        pending = Some((mine, (rdk, rdv)));
+                        pending = Some((dst, mine, (rdk, rdv)));
                     } else {
                         returns.push((src, (sdk, sdv)));
                     }
                 }
-                if let Some((mine, (a, b))) = pending.take() {
-                    self.add_pieces(&mut dk, &mut dv, &mine, a, b)?;
+                if let Some((from, mine, (a, b))) = pending.take() {
+                    self.add_pieces(&mut dk, &mut dv, Some(from), &mine, a, b)?;
                 }
                 if gathered.is_some() && p > 1 {
                     // Reduce-scatter by hand: each block's contributions go to its owner.
@@ -492,7 +573,7 @@ impl<'a> DistRank<'a> {
                     }
                     let all: Vec<usize> = (0..qlens.len()).collect();
                     for (_, (a, b)) in recv_from {
-                        self.add_pieces(&mut dk, &mut dv, &all, a, b)?;
+                        self.add_pieces(&mut dk, &mut dv, None, &all, a, b)?;
                     }
                 }
                 Ok(RankGrads { dq, dk, dv })
@@ -505,18 +586,47 @@ impl<'a> DistRank<'a> {
         lens.iter().map(|&n| Ok(unsafe { self.comm.stream().alloc::<f32>(n) }?)).collect()
     }
 
-    /// `dk[kj] += a[i]`, `dv[kj] += b[i]` for `kj = which[i]` (waits for the receive).
+    /// The packed form of the contributions `grads[i]` to piece `which[i]` of `src` that
+    /// this rank returns (`None`: the piece came whole and goes back whole).
+    fn packed_returns(
+        &self,
+        src: usize,
+        which: &[usize],
+        grads: &[CudaSlice<f32>],
+    ) -> DistResult<Vec<Option<CudaSlice<f32>>>> {
+        let (me, d) = (self.rank(), self.plan.head_dim);
+        which
+            .iter()
+            .zip(grads)
+            .map(|(&kj, g)| {
+                self.kept.get(&(me, src, kj)).map(|idx| self.helpers.gather(self.gpu, g, idx, d)).transpose()
+            })
+            .collect()
+    }
+
+    /// `dk[kj] += a[i]`, `dv[kj] += b[i]` for `kj = which[i]` (waits for the receive);
+    /// contributions from `from` that travelled packed are scattered into their rows.
     fn add_pieces(
         &self,
         dk: &mut [CudaSlice<f32>],
         dv: &mut [CudaSlice<f32>],
+        from: Option<usize>,
         which: &[usize],
         a: Vec<CudaSlice<f32>>,
         b: Vec<CudaSlice<f32>>,
     ) -> DistResult<()> {
+        let (me, d) = (self.rank(), self.plan.head_dim);
         for ((&kj, x), y) in which.iter().zip(&a).zip(&b) {
-            self.helpers.add(self.gpu, &mut dk[kj], x)?;
-            self.helpers.add(self.gpu, &mut dv[kj], y)?;
+            match from.and_then(|f| self.kept.get(&(f, me, kj))) {
+                Some(idx) => {
+                    self.helpers.scatter_add(self.gpu, &mut dk[kj], x, idx, d)?;
+                    self.helpers.scatter_add(self.gpu, &mut dv[kj], y, idx, d)?;
+                }
+                None => {
+                    self.helpers.add(self.gpu, &mut dk[kj], x)?;
+                    self.helpers.add(self.gpu, &mut dv[kj], y)?;
+                }
+            }
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
             "dilated (64,1)(256,2)(512,4) causal",
             GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true),
         ),
-        ("dilated (128,2) in-rank segments", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
+        ("dilated (128,2)", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
     ]
 }
 

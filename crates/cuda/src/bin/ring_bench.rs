@@ -266,6 +266,7 @@ fn main() {
         ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 32 * k, "strong (pattern-aware)"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
+        ("longnet dilated causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU (balanced)"),
     ];
     for (pat, layout, schedule, n, what) in configs {
         let n = n.max(p * 128);

@@ -101,6 +101,36 @@ impl IndexMap {
             }
         }
     }
+
+    /// The launch index whose row is global position `pos` on `side`, for a head whose
+    /// branch offset is `o` (read by compact maps only): the inverse of the kernels'
+    /// `row_of` / `pos_of`. None when the launch holds no such row: outside the axis, off
+    /// its stride, or (compact) not kept by the branch for that head.
+    pub fn index_of(&self, side: Side, pos: usize, o: usize) -> Option<usize> {
+        let ((q, k), (qb, kb)) = (self.axes(), self.bases());
+        let (axis, base) = match side {
+            Side::Query => (q, qb),
+            Side::Key => (k, kb),
+        };
+        let i = pos.checked_sub(axis.offset)?;
+        if i % axis.stride != 0 || i / axis.stride >= axis.rows {
+            return None;
+        }
+        match *self {
+            IndexMap::Identity { .. } => Some(i / axis.stride),
+            IndexMap::Compact { segment, dilation, .. } => {
+                let t = (pos % segment).checked_sub(o)?;
+                (t % dilation == 0).then(|| (pos / segment) * segment.div_ceil(dilation) + t / dilation - base)
+            }
+        }
+    }
+}
+
+/// The two sides of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Query,
+    Key,
 }
 
 /// A CSR list: for each row tile, the ascending column tiles it visits.
@@ -414,38 +444,11 @@ mod tests {
         IndexMap::Identity { q: Axis::contiguous(q_offset, rows), k: Axis::contiguous(k_offset, rows) }
     }
 
-    /// Launch index of global position `pos` of head `h` on an axis of `map`, or None
-    /// when the launch does not hold that row (not kept by the branch for this head).
-    fn index_of(
-        map: &IndexMap,
-        d: &Dilated,
-        h: usize,
-        heads: usize,
-        pos: usize,
-        axis: Axis,
-        base: usize,
-    ) -> Option<usize> {
-        match *map {
-            IndexMap::Identity { .. } => {
-                let i = pos.checked_sub(axis.offset)?;
-                (i % axis.stride == 0 && i / axis.stride < axis.rows).then_some(i / axis.stride)
-            }
-            IndexMap::Compact { segment, dilation, .. } => {
-                let o = d.offset(&d.branches[0], h, heads);
-                let (s, within) = (pos / segment, pos % segment);
-                let t = within.checked_sub(o)?;
-                (t % dilation == 0).then(|| s * segment.div_ceil(dilation) + t / dilation - base)
-            }
-        }
-    }
-
     /// Every allowed pair between two axes lies in a planned tile (forward and backward tiles).
     fn assert_sound(spec: &GpuSpec, d: Option<&Dilated>, map: IndexMap, n: usize, heads: usize) {
         let reference = spec.to_reference();
         let branch = d.map(|d| &d.branches[0]);
         let (qa, ka) = map.axes();
-        let (qb, kb) = map.bases();
-        let one = Dilated::longnet(&[(1, 1)]);
         for q_tile in [TILE, FWD_Q_TILE] {
             let p = plan(&spec.pattern, branch, spec.causal, map, q_tile);
             for h in 0..heads {
@@ -457,9 +460,9 @@ mod tests {
                         if counts[kpos] == 0 || (spec.causal && kpos > qpos) {
                             continue;
                         }
-                        let dd = d.unwrap_or(&one);
-                        let qc = index_of(&map, dd, h, heads, qpos, qa, qb).expect("an allowed query has an index");
-                        let kc = index_of(&map, dd, h, heads, kpos, ka, kb).expect("an allowed key has an index");
+                        let o = d.map_or(0, |d| d.offset(&d.branches[0], h, heads));
+                        let qc = map.index_of(Side::Query, qpos, o).expect("an allowed query has an index");
+                        let kc = map.index_of(Side::Key, kpos, o).expect("an allowed key has an index");
                         assert!(
                             p.contains(qc / q_tile, kc / TILE),
                             "{map:?} h {h}: q {qpos} (index {qc}) k {kpos} (index {kc}) not planned"

@@ -237,6 +237,55 @@ __device__ __forceinline__ int key_limit(const Params& p, int b) {
     return p.key_len ? min(p.key_len[b], p.seq_len) : p.seq_len;
 }
 
+// How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
+// MASK_AFFINE for the common case (pattern 0 = dense, not compact: causal and / or key padding
+// only), where positions are affine in the launch index and the mask is one integer compare
+// per element (see key_cut, query_cut); MASK_GENERIC otherwise (`visible`, evaluated in a
+// rolled loop into a bit mask, so that the pattern code is not unrolled into every element).
+#define MASK_NONE 0
+#define MASK_AFFINE 1
+#define MASK_GENERIC 2
+#ifndef FAST_MASK
+#define FAST_MASK 1
+#endif
+__device__ __forceinline__ int mask_kind(const Params& p, bool full) {
+    return full ? MASK_NONE : (FAST_MASK && !p.compact && p.pattern == 0) ? MASK_AFFINE : MASK_GENERIC;
+}
+#define CUT_MAX 0x7fffffff
+// MASK_AFFINE: key launch index kc is visible to query launch index qc iff
+// key_cut(kc) <= query_cut(qc). A key cut is the key's global position, CUT_MAX for no key
+// (index past the launch or position past the padding limit); a query cut is the query's
+// position under a causal mask and CUT_MAX - 1 (every key) otherwise. A query index past the
+// launch is never stored (forward, dQ); the dK/dV kernel passes -1 for it (no key).
+__device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
+    if (kc >= p.nk) return CUT_MAX;
+    const int pos = p.k_offset + kc * p.k_stride;
+    return pos < klimit ? pos : CUT_MAX;
+}
+__device__ __forceinline__ int query_cut(const Params& p, int qc) {
+    return p.causal && qc < p.nq ? p.q_offset + qc * p.q_stride : CUT_MAX - 1;
+}
+
+// The order in which blocks start. Grids are (tiles, heads, batch). Under a causal mask the
+// tiles' work differs (the last query tiles, the first key tiles visit the most), so the
+// linear block index walks tiles slowest, heaviest first (`heavy_last`: the heaviest tile
+// is the last index), and the lightest fill the end of the grid (longest job first).
+// Otherwise tiles vary fastest, so that blocks running together share their heads' K/V in L2.
+#ifndef LPT_ORDER
+#define LPT_ORDER 1
+#endif
+struct Coords {
+    int tile, h, b;
+};
+__device__ __forceinline__ Coords block_coords(const Params& p, bool heavy_last) {
+    if (!LPT_ORDER || !p.causal)
+        return {heavy_last ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+    const unsigned lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned hb = gridDim.y * gridDim.z;
+    const unsigned tile = lin / hb, rem = lin - tile * hb;
+    return {heavy_last ? (int)(gridDim.x - 1 - tile) : (int)tile, (int)(rem % gridDim.y), (int)(rem / gridDim.y)};
+}
+
 // Are all keys of the tile starting at launch index k0 past the padding limit? Positions
 // grow with the index, so the tile's first possible position decides. The plan is per
 // (row tile), shared by the batch; padding is per batch row, so it is skipped here.
@@ -295,7 +344,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     u16* sQ = smem;
     u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
     // Heaviest tiles first: under a causal mask the last query tiles visit the most keys.
-    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const Coords bc = block_coords(p, true);
+    const int qt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * FBM, wq0 = q0 + warp * WM * 16;  // first index of the block / warp
     const int klimit = key_limit(p, b);
@@ -387,24 +437,56 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         }
 
         // Mask, only where this warp's rows x the tile are not provably all visible.
-        if (!tile_full(p, h, wq0, WM * 16, k0, klimit)) {
+        const int kind = mask_kind(p, tile_full(p, h, wq0, WM * 16, k0, klimit));
+        if (kind == MASK_AFFINE) {
+            int qcut[WM][2];
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, fwd_qidx(q0, warp, mt, g, r));
             #pragma unroll
             for (int nb = 0; nb < BN / 8; ++nb)
                 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int kc = k0 + nb * 8 + 2 * t + e;
-                    const int krow = row_of(p, k_axis(p), kc, h);
-                    const int kpos = pos_of(k_axis(p), krow), kseg = seg_of(p, k_axis(p), kc);
+                    const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
                     #pragma unroll
                     for (int mt = 0; mt < WM; ++mt)
                         #pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-                            const int qc = fwd_qidx(q0, warp, mt, g, r);
-                            const int qrow = row_of(p, q_axis(p), qc, h);
-                            const int qpos = pos_of(q_axis(p), qrow);
-                            if (!visible(p, h, qpos, seg_of(p, q_axis(p), qc), kpos, kseg, klimit)) s[mt][nb][2 * r + e] = NEG_INF;
-                        }
+                        for (int r = 0; r < 2; ++r)
+                            if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
                 }
+        } else if (kind == MASK_GENERIC) {
+            // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r).
+            int qpos[WM][2], qseg[WM][2];
+            u32 vis[WM][2];
+            #pragma unroll
+            for (int mt = 0; mt < WM; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int qc = fwd_qidx(q0, warp, mt, g, r);
+                    qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), qc, h));
+                    qseg[mt][r] = seg_of(p, q_axis(p), qc);
+                    vis[mt][r] = 0;
+                }
+            #pragma unroll 1
+            for (int col = 0; col < BN / 4; ++col) {
+                const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
+                const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
+                #pragma unroll
+                for (int mt = 0; mt < WM; ++mt)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
+            }
+            #pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    #pragma unroll
+                    for (int mt = 0; mt < WM; ++mt)
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                            if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
         }
 
         // Online softmax. max(c*s) = c*max(s) for c > 0: one multiply per row. The O
@@ -575,7 +657,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
     u16* sQ = smem;
     u16* sO = sQ + BM * D;   // d_out
     u16* sKV = sO + BM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
-    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const Coords bc = block_coords(p, true);  // causal: the last query tiles are the heaviest
+    const int qt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * BM;
     const int klimit = key_limit(p, b);
@@ -640,25 +723,48 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params 
                 mma(dp[nb], of[kk], bf[0], bf[1]);
                 mma(dp[nb], of[kk + 1], bf[2], bf[3]);
             }
-        const bool full = tile_full(p, h, q0, BM, k0, klimit);
+        // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
+        const int kind = mask_kind(p, tile_full(p, h, q0, BM, k0, klimit));
+        if (kind == MASK_AFFINE) {
+            int qcut[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) qcut[r] = query_cut(p, q0 + warp * 16 + g + 8 * r);
+            #pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (kcut > qcut[r]) s[nb][2 * r + e] = NEG_INF;
+                }
+        } else if (kind == MASK_GENERIC) {
+            // Bit (2 nb + e) of vis[r]: key column nb*8 + 2t + e is visible to row r.
+            u32 vis[2] = {0, 0};
+            #pragma unroll 1
+            for (int col = 0; col < BN / 4; ++col) {
+                const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
+                const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qpos[r], qseg[r], kpos, kseg, klimit) << col;
+            }
+            #pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+        }
         #pragma unroll
         for (int nb = 0; nb < BN / 8; ++nb)
             #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                int kpos = 0, kseg = 0;
-                if (!full) {
-                    const int kc = k0 + nb * 8 + 2 * t + e;
-                    const int krow = row_of(p, k_axis(p), kc, h);
-                    kpos = pos_of(k_axis(p), krow);
-                    kseg = seg_of(p, k_axis(p), kc);
-                }
+            for (int e = 0; e < 2; ++e)
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    bool ok = full || visible(p, h, qpos[r], qseg[r], kpos, kseg, klimit);
-                    float pe = ok ? ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r])) : 0.f;
+                    const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r]));
                     s[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - dl[r]);
                 }
-            }
         #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             u32 a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
@@ -696,7 +802,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
     u16* sV = sK + BN * D;
     u16* sStage = sV + BN * D;
     constexpr int STAGE = 2 * BM * D + 3 * BM * 2;  // u16 units
-    const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
+    const int kt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kt * BN;
     const int klimit = key_limit(p, b);
@@ -768,17 +875,48 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                 mma(dp[nb], vb, bf[2], bf[3]);
             }
         }
-        const bool full = tile_full(p, h, q0, BM, k0, klimit);
+        // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
+        const int kind = mask_kind(p, tile_full(p, h, q0, BM, k0, klimit));
+        if (kind == MASK_AFFINE) {
+            int kcut[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, k0 + warp * 16 + g + 8 * r, klimit);
+            #pragma unroll
+            for (int nb = 0; nb < BM / 8; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int qp = sP[nb * 8 + 2 * t + e];
+                    const int qcut = qp < 0 ? -1 : p.causal ? qp : CUT_MAX - 1;
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (kcut[r] > qcut) s[nb][2 * r + e] = NEG_INF;
+                }
+        } else if (kind == MASK_GENERIC) {
+            // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
+            u32 vis[2] = {0, 0};
+            #pragma unroll 1
+            for (int col = 0; col < BM / 4; ++col) {
+                const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
+                const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
+            }
+            #pragma unroll
+            for (int nb = 0; nb < BM / 8; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+        }
         #pragma unroll
         for (int nb = 0; nb < BM / 8; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qc = nb * 8 + 2 * t + e;
-                const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    bool ok = full || visible(p, h, qp, qs, kpos[r], kseg[r], klimit);
-                    float pe = ok ? ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc])) : 0.f;
+                    const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc]));
                     s[nb][2 * r + e] = pe;
                     dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
                 }

@@ -509,7 +509,15 @@ fn elementwise(n: usize) -> LaunchConfig {
     }
 }
 
+/// Benchmark knob: a kernel source file compiled instead of the built-in one (A/B runs of
+/// two kernel versions with one binary; the `Params` block must be the same).
+pub const SOURCE_ENV: &str = "RINGDIL_CUDA_SOURCE";
+/// Benchmark knob: extra NVRTC options, whitespace-separated (e.g. `-DFAST_MASK=0`).
+pub const DEFINES_ENV: &str = "RINGDIL_CUDA_DEFINES";
+
 /// NVRTC-compile the kernels for `arch`, once per process per (arch, dtype, head dim).
+/// [`SOURCE_ENV`] and [`DEFINES_ENV`], read once per compile, replace the source and add
+/// options (for A/B benchmarks; unset in normal use).
 fn compile(arch: &str, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
     let cache = PTX_CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let key = (arch.to_string(), dtype, head_dim);
@@ -517,17 +525,20 @@ fn compile(arch: &str, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
         return Ok(ptx.clone());
     }
     let module = format!("attention_{arch}_{dtype:?}_d{head_dim}");
-    let opts = CompileOptions {
-        options: vec![
-            format!("--gpu-architecture={arch}"),
-            format!("-DHEAD_DIM={head_dim}"),
-            format!("-DIS_F16={}", (dtype == Dtype::F16) as u8),
-            "--std=c++17".into(),
-        ],
-        name: Some(format!("{module}.cu")),
-        ..Default::default()
+    let source = match std::env::var(SOURCE_ENV) {
+        Ok(path) => std::fs::read_to_string(&path)
+            .map_err(|e| CudaError::Compile { module: module.clone(), log: format!("{SOURCE_ENV}={path}: {e}") })?,
+        Err(_) => crate::KERNEL_SOURCE.to_string(),
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(crate::KERNEL_SOURCE, opts).map_err(|e| match e {
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        format!("-DHEAD_DIM={head_dim}"),
+        format!("-DIS_F16={}", (dtype == Dtype::F16) as u8),
+        "--std=c++17".into(),
+    ];
+    options.extend(std::env::var(DEFINES_ENV).unwrap_or_default().split_whitespace().map(String::from));
+    let opts = CompileOptions { options, name: Some(format!("{module}.cu")), ..Default::default() };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts).map_err(|e| match e {
         cudarc::nvrtc::CompileError::CompileError { log, .. } => {
             CudaError::Compile { module: module.clone(), log: log.to_string_lossy().into_owned() }
         }

@@ -66,7 +66,7 @@ struct Params {
     int dil_per_seg;           // ceil(dil_segment / dil_rate)
     int q_stride, k_stride;    // row i is at global position offset + i * stride
     int q_cbase, k_cbase;      // compact: global compact index of launch index 0
-    int accumulate;            // backward: add into dq/dk/dv instead of overwriting
+    int accumulate;            // forward: merge into out/lse; backward: add into dq/dk/dv
     float scale;
     float scale_log2;          // scale * log2(e)
 };
@@ -559,6 +559,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     }
     cp_wait<0>();
 
+    // With `accumulate`, this launch's result is merged into the partial already in
+    // out / lse (the online-softmax merge of merge_partials, fused): a dilated pattern's
+    // branches and a ring step's pieces build one accumulator without a separate merge
+    // pass over the whole output per launch. Every lane of a row's quad reads the old LSE
+    // before lane 0 overwrites it (one warp owns each row; __syncwarp orders the two).
+    float lold[WM][2];
+    int qrows[WM][2];
+    #pragma unroll
+    for (int mt = 0; mt < WM; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            qrows[mt][r] = row_of(p, q_axis(p), fwd_qidx(q0, warp, mt, g, r), h);
+            lold[mt][r] = p.accumulate && qrows[mt][r] >= 0
+                              ? p.lse[((size_t)b * p.heads + h) * p.q_rows + qrows[mt][r]]
+                              : NEG_INF;
+        }
+    __syncwarp();
     #pragma unroll
     for (int mt = 0; mt < WM; ++mt)
         #pragma unroll
@@ -566,17 +583,32 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
             float lr = l[mt][r];
             lr += __shfl_xor_sync(0xffffffff, lr, 1);
             lr += __shfl_xor_sync(0xffffffff, lr, 2);
-            const int qrow = row_of(p, q_axis(p), fwd_qidx(q0, warp, mt, g, r), h);
+            const int qrow = qrows[mt][r];
             if (qrow < 0) continue;
-            const float inv = lr > 0.f ? 1.f / lr : 0.f;
+            const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
             float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+            float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
+            if (!p.accumulate) {
+                const float inv = lr > 0.f ? 1.f / lr : 0.f;
+                #pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+                    *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
+                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (t == 0) *lrow = lnew;
+                continue;
+            }
+            const float a = lold[mt][r], mx = fmaxf(a, lnew);
+            if (mx == NEG_INF) continue;  // both empty: the identity already there stays
+            const float ea = expf(a - mx), eb = expf(lnew - mx), sum = ea + eb;
+            // Weights of the old partial and of this launch's normalised output O / l.
+            const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
             #pragma unroll
-            for (int i = 0; i < D / 8; ++i)
-                *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
-                    make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
-            if (t == 0)
-                p.lse[((size_t)b * p.heads + h) * p.q_rows + qrow] =
-                    lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
+            for (int i = 0; i < D / 8; ++i) {
+                float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
+                const float2 old = *at;
+                *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
+            }
+            if (t == 0) *lrow = mx + logf(sum);
         }
 }
 

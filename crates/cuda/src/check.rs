@@ -351,6 +351,14 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 err: rel_err(left_now.out.iter(), left_ref.out.iter()),
                 bound,
             });
+            // The fused merge: the right step accumulated into the left result in place.
+            let mut running =
+                ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: 0, len: cut, stride: 1 }))?;
+            let right_rows = Rows { start: cut, len: n - cut, stride: 1 };
+            ring_step_into(gpu, case, (&qb, all_rows), (&kb, &vb, right_rows), &mut running, true)?;
+            let fused = partial_to_host(gpu, &running)?;
+            metrics.push(Metric { what: "accumulate out", err: rel_err(fused.out.iter(), want.out.iter()), bound });
+            metrics.push(Metric { what: "accumulate lse", err: lse_err(fused.lse.view(), want.lse.view()), bound });
         }
     }
     Ok(Outcome { case: describe(case), metrics })
@@ -385,6 +393,21 @@ fn ring_step(
     (qb, qr): (&[u16], Rows),
     (kb, vb, kr): (&[u16], &[u16], Rows),
 ) -> Result<DevicePartial> {
+    let mut out = poisoned_partial(gpu, [case.batch, qr.len, case.heads, case.head_dim])?;
+    ring_step_into(gpu, case, (qb, qr), (kb, vb, kr), &mut out, false)?;
+    Ok(out)
+}
+
+/// One ring step on the GPU, written to `out`, or (`accumulate`) merged into the partial
+/// `out` holds ([`Gpu::forward_accumulate`]).
+fn ring_step_into(
+    gpu: &Gpu,
+    case: &Case,
+    (qb, qr): (&[u16], Rows),
+    (kb, vb, kr): (&[u16], &[u16], Rows),
+    out: &mut DevicePartial,
+    accumulate: bool,
+) -> Result<()> {
     let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
     let rows = |src: &[u16], r: Rows| -> Vec<u16> {
         let a = ndarray::ArrayView4::from_shape((b, n, h, d), src).expect("dims");
@@ -396,9 +419,10 @@ fn ring_step(
     let qd = gpu.upload(&rows(qb, qr), [b, qr.len, h, d])?;
     let kd = gpu.upload(&rows(kb, kr), [b, kr.len, h, d])?;
     let vd = gpu.upload(&rows(vb, kr), [b, kr.len, h, d])?;
-    let mut out = poisoned_partial(gpu, [b, qr.len, h, d])?;
-    gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
-    Ok(out)
+    match accumulate {
+        true => gpu.forward_accumulate(&mut prep, &qd, &kd, &vd, out),
+        false => gpu.forward_into(&mut prep, &qd, &kd, &vd, out),
+    }
 }
 
 fn poisoned_partial(gpu: &Gpu, dims: [usize; 4]) -> Result<DevicePartial> {

@@ -64,8 +64,6 @@ pub struct Prepared {
     key_len: Option<CudaSlice<i32>>,
     block_mask: Option<CudaSlice<u8>>,
     kernels: Arc<Kernels>,
-    /// Branch partials of a multi-launch (dilated) call: accumulator, branch, next.
-    scratch: Vec<DevicePartial>,
     /// delta = rowsum(d_out * out) of the backward pass.
     delta: CudaSlice<f32>,
 }
@@ -214,19 +212,15 @@ impl Gpu {
             Some(m) => Some(self.stream.clone_htod(&m)?),
             None => None,
         };
-        let mut prep = Prepared {
+        let prep = Prepared {
             shape: *shape,
             dtype,
             launches,
             key_len,
             block_mask,
             kernels,
-            scratch: Vec::new(),
             delta: self.filled(shape.lse_len(), 0.0)?,
         };
-        if prep.launches.len() > 1 {
-            prep.scratch = (0..3).map(|_| self.alloc_partial(&prep)).collect::<Result<_>>()?;
-        }
         Ok(prep)
     }
 
@@ -254,9 +248,10 @@ impl Gpu {
     }
 
     /// Attention of `q` over `k`, `v` (a [`Partial`](ringdil_reference::Partial) on the
-    /// device), written to `out`. A dilated pattern runs one launch per branch into
-    /// scratch partials (rows a branch skips hold the merge identity) and merges them
-    /// pairwise into fresh buffers; no merge overwrites one of its inputs.
+    /// device), written to `out`. One dense/masked launch writes every row. A compacted or
+    /// multi-launch (dilated) call first fills `out` with the merge identity, then each
+    /// branch's launch merges its result into it in the kernel's epilogue (the
+    /// online-softmax merge, fused: no scratch partials, no separate merge pass).
     pub fn forward_into(
         &self,
         prep: &mut Prepared,
@@ -267,31 +262,35 @@ impl Gpu {
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("out", prep, out)?;
-        let [first, rest @ ..] = prep.launches.as_slice() else { unreachable!("a call has at least one launch") };
-        if rest.is_empty() {
-            return self.forward_launch(prep, first, q, k, v, out);
-        }
-        let mut scratch = std::mem::take(&mut prep.scratch);
-        let [acc, branch, next] = scratch.as_mut_slice() else {
-            unreachable!("multi-launch calls own 3 scratch partials")
-        };
-        let prep_ref = &*prep;
-        let (first, rest) = (&prep_ref.launches[0], &prep_ref.launches[1..]);
-        let result = (|| {
-            self.forward_launch(prep_ref, first, q, k, v, acc)?;
-            for (i, l) in rest.iter().enumerate() {
-                self.forward_launch(prep_ref, l, q, k, v, branch)?;
-                if i + 1 == rest.len() {
-                    self.merge_into(acc, branch, out)?;
-                } else {
-                    self.merge_into(acc, branch, next)?;
-                    std::mem::swap(acc, next);
-                }
+        match prep.launches.as_slice() {
+            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
+                self.forward_launch(prep, only, q, k, v, out, false)
             }
-            Ok(())
-        })();
-        prep.scratch = scratch;
-        result
+            launches => {
+                self.fill_empty(prep, out)?;
+                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, out, true))
+            }
+        }
+    }
+
+    /// Merge the attention of `q` over `k`, `v` into the partial `acc` in place:
+    /// `acc <- merge(acc, attention(q, k, v))`, the reference's `Partial::merge`, fused into
+    /// the kernels' epilogue. `acc` must hold a partial over the same queries (an earlier
+    /// result, or the identity): this is how a ring step adds a key block to a query
+    /// piece's running result without a separate merge pass. (`acc` is the accumulator
+    /// being built, never an input someone else still holds: the merge of two kept
+    /// partials is [`Gpu::merge_into`].)
+    pub fn forward_accumulate(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        acc: &mut DevicePartial,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        self.check_partial("accumulator", prep, acc)?;
+        prep.launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, acc, true))
     }
 
     fn check_partial(&self, what: &'static str, prep: &Prepared, p: &DevicePartial) -> Result<()> {
@@ -303,6 +302,9 @@ impl Gpu {
         Ok(())
     }
 
+    /// One launch writing `out` (`accumulate`: merging into it; rows the launch does
+    /// not visit keep what they hold).
+    #[allow(clippy::too_many_arguments)] // one launch's buffers, as the kernel takes them
     fn forward_launch(
         &self,
         prep: &Prepared,
@@ -311,12 +313,9 @@ impl Gpu {
         k: &DeviceTensor,
         v: &DeviceTensor,
         out: &mut DevicePartial,
+        accumulate: bool,
     ) -> Result<()> {
         let st = &self.stream;
-        if matches!(l.map, IndexMap::Compact { .. }) {
-            // Rows outside the branch are not visited: they must hold the merge identity.
-            self.fill_empty(prep, out)?;
-        }
         let (qp, _a) = q.data.device_ptr(st);
         let (kp, _b) = k.data.device_ptr(st);
         let (vp, _c) = v.data.device_ptr(st);
@@ -334,6 +333,7 @@ impl Gpu {
             plan_idx: pi,
             key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
             block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            accumulate: accumulate as i32,
             ..l.params
         };
         let cfg = LaunchConfig {

@@ -215,8 +215,9 @@ impl RankCompute {
     }
 
     /// Attend the query pieces `q` of this rank over the key/value pieces of `src`
-    /// (`kv[kj]`; `None` for pieces this rank does not need) and merge each partial into
-    /// `acc[qi]` (`None` = nothing seen yet: the first partial is taken as is).
+    /// (`kv[kj]`; `None` for pieces this rank does not need) and merge each result into
+    /// `acc[qi]`, in the kernels' epilogue ([`Gpu::forward_accumulate`]); `None` = nothing
+    /// seen yet: the first result is written as is.
     pub(crate) fn attend(
         &mut self,
         gpu: &Gpu,
@@ -229,16 +230,14 @@ impl RankCompute {
         for &(qi, kj) in plan.needed(self.rank, src) {
             let Some((k, v)) = kv[kj] else { continue };
             let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
-            let mut part = alloc_partial(gpu, q[qi].dims)?;
-            gpu.forward_into(prep, &q[qi], k, v, &mut part)?;
-            acc[qi] = Some(match acc[qi].take() {
-                None => part,
-                Some(prev) => {
-                    let mut merged = alloc_partial(gpu, q[qi].dims)?;
-                    gpu.merge_into(&prev, &part, &mut merged)?;
-                    merged
+            match &mut acc[qi] {
+                Some(running) => gpu.forward_accumulate(prep, &q[qi], k, v, running)?,
+                None => {
+                    let mut part = alloc_partial(gpu, q[qi].dims)?;
+                    gpu.forward_into(prep, &q[qi], k, v, &mut part)?;
+                    acc[qi] = Some(part);
                 }
-            });
+            }
         }
         Ok(())
     }

@@ -256,7 +256,7 @@ __device__ __forceinline__ int mask_kind(const Params& p, bool full) {
 // key_cut(kc) <= query_cut(qc). A key cut is the key's global position, CUT_MAX for no key
 // (index past the launch or position past the padding limit); a query cut is the query's
 // position under a causal mask and CUT_MAX - 1 (every key) otherwise. A query index past the
-// launch is never stored (forward, dQ); the dK/dV kernel passes -1 for it (no key).
+// launch is never stored (forward); the backward passes -1 for it (no key).
 __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
     if (kc >= p.nk) return CUT_MAX;
     const int pos = p.k_offset + kc * p.k_stride;
@@ -681,159 +681,39 @@ __device__ __forceinline__ void store_row(float* dst, const float* v, bool acc) 
     }
 }
 
-// dQ: one block per 64 query rows, same plan as the forward.
-//   dS = P o (dO V^T - delta),  dQ = scale * dS K.
-// K/V tiles are double-buffered as in the forward: tile j+1 loads while tile j computes.
-extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dq(const Params p) {
-    extern __shared__ __align__(128) u16 smem[];
-    u16* sQ = smem;
-    u16* sO = sQ + BM * D;   // d_out
-    u16* sKV = sO + BM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
-    const Coords bc = block_coords(p, true);  // causal: the last query tiles are the heaviest
-    const int qt = bc.tile, h = bc.h, b = bc.b;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * BM;
-    const int klimit = key_limit(p, b);
-    const int kbeg = p.plan_ptr[qt];
-    int kend = p.plan_ptr[qt + 1];  // plan rows are ascending: drop the padded tail
-    while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
-
-    int qrow[2], qpos[2], qseg[2];
-    float lse2[2], dl[2];
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        qrow[r] = row_of(p, q_axis(p), q0 + warp * 16 + g + 8 * r, h);
-        qseg[r] = seg_of(p, q_axis(p), q0 + warp * 16 + g + 8 * r);
-        qpos[r] = pos_of(q_axis(p), qrow[r]);
-        lse2[r] = lse2_of(p, b, h, qrow[r]);
-        dl[r] = qrow[r] >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + qrow[r]] : 0.f;
-    }
-    float acc[D / 8][4];
-    #pragma unroll
-    for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    u32 qf[D / 16][4], of[D / 16][4];
-
-    load_tile(sQ, p.q, p, q_axis(p), b, h, q0);
-    load_tile(sO, p.dout, p, q_axis(p), b, h, q0);
-    if (kbeg < kend) {
-        load_tile(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
-        load_tile(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
-    }
-    cp_commit();
-    for (int it = kbeg; it < kend; ++it) {
-        const int k0 = p.plan_idx[it] * BN;
-        const u16* sK = sKV + ((it - kbeg) & 1) * 2 * BN * D;
-        const u16* sV = sK + BN * D;
-        cp_wait<0>();     // tile `it` (and Q, dO) landed for this thread
-        __syncthreads();  // for everyone, and every warp is done with tile it - 1
-        if (it + 1 < kend) {
-            u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
-            load_tile(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
-            load_tile(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
-        }
-        cp_commit();
-        if (it == kbeg)
-            #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                frag_a(qf[kk], sQ, warp * 16, kk, lane);
-                frag_a(of[kk], sO, warp * 16, kk, lane);
-            }
-        float s[BN / 8][4], dp[BN / 8][4];
-        #pragma unroll
-        for (int nb = 0; nb < BN / 8; ++nb)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
-        #pragma unroll
-        for (int kk = 0; kk < D / 16; kk += 2)
-            #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb) {
-                u32 bf[4];
-                frag_b_rows(bf, sK, nb, kk, lane);
-                mma(s[nb], qf[kk], bf[0], bf[1]);
-                mma(s[nb], qf[kk + 1], bf[2], bf[3]);
-                frag_b_rows(bf, sV, nb, kk, lane);
-                mma(dp[nb], of[kk], bf[0], bf[1]);
-                mma(dp[nb], of[kk + 1], bf[2], bf[3]);
-            }
-        // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
-        const int kind = mask_kind(p, tile_full(p, h, q0, BM, k0, klimit));
-        if (kind == MASK_AFFINE) {
-            int qcut[2];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) qcut[r] = query_cut(p, q0 + warp * 16 + g + 8 * r);
-            #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (kcut > qcut[r]) s[nb][2 * r + e] = NEG_INF;
-                }
-        } else if (kind == MASK_GENERIC) {
-            // Bit (2 nb + e) of vis[r]: key column nb*8 + 2t + e is visible to row r.
-            u32 vis[2] = {0, 0};
-            #pragma unroll 1
-            for (int col = 0; col < BN / 4; ++col) {
-                const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
-                const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qpos[r], qseg[r], kpos, kseg, klimit) << col;
-            }
-            #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
-        }
-        #pragma unroll
-        for (int nb = 0; nb < BN / 8; ++nb)
-            #pragma unroll
-            for (int e = 0; e < 2; ++e)
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -lse2[r]));
-                    s[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - dl[r]);
-                }
-        #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            u32 a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                        pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            #pragma unroll
-            for (int cb = 0; cb < D / 8; cb += 2) {
-                u32 bf[4];
-                frag_b_cols(bf, sK, kk, cb, lane);
-                mma(acc[cb], a, bf[0], bf[1]);
-                mma(acc[cb + 1], a, bf[2], bf[3]);
-            }
-        }
-    }
-    cp_wait<0>();
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        if (qrow[r] < 0) continue;
-        float* row = p.dq + (((size_t)b * p.q_rows + qrow[r]) * p.heads + h) * D;
-        #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-            float v[2] = {acc[i][2 * r] * p.scale, acc[i][2 * r + 1] * p.scale};
-            store_row(row + i * 8 + 2 * t, v, p.accumulate);
-        }
-    }
+// dQ contribution of one (key tile, query tile) pair: dq[row][col], dq[row][col + 1] +=
+// (x, y). Blocks of different key tiles add into the same rows, so this is a global f32
+// reduction (no return value): one vector `red` of two floats on sm_90 (PTX 8.1), two
+// scalar ones elsewhere.
+__device__ __forceinline__ void red_add2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1))
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
 }
 
-// dK, dV: one block per 64 key rows (4 warps of 16 keys), visiting the query tiles of the
-// transposed plan. With S^T = K Q^T (keys as rows):
-//   P^T = exp(S^T - lse), dV = P^T dO, dS^T = P^T o (V dO^T - delta), dK = scale * dS^T Q.
-extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Params p) {
+// Swizzled element offset of 16-byte chunk `ch` of row `r` in the [BN][BM] dS^T tile
+// (8 chunks per row; conflict-free stores of the C fragments and ldmatrix.trans reads).
+__device__ __forceinline__ int swz_s(int r, int ch) { return r * BM + ((ch ^ (r & 7)) << 3); }
+
+// The backward (flash-attention 2 structure): one block per 64 key rows (4 warps of 16
+// keys), visiting the query tiles of the transposed plan. Per (key tile, query tile),
+// with S^T = K Q^T (keys as rows), computed once:
+//   P^T = exp(S^T - lse), dV += P^T dO, dS^T = P^T o (V dO^T - delta), dK += scale dS^T Q,
+//   dQ += scale dS K (dS^T through shared memory; f32 reductions into dq, which the host
+//   zeroes before the first launch of a call).
+extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     // Query-side tiles are double-buffered: stage s holds Q, dO and the per-query lse2,
-    // delta and global position (-1: none) of one query tile.
+    // delta, global position (-1: none) and tensor row (-1: none) of one query tile.
     u16* sK = smem;
     u16* sV = sK + BN * D;
     u16* sStage = sV + BN * D;
-    constexpr int STAGE = 2 * BM * D + 3 * BM * 2;  // u16 units
+    constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units
+    u16* sS = sStage + 2 * STAGE;                   // dS^T of the current pair, [BN][BM]
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -865,6 +745,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
             float* sL = reinterpret_cast<float*>(st + 2 * BM * D);
             int row = row_of(p, q_axis(p), q0 + threadIdx.x, h);
             reinterpret_cast<int*>(sL + 2 * BM)[threadIdx.x] = pos_of(q_axis(p), row);
+            reinterpret_cast<int*>(sL + 3 * BM)[threadIdx.x] = row;
             sL[threadIdx.x] = lse2_of(p, b, h, row);
             sL[BM + threadIdx.x] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
         }
@@ -880,8 +761,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
         const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
         const float* sD = sL + BM;                                       // delta of the query tile
         const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
+        const int* sR = sP + BM;                                         // tensor rows
         cp_wait<0>();     // query tile `it` (and K, V) landed for this thread
-        __syncthreads();  // for everyone, and every warp is done with tile it - 1
+        __syncthreads();  // for everyone, and every warp is done with tile it - 1 (and sS)
         if (it + 1 < qend) fetch(it + 1);
         cp_commit();
         float s[BM / 8][4], dp[BM / 8][4];
@@ -953,12 +835,24 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                     dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
                 }
             }
+        // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
+        // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
+        // 16 kk + 8 (j >> 1) + 2t, +1.
+        u32 da[BM / 16][4];
+        #pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            da[kk][0] = pack2(dp[2 * kk][0], dp[2 * kk][1]);
+            da[kk][1] = pack2(dp[2 * kk][2], dp[2 * kk][3]);
+            da[kk][2] = pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            da[kk][3] = pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            #pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *reinterpret_cast<u32*>(sS + swz_s(warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) + 2 * t) = da[kk][j];
+        }
         #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) {
             u32 pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
                          pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            u32 da[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]), pack2(dp[2 * kk][2], dp[2 * kk][3]),
-                         pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
             #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {
                 u32 bf[4];
@@ -966,8 +860,40 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd_dkdv(const Param
                 mma(dv[cb], pa, bf[0], bf[1]);
                 mma(dv[cb + 1], pa, bf[2], bf[3]);
                 frag_b_cols(bf, sQ, kk, cb, lane);
-                mma(dk[cb], da, bf[0], bf[1]);
-                mma(dk[cb + 1], da, bf[2], bf[3]);
+                mma(dk[cb], da[kk], bf[0], bf[1]);
+                mma(dk[cb + 1], da[kk], bf[2], bf[3]);
+            }
+        }
+        __syncthreads();  // every warp's dS^T rows are in sS
+        // dQ rows warp*16 .. +15 of the query tile: A = dS (queries x keys) by
+        // ldmatrix.trans of sS, B = K (keys x dims), reduced into dq per 16 columns.
+        {
+            u32 sa[BN / 16][4];
+            #pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                ldsm4t(sa[kk], sS + swz_s(kk * 16 + (lane & 7) + (lane >> 4) * 8, 2 * warp + ((lane >> 3) & 1)));
+            float* qrow[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = sR[warp * 16 + g + 8 * r];
+                qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + 2 * t : nullptr;
+            }
+            #pragma unroll
+            for (int cb = 0; cb < D / 8; cb += 2) {
+                float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
+                #pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk) {
+                    u32 bf[4];
+                    frag_b_cols(bf, sK, kk, cb, lane);
+                    mma(c0, sa[kk], bf[0], bf[1]);
+                    mma(c1, sa[kk], bf[2], bf[3]);
+                }
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (qrow[r]) {
+                        red_add2(qrow[r] + cb * 8, c0[2 * r] * p.scale, c0[2 * r + 1] * p.scale);
+                        red_add2(qrow[r] + cb * 8 + 8, c1[2 * r] * p.scale, c1[2 * r + 1] * p.scale);
+                    }
             }
         }
     }

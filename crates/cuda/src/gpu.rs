@@ -20,8 +20,7 @@ static PTX_CACHE: OnceLock<Mutex<HashMap<PtxKey, Ptx>>> = OnceLock::new();
 /// The kernels of one (element type, head dim), loaded into a context.
 struct Kernels {
     fwd: CudaFunction,
-    dq: CudaFunction,
-    dkdv: CudaFunction,
+    bwd: CudaFunction,
     merge: CudaFunction,
     fill: CudaFunction,
     delta: CudaFunction,
@@ -71,8 +70,6 @@ pub struct Prepared {
 struct DevicePlan {
     fwd_ptr: CudaSlice<i32>,
     fwd_idx: CudaSlice<i32>,
-    rows_ptr: CudaSlice<i32>,
-    rows_idx: CudaSlice<i32>,
     cols_ptr: CudaSlice<i32>,
     cols_idx: CudaSlice<i32>,
 }
@@ -125,7 +122,7 @@ impl Gpu {
     pub fn kernel_resources(&self, dtype: Dtype, head_dim: usize) -> Result<String> {
         let k = self.kernels(dtype, head_dim)?;
         let mut parts = Vec::new();
-        for (name, f) in [("fwd", &k.fwd), ("dq", &k.dq), ("dkdv", &k.dkdv)] {
+        for (name, f) in [("fwd", &k.fwd), ("bwd", &k.bwd)] {
             parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
         }
         Ok(parts.join(", "))
@@ -154,8 +151,7 @@ impl Gpu {
         };
         let k = Arc::new(Kernels {
             fwd: load("attn_fwd", launch::smem_forward(head_dim))?,
-            dq: load("attn_bwd_dq", launch::smem_backward(head_dim))?,
-            dkdv: load("attn_bwd_dkdv", launch::smem_backward(head_dim))?,
+            bwd: load("attn_bwd", launch::smem_backward(head_dim))?,
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
             delta: load("bwd_delta", 0)?,
@@ -196,8 +192,6 @@ impl Gpu {
                 let plan = DevicePlan {
                     fwd_ptr: self.stream.clone_htod(&l.fwd.ptr)?,
                     fwd_idx: self.stream.clone_htod(nonempty(&l.fwd.idx))?,
-                    rows_ptr: self.stream.clone_htod(&l.rows.ptr)?,
-                    rows_idx: self.stream.clone_htod(nonempty(&l.rows.idx))?,
                     cols_ptr: self.stream.clone_htod(&l.cols.ptr)?,
                     cols_idx: self.stream.clone_htod(nonempty(&l.cols.idx))?,
                 };
@@ -392,8 +386,10 @@ impl Gpu {
     }
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
-    /// from the saved LSE. A single launch writes every gradient row; several (dilated
-    /// branches) clear the buffers and accumulate, since a row may be in several branches.
+    /// from the saved LSE. One kernel per key tile: dK and dV rows are written by one block
+    /// (a single launch overwrites them; several, as dilated branches, clear the buffers and
+    /// accumulate, since a row may be in several branches); dQ rows receive f32 reductions
+    /// from every key tile, so dq is always cleared first.
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_into(
         &self,
@@ -433,8 +429,8 @@ impl Gpu {
         }
         let accumulate =
             prep.launches.len() > 1 || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
+        st.memset_zeros(&mut grads.dq)?;
         if accumulate {
-            st.memset_zeros(&mut grads.dq)?;
             st.memset_zeros(&mut grads.dk)?;
             st.memset_zeros(&mut grads.dv)?;
         }
@@ -466,16 +462,11 @@ impl Gpu {
                 accumulate: accumulate as i32,
                 ..l.params
             };
-            let rows =
-                Params { plan_ptr: plan.rows_ptr.device_ptr(st).0, plan_idx: plan.rows_idx.device_ptr(st).0, ..base };
             let cols =
                 Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
-            let cfg = |grid| LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+            let cfg = LaunchConfig { grid_dim: l.grid_cols(), block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
             // SAFETY: params point at live buffers of the validated shapes for this launch.
-            unsafe {
-                st.launch_builder(&prep.kernels.dq).arg(&rows).launch(cfg(l.grid_rows()))?;
-                st.launch_builder(&prep.kernels.dkdv).arg(&cols).launch(cfg(l.grid_cols()))?;
-            }
+            unsafe { st.launch_builder(&prep.kernels.bwd).arg(&cols).launch(cfg) }?;
         }
         Ok(())
     }

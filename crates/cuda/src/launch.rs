@@ -153,12 +153,7 @@ impl LaunchSpec {
         (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
 
-    /// Grid of the dQ kernel: (query tiles of 64 rows, heads, batch).
-    pub fn grid_rows(&self) -> (u32, u32, u32) {
-        (self.rows.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
-    }
-
-    /// Grid of the dK/dV kernel: (key tiles, heads, batch).
+    /// Grid of the backward kernel: (key tiles, heads, batch).
     pub fn grid_cols(&self) -> (u32, u32, u32) {
         (self.cols.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
@@ -173,11 +168,11 @@ pub fn smem_forward(head_dim: usize) -> u32 {
     ((FWD_Q_TILE + 4 * TILE) * head_dim * 2) as u32
 }
 
-/// Dynamic shared memory of the backward kernels: the block's own two tiles (Q and dO,
-/// or K and V) and two stages of the two tiles it visits (+ per-query lse, delta and
-/// position for dK/dV).
+/// Dynamic shared memory of the backward kernel: the block's K and V tiles, two stages
+/// of the Q and dO tiles it visits with their per-query lse, delta, position and row, and
+/// the 16-bit dS^T tile of the current (key tile, query tile) pair (the A operand of dQ).
 pub fn smem_backward(head_dim: usize) -> u32 {
-    (6 * TILE * head_dim * 2 + 2 * 3 * TILE * 4) as u32
+    (6 * TILE * head_dim * 2 + 2 * 4 * TILE * 4 + TILE * TILE * 2) as u32
 }
 
 fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
@@ -405,8 +400,7 @@ mod tests {
         assert_eq!(l.len(), 1);
         let l = &l[0];
         assert_eq!(l.grid_fwd(), (8, 3, 2)); // ceil(1000 / 128) forward query tiles
-        assert_eq!(l.grid_rows(), (16, 3, 2)); // ceil(1000 / 64) dQ query tiles
-        assert_eq!(l.grid_cols(), (16, 3, 2));
+        assert_eq!(l.grid_cols(), (16, 3, 2)); // ceil(1000 / 64) key tiles
         assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
         assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
         assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
@@ -415,7 +409,8 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(smem_forward(128), 96 * 1024);
         assert_eq!(smem_forward(64), 48 * 1024);
-        assert_eq!(smem_backward(128), 96 * 1024 + 1536);
+        assert_eq!(smem_backward(128), 96 * 1024 + 2048 + 8192);
+        assert_eq!(smem_backward(64), 48 * 1024 + 2048 + 8192);
     }
 
     #[test]

@@ -141,9 +141,8 @@ pub struct LaunchSpec {
     pub map: IndexMap,
     /// Forward: query tile of [`FWD_Q_TILE`] rows -> key tiles.
     pub fwd: TilePlan,
-    /// Query tile -> key tiles (dQ).
-    pub rows: TilePlan,
-    /// Key tile -> query tiles (dK, dV).
+    /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
+    /// produces dK, dV and dQ from it).
     pub cols: TilePlan,
 }
 
@@ -238,8 +237,7 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let fwd = plan(&spec.pattern, branch, spec.causal, map, FWD_Q_TILE);
-        let rows = plan(&spec.pattern, branch, spec.causal, map, TILE);
-        let cols = rows.transpose();
+        let cols = plan(&spec.pattern, branch, spec.causal, map, TILE).transpose();
         let params = Params {
             nq: fits_i32("query launch rows", nq)?,
             nk: fits_i32("key launch rows", nk)?,
@@ -249,7 +247,7 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        Ok(LaunchSpec { params, map, fwd, rows, cols })
+        Ok(LaunchSpec { params, map, fwd, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
@@ -404,7 +402,7 @@ mod tests {
         assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
         assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
         assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
-        assert_eq!(l.rows.visits(), 16 * 17 / 2);
+        assert_eq!(l.cols.visits(), 16 * 17 / 2);
         // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(smem_forward(128), 96 * 1024);
@@ -426,7 +424,7 @@ mod tests {
         // The segment longer than the sequence is clamped to it: 4096 / 16 rows.
         assert_eq!((l[2].params.dil_segment, l[2].params.nq), (4096, 256));
         // Work (tiles) of each branch is its share n*w/r^2 of the dense n^2.
-        assert_eq!(l[1].rows.visits(), 4096 * 1024 / 16 / (64 * 64));
+        assert_eq!(l[1].cols.visits(), 4096 * 1024 / 16 / (64 * 64));
 
         // A ring step: queries 2048..3072 over keys 1024..2048 stay compact (segment
         // bases per side), so the (1024, 4) branch costs its share of the step.
@@ -434,7 +432,7 @@ mod tests {
         let l = launches(&ring, &spec, &Chunk::new(2048, 1024, 4096)).unwrap();
         assert!(l.iter().all(|l| l.params.compact == 1 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
         assert_eq!((l[1].params.nq, l[1].params.q_cbase, l[1].params.k_cbase), (256, 2 * 256, 256));
-        assert_eq!(l[1].rows.visits(), 0, "segments 2 and 1 of 1024 tokens do not meet");
+        assert_eq!(l[1].cols.visits(), 0, "segments 2 and 1 of 1024 tokens do not meet");
         // A striped axis (stride 2) evaluates the branch mask in place.
         let striped = Chunk { q_stride: 2, k_stride: 2, ..Chunk::new(1, 0, 4096) };
         let l = launches(&Shape { q_rows: 2048, k_rows: 2048, ..shape }, &spec, &striped).unwrap();

@@ -7,7 +7,9 @@
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
 //!
 //! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
-//! total length `N` (1.0 = perfect). Weak rows keep `N / P` fixed, strong rows keep `N`.
+//! total length `N` (1.0 = perfect). Every row keeps `N` fixed across `P` (strong
+//! scaling; the `N/GPU` column says the per-GPU length); runs with different `P` at the
+//! same `N/GPU` give weak scaling.
 //! One GPU runs the whole sequence with the single-GPU path (`Gpu::forward_into`; dilated
 //! branches compacted), the ring runs chunk launches (dilated branches compacted per
 //! chunk pair, segment bases per side). Times are
@@ -257,16 +259,16 @@ fn main() {
     let mut rows: Vec<(Measured, &'static str)> = Vec::new();
     let configs: Vec<(&str, Layout, Schedule, usize, &'static str)> = vec![
         ("dense causal", Layout::Zigzag, Schedule::Ring, 8 * k, "strong"),
-        ("dense causal", Layout::Zigzag, Schedule::Ring, 32 * k, "strong+weak 16K/GPU"),
-        ("dense causal", Layout::Zigzag, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
+        ("dense causal", Layout::Zigzag, Schedule::Ring, 32 * k, "strong"),
+        ("dense causal", Layout::Zigzag, Schedule::Ring, 128 * k, "strong"),
         ("dense causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong (unbalanced layout)"),
         ("dense causal", Layout::Zigzag, Schedule::AllGather, 128 * k, "strong (all-gather baseline)"),
         ("dense causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (pattern-aware)"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 32 * k, "strong"),
         ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 32 * k, "strong (pattern-aware)"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong+weak 64K/GPU"),
-        ("longnet dilated causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong+weak 64K/GPU (balanced)"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong"),
+        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong"),
+        ("longnet dilated causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (balanced layout)"),
     ];
     for (pat, layout, schedule, n, what) in configs {
         let n = n.max(p * 128);

@@ -309,25 +309,20 @@ impl<'a> DistRank<'a> {
         }
         let (dst, src) = ((me + s) % p, (me + p - s) % p);
         let outgoing = plan.needed_pieces(dst, me);
-        let mut packed = Vec::new();
-        for &kj in &outgoing {
-            if let Some(idx) = self.kept.get(&(dst, me, kj)) {
-                let g = self.gpu;
-                packed.push((
-                    self.helpers.gather(g, &data.k[kj].data, idx, d)?,
-                    self.helpers.gather(g, &data.v[kj].data, idx, d)?,
-                ));
-            }
-        }
-        let mut packed_iter = packed.iter();
+        let (g, h) = (self.gpu, &self.helpers);
+        let packed = outgoing
+            .iter()
+            .map(|&kj| {
+                let pack = |idx| Ok((h.gather(g, &data.k[kj].data, idx, d)?, h.gather(g, &data.v[kj].data, idx, d)?));
+                self.kept.get(&(dst, me, kj)).map(pack).transpose()
+            })
+            .collect::<DistResult<Vec<_>>>()?;
         let send: Vec<_> = outgoing
             .iter()
-            .map(|&kj| match self.kept.contains_key(&(dst, me, kj)) {
-                true => {
-                    let (k, v) = packed_iter.next().expect("one packed pair per kept piece");
-                    (dst, k, v)
-                }
-                false => (dst, &data.k[kj].data, &data.v[kj].data),
+            .zip(&packed)
+            .map(|(&kj, p)| match p {
+                Some((k, v)) => (dst, k, v),
+                None => (dst, &data.k[kj].data, &data.v[kj].data),
             })
             .collect();
         let mut arrivals: Vec<Option<Arrival>> = (0..plan.pieces(src).len()).map(|_| None).collect();

@@ -72,6 +72,41 @@ struct Row {
     kv_block_mib: f64,
 }
 
+impl Row {
+    /// A row from its forward and forward+backward seconds, memory in bytes and own K/V in
+    /// MiB; the derived columns (ms, tokens/s, GiB) are computed here only.
+    #[allow(clippy::too_many_arguments)] // one table row's measured values
+    fn new(
+        pattern: &str,
+        schedule: &str,
+        layout: &str,
+        ranks: usize,
+        seq_len: usize,
+        (fwd_s, both_s): (f64, f64),
+        memory_bytes: f64,
+        kv_block_mib: f64,
+    ) -> Row {
+        Row {
+            pattern: pattern.into(),
+            schedule: schedule.into(),
+            layout: layout.into(),
+            ranks,
+            seq_len,
+            fwd_ms: fwd_s * 1e3,
+            fwd_bwd_ms: both_s * 1e3,
+            tokens_per_s_fwd: seq_len as f64 / fwd_s,
+            tokens_per_s_fwd_bwd: seq_len as f64 / both_s,
+            memory_gib: memory_bytes / (1u64 << 30) as f64,
+            kv_block_mib,
+        }
+    }
+}
+
+/// MiB of `elements` bf16 values.
+fn mib(elements: usize) -> f64 {
+    elements as f64 * 2.0 / (1u64 << 20) as f64
+}
+
 /// One GPU, whole sequence: forward and forward+backward times and memory.
 fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
     let spec = pattern(pat);
@@ -97,21 +132,8 @@ fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
             both.push(t.elapsed().as_secs_f64());
         }
     }
-    let mem = used_memory(gpu);
-    let (f, b) = (median(fwd), median(both));
-    Row {
-        pattern: pat.into(),
-        schedule: "single".into(),
-        layout: "-".into(),
-        ranks: 1,
-        seq_len: n,
-        fwd_ms: f * 1e3,
-        fwd_bwd_ms: b * 1e3,
-        tokens_per_s_fwd: n as f64 / f,
-        tokens_per_s_fwd_bwd: n as f64 / b,
-        memory_gib: mem / (1u64 << 30) as f64,
-        kv_block_mib: (2 * n * HEADS * DIM * 2) as f64 / (1u64 << 20) as f64,
-    }
+    let kv = mib(2 * n * HEADS * DIM);
+    Row::new(pat, "single", "-", 1, n, (median(fwd), median(both)), used_memory(gpu), kv)
 }
 
 struct Measured {
@@ -178,7 +200,6 @@ fn distributed(
     };
     // Every pass starts and ends with a barrier, so rank 0's wall time is the slowest
     // rank's (plus one barrier).
-    let mib = |elements: usize| elements as f64 * 2.0 / (1u64 << 20) as f64;
     let kv = mib(2 * plan.piece_lens(me).iter().sum::<usize>());
     // K/V this rank sends in one forward (bf16: 2 bytes per element).
     let sent = match schedule {
@@ -187,19 +208,7 @@ fn distributed(
         Schedule::AllGather => 2 * (p - 1) * plan.piece_lens(me).iter().sum::<usize>(),
     };
     Ok(Measured {
-        row: Row {
-            pattern: pat.into(),
-            schedule: schedule.name().into(),
-            layout: format!("{layout:?}").to_lowercase(),
-            ranks: p,
-            seq_len: n,
-            fwd_ms: full * 1e3,
-            fwd_bwd_ms: both * 1e3,
-            tokens_per_s_fwd: n as f64 / full,
-            tokens_per_s_fwd_bwd: n as f64 / both,
-            memory_gib: mem / (1u64 << 30) as f64,
-            kv_block_mib: kv,
-        },
+        row: Row::new(pat, schedule.name(), &format!("{layout:?}").to_lowercase(), p, n, (full, both), mem, kv),
         sent_mib: mib(sent),
         compute_ms: compute * 1e3,
         comm_ms: comm_t * 1e3,

@@ -102,6 +102,16 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 // index is XOR-ed with r mod 8 so that ldmatrix's 8 row addresses hit 8 different banks.
 __device__ __forceinline__ int swz(int r, int ch) { return r * D + ((ch ^ (r & 7)) << 3); }
 
+// The wgmma operand layout ("128-byte swizzle", see the wgmma forward): a tile of ROWS rows is stored
+// as D / 64 column blocks of ROWS x 64 elements (128-byte rows); in each block the 16-byte
+// chunk c of row r sits at chunk c ^ (r mod 8), the XOR the tensor core's address unit
+// undoes. Blocks start at multiples of 1024 bytes (8 rows: one swizzle period), as the
+// descriptors below require. At D = 64 this is the layout `swz` gives.
+template <int ROWS>
+__device__ __forceinline__ int swz_blocks(int r, int ch) {
+    return (ch >> 3) * ROWS * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
+}
+
 __device__ __forceinline__ void cp_async16(u16* smem, const u16* gmem, bool valid) {
     u32 s = (u32)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0;  // 0 bytes read: the 16 bytes are zero-filled
@@ -299,7 +309,7 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
 // Each thread copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip
 // count, one address per row, no per-chunk division.
-template <int ROWS = 64, int THREADS = NTHREADS>
+template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
                                           int c0) {
     constexpr int STEP = THREADS / CH;  // rows per pass
@@ -310,18 +320,225 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
     for (int i = 0; i < ROWS / STEP; ++i) {
         const int r = r0 + i * STEP;
         const int row = row_of(p, a, c0 + r, h);
-        cp_async16(tile + swz(r, ch), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
+        cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, ch) : swz(r, ch)), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
     }
 }
 
 // ---------------------------------------------------------------- forward
 
-// Block layout: FBM = 128 query rows, 4 warps of two m16 row tiles, so every K / V
-// fragment read from shared memory feeds two tensor-core products. (8 warps of one row
-// tile each, with Q in registers and no spills, measured 20% slower at d = 128 on H100:
-// twice the shared-memory traffic per flop; see docs/benchmarks/gpu-bench.md, v4.)
-#define WM 2      // m16 row tiles per warp
+// Two forward kernels share the per-warp steps below (mask, online softmax, epilogue) and
+// the tile plan (FBM = 128 query rows per block, BN = 64 keys per tile). The host picks one
+// per device and passes -DFWD_WGMMA:
+//   0: `mma.sync` (any sm_80+ device): 4 warps, 2 m16 row tiles each, fragments by ldmatrix.
+//   1: `wgmma` (sm_90a: H100 / H200): 2 warpgroups of 64 rows, asynchronous warpgroup MMAs
+//      reading K and V straight from shared memory (see "forward, wgmma" below).
+#ifndef FWD_WGMMA
+#error "FWD_WGMMA must be defined"
+#endif
 #define FBM 128   // query rows per forward block
+#define NKB (BN / 8)  // 8-key column blocks of a score tile
+
+// Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
+// lane's g = lane / 4 added) is `qbase`.
+__device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
+
+// Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
+// e % 2) to -inf where not visible: nothing for MASK_NONE.
+template <int WMT>
+__device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, int klimit, float (&s)[WMT][NKB][4],
+                                            int qbase, int k0, int t) {
+    if (kind == MASK_AFFINE) {
+        int qcut[WMT][2];
+        #pragma unroll
+        for (int mt = 0; mt < WMT; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, row_idx(qbase, mt, r));
+        #pragma unroll
+        for (int nb = 0; nb < NKB; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
+                #pragma unroll
+                for (int mt = 0; mt < WMT; ++mt)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
+            }
+    } else if (kind == MASK_GENERIC) {
+        // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r).
+        int qpos[WMT][2], qseg[WMT][2];
+        u32 vis[WMT][2];
+        #pragma unroll
+        for (int mt = 0; mt < WMT; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int qc = row_idx(qbase, mt, r);
+                qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), qc, h));
+                qseg[mt][r] = seg_of(p, q_axis(p), qc);
+                vis[mt][r] = 0;
+            }
+        #pragma unroll 1
+        for (int col = 0; col < BN / 4; ++col) {
+            const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
+            const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
+            #pragma unroll
+            for (int mt = 0; mt < WMT; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
+        }
+        #pragma unroll
+        for (int nb = 0; nb < NKB; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e)
+                #pragma unroll
+                for (int mt = 0; mt < WMT; ++mt)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+    }
+}
+
+// One online-softmax step in the log2 domain: the running maxima m and sums l absorb the
+// tile's masked scores s, which become P = 2^(s*scale*log2e - m). alpha is the factor the
+// output accumulated so far must be scaled by; the return value says whether any row of the
+// warp has a new maximum (otherwise alpha = 1 everywhere and the rescale is skipped).
+// max(c*s) = c*max(s) for c > 0: one multiply per row.
+template <int WMT>
+__device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NKB][4], float (&m)[WMT][2],
+                                             float (&l)[WMT][2], float (&alpha)[WMT][2]) {
+    bool grew = false;
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = NEG_INF;
+            #pragma unroll
+            for (int nb = 0; nb < NKB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            const float mnew = fmaxf(m[mt][r], mx * p.scale_log2);
+            const float base = mnew == NEG_INF ? 0.f : mnew;  // a row with no key yet: no NaN
+            alpha[mt][r] = mnew == m[mt][r] ? 1.f : ex2(m[mt][r] - base);
+            grew |= mnew != m[mt][r];
+            m[mt][r] = mnew;
+            float sum = 0.f;
+            #pragma unroll
+            for (int nb = 0; nb < NKB; ++nb)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pe = ex2(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
+                    s[mt][nb][2 * r + e] = pe;
+                    sum += pe;
+                }
+            l[mt][r] = l[mt][r] * alpha[mt][r] + sum;
+        }
+    return __any_sync(0xffffffff, grew);
+}
+
+template <int WMT>
+__device__ __forceinline__ void rescale(float (&o)[WMT][D / 8][4], const float (&alpha)[WMT][2]) {
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            o[mt][i][0] *= alpha[mt][0];
+            o[mt][i][1] *= alpha[mt][0];
+            o[mt][i][2] *= alpha[mt][1];
+            o[mt][i][3] *= alpha[mt][1];
+        }
+}
+
+// P (f32 accumulators of S) as 16-bit A fragments of O += P V: the accumulators of two
+// 8-key blocks are the A fragment of one 16-key step, for mma.m16n8k16 and for wgmma alike.
+template <int WMT>
+__device__ __forceinline__ void pack_p(u32 (&pa)[WMT][BN / 16][4], const float (&s)[WMT][NKB][4]) {
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            pa[mt][kk][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            pa[mt][kk][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            pa[mt][kk][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            pa[mt][kk][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+}
+
+// The epilogue: O / l and the LSE of each row, or, with `accumulate`, this launch's result
+// merged into the partial already in out / lse (the online-softmax merge of merge_partials,
+// fused): a dilated pattern's branches and a ring step's pieces build one accumulator
+// without a separate merge pass over the whole output per launch. Every lane of a row's
+// quad reads the old LSE before lane 0 overwrites it (one warp owns each row; __syncwarp
+// orders the two).
+template <int WMT>
+__device__ __forceinline__ void store_forward(const Params& p, int b, int h, const float (&o)[WMT][D / 8][4],
+                                              const float (&m)[WMT][2], const float (&l)[WMT][2], int qbase, int t) {
+    float lold[WMT][2];
+    int qrows[WMT][2];
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            qrows[mt][r] = row_of(p, q_axis(p), row_idx(qbase, mt, r), h);
+            lold[mt][r] = p.accumulate && qrows[mt][r] >= 0
+                              ? p.lse[((size_t)b * p.heads + h) * p.q_rows + qrows[mt][r]]
+                              : NEG_INF;
+        }
+    __syncwarp();
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(0xffffffff, lr, 1);
+            lr += __shfl_xor_sync(0xffffffff, lr, 2);
+            const int qrow = qrows[mt][r];
+            if (qrow < 0) continue;
+            const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+            float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
+            if (!p.accumulate) {
+                const float inv = lr > 0.f ? 1.f / lr : 0.f;
+                #pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+                    *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
+                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (t == 0) *lrow = lnew;
+                continue;
+            }
+            const float a = lold[mt][r], mx = fmaxf(a, lnew);
+            if (mx == NEG_INF) continue;  // both empty: the identity already there stays
+            const float ea = expf(a - mx), eb = expf(lnew - mx), sum = ea + eb;
+            // Weights of the old partial and of this launch's normalised output O / l.
+            const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
+            #pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+                float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
+                const float2 old = *at;
+                *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
+            }
+            if (t == 0) *lrow = mx + logf(sum);
+        }
+}
+
+// A block's key tiles: the plan row of query tile qt, without the tail past the padding
+// limit (plan rows are ascending; the plan is per row tile, shared by the batch, padding
+// is per batch row).
+__device__ __forceinline__ int plan_end(const Params& p, int qt, int klimit) {
+    const int kbeg = p.plan_ptr[qt];
+    int kend = p.plan_ptr[qt + 1];
+    while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
+    return kend;
+}
+
+#if !FWD_WGMMA
+// ---------------------------------------------------------------- forward, mma.sync
+
+// Block layout: 4 warps of two m16 row tiles (WM), so every K / V fragment read from
+// shared memory feeds two tensor-core products. (8 warps of one row tile each, with Q in
+// registers and no spills, measured 20% slower at d = 128 on H100: twice the shared-memory
+// traffic per flop; see docs/benchmarks/gpu-bench.md, v4.)
+#define WM 2      // m16 row tiles per warp
 // Q fragments live in registers for the whole key loop where they fit (d = 64); at
 // d = 128, O and S already take 192 registers and Q is re-read from shared memory per tile.
 #define QREGS (D == 64)
@@ -330,11 +547,6 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 #define PF (D == 128 ? 2 : 4)
 #define NKF ((D / 32) * (BN / 8))   // K fragments per tile (x4: 8 keys x 32 dims)
 #define NVF ((BN / 16) * (D / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
-
-// Launch index of row r (0, 1: +0, +8) of m16 tile mt of this warp.
-__device__ __forceinline__ int fwd_qidx(int q0, int warp, int mt, int g, int r) {
-    return q0 + (warp * WM + mt) * 16 + g + 8 * r;
-}
 
 // One block: FBM query rows (launch indices) of one (batch, head), visiting only the key
 // tiles of its plan row, online softmax in the log2 domain. K/V tiles are double-buffered:
@@ -349,9 +561,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * FBM, wq0 = q0 + warp * WM * 16;  // first index of the block / warp
     const int klimit = key_limit(p, b);
-    const int kbeg = p.plan_ptr[qt];
-    int kend = p.plan_ptr[qt + 1];  // plan rows are ascending: drop the padded tail
-    while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
+    const int kbeg = p.plan_ptr[qt], kend = plan_end(p, qt, klimit);
 
     float o[WM][D / 8][4];
     #pragma unroll
@@ -393,15 +603,15 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 #endif
 
         // S = Q K^T. Fragment f covers keys 8*(f mod BN/8).., dims 32*(f div BN/8)..
-        float s[WM][BN / 8][4];
+        float s[WM][NKB][4];
         #pragma unroll
         for (int mt = 0; mt < WM; ++mt)
             #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.f;
+            for (int nb = 0; nb < NKB; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.f;
         {
             u32 kf[NKF][4];
             #pragma unroll
-            for (int f = 0; f < PF; ++f) frag_b_rows(kf[f], sK, f % (BN / 8), (f / (BN / 8)) * 2, lane);
+            for (int f = 0; f < PF; ++f) frag_b_rows(kf[f], sK, f % NKB, (f / NKB) * 2, lane);
 #if !QREGS
             u32 qa[D / 32][WM][2][4];
             #pragma unroll
@@ -412,8 +622,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 #endif
             #pragma unroll
             for (int f = 0; f < NKF; ++f) {
-                const int nb = f % (BN / 8), k2 = f / (BN / 8);
-                if (f + PF < NKF) frag_b_rows(kf[f + PF], sK, (f + PF) % (BN / 8), ((f + PF) / (BN / 8)) * 2, lane);
+                const int nb = f % NKB, k2 = f / NKB;
+                if (f + PF < NKF) frag_b_rows(kf[f + PF], sK, (f + PF) % NKB, ((f + PF) / NKB) * 2, lane);
 #if QREGS
                 #pragma unroll
                 for (int mt = 0; mt < WM; ++mt) {
@@ -437,111 +647,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         }
 
         // Mask, only where this warp's rows x the tile are not provably all visible.
-        const int kind = mask_kind(p, tile_full(p, h, wq0, WM * 16, k0, klimit));
-        if (kind == MASK_AFFINE) {
-            int qcut[WM][2];
-            #pragma unroll
-            for (int mt = 0; mt < WM; ++mt)
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, fwd_qidx(q0, warp, mt, g, r));
-            #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
-                    #pragma unroll
-                    for (int mt = 0; mt < WM; ++mt)
-                        #pragma unroll
-                        for (int r = 0; r < 2; ++r)
-                            if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
-                }
-        } else if (kind == MASK_GENERIC) {
-            // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r).
-            int qpos[WM][2], qseg[WM][2];
-            u32 vis[WM][2];
-            #pragma unroll
-            for (int mt = 0; mt < WM; ++mt)
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int qc = fwd_qidx(q0, warp, mt, g, r);
-                    qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), qc, h));
-                    qseg[mt][r] = seg_of(p, q_axis(p), qc);
-                    vis[mt][r] = 0;
-                }
-            #pragma unroll 1
-            for (int col = 0; col < BN / 4; ++col) {
-                const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
-                const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
-                #pragma unroll
-                for (int mt = 0; mt < WM; ++mt)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
-            }
-            #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    #pragma unroll
-                    for (int mt = 0; mt < WM; ++mt)
-                        #pragma unroll
-                        for (int r = 0; r < 2; ++r)
-                            if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
-        }
-
-        // Online softmax. max(c*s) = c*max(s) for c > 0: one multiply per row. The O
-        // rescale is skipped while no row of the warp has a new maximum (alpha = 1).
+        mask_scores<WM>(p, h, mask_kind(p, tile_full(p, h, wq0, WM * 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
         float alpha[WM][2];
-        bool grew = false;
-        #pragma unroll
-        for (int mt = 0; mt < WM; ++mt)
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float mx = NEG_INF;
-                #pragma unroll
-                for (int nb = 0; nb < BN / 8; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float mnew = fmaxf(m[mt][r], mx * p.scale_log2);
-                const float base = mnew == NEG_INF ? 0.f : mnew;  // a row with no key yet: no NaN
-                alpha[mt][r] = mnew == m[mt][r] ? 1.f : ex2(m[mt][r] - base);
-                grew |= mnew != m[mt][r];
-                m[mt][r] = mnew;
-                float sum = 0.f;
-                #pragma unroll
-                for (int nb = 0; nb < BN / 8; ++nb)
-                    #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float pe = ex2(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
-                        s[mt][nb][2 * r + e] = pe;
-                        sum += pe;
-                    }
-                l[mt][r] = l[mt][r] * alpha[mt][r] + sum;
-            }
-        if (__any_sync(0xffffffff, grew))
-            #pragma unroll
-            for (int mt = 0; mt < WM; ++mt)
-                #pragma unroll
-                for (int i = 0; i < D / 8; ++i) {
-                    o[mt][i][0] *= alpha[mt][0];
-                    o[mt][i][1] *= alpha[mt][0];
-                    o[mt][i][2] *= alpha[mt][1];
-                    o[mt][i][3] *= alpha[mt][1];
-                }
+        if (softmax_step<WM>(p, s, m, l, alpha)) rescale<WM>(o, alpha);
 
-        // O += P V: the S accumulators of two n-blocks are the A fragment of one k-step.
-        // Fragment f covers keys 16*(f div D/16).., dims 16*(f mod D/16)..
+        // O += P V. Fragment f covers keys 16*(f div D/16).., dims 16*(f mod D/16)..
         {
             u32 pa[WM][BN / 16][4];
-            #pragma unroll
-            for (int mt = 0; mt < WM; ++mt)
-                #pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk) {
-                    pa[mt][kk][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][kk][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][kk][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][kk][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
+            pack_p<WM>(pa, s);
             u32 vf[NVF][4];
             #pragma unroll
             for (int f = 0; f < PF; ++f) frag_b_cols(vf[f], sV, f / (D / 16), 2 * (f % (D / 16)), lane);
@@ -558,59 +671,211 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         }
     }
     cp_wait<0>();
-
-    // With `accumulate`, this launch's result is merged into the partial already in
-    // out / lse (the online-softmax merge of merge_partials, fused): a dilated pattern's
-    // branches and a ring step's pieces build one accumulator without a separate merge
-    // pass over the whole output per launch. Every lane of a row's quad reads the old LSE
-    // before lane 0 overwrites it (one warp owns each row; __syncwarp orders the two).
-    float lold[WM][2];
-    int qrows[WM][2];
-    #pragma unroll
-    for (int mt = 0; mt < WM; ++mt)
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            qrows[mt][r] = row_of(p, q_axis(p), fwd_qidx(q0, warp, mt, g, r), h);
-            lold[mt][r] = p.accumulate && qrows[mt][r] >= 0
-                              ? p.lse[((size_t)b * p.heads + h) * p.q_rows + qrows[mt][r]]
-                              : NEG_INF;
-        }
-    __syncwarp();
-    #pragma unroll
-    for (int mt = 0; mt < WM; ++mt)
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float lr = l[mt][r];
-            lr += __shfl_xor_sync(0xffffffff, lr, 1);
-            lr += __shfl_xor_sync(0xffffffff, lr, 2);
-            const int qrow = qrows[mt][r];
-            if (qrow < 0) continue;
-            const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
-            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
-            float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
-            if (!p.accumulate) {
-                const float inv = lr > 0.f ? 1.f / lr : 0.f;
-                #pragma unroll
-                for (int i = 0; i < D / 8; ++i)
-                    *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
-                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
-                if (t == 0) *lrow = lnew;
-                continue;
-            }
-            const float a = lold[mt][r], mx = fmaxf(a, lnew);
-            if (mx == NEG_INF) continue;  // both empty: the identity already there stays
-            const float ea = expf(a - mx), eb = expf(lnew - mx), sum = ea + eb;
-            // Weights of the old partial and of this launch's normalised output O / l.
-            const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
-            #pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
-                float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
-                const float2 old = *at;
-                *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
-            }
-            if (t == 0) *lrow = mx + logf(sum);
-        }
+    store_forward<WM>(p, b, h, o, m, l, wq0 + g, t);
 }
+#endif  // !FWD_WGMMA
+
+#if FWD_WGMMA
+// ---------------------------------------------------------------- forward, wgmma (sm_90a)
+
+// Hopper's warpgroup MMA: one instruction per warpgroup (4 warps, 128 threads) multiplies
+// a 64 x 16 A tile by a 16 x N B tile, asynchronously (issue, commit a group, wait for it).
+// B is read by the tensor cores straight from shared memory through a 64-bit descriptor,
+// so K and V never pass through registers (mma.sync needs one ldmatrix per 8x16 fragment
+// and per warp: 4x the shared-memory reads of one wgmma). A comes from registers here: Q
+// (loaded once) for S = Q K^T and P (the softmax of S, never stored) for O += P V.
+//
+// Register fragments of wgmma m64nNk16 are those of mma.m16n8k16, per warp: warp w of the
+// warpgroup holds rows 16w.. of the 64; accumulator block i (8 columns) is d[i][0..3] =
+// (row g, cols 8i + 2t, +1), (row g + 8, same cols). So mask_scores, softmax_step, pack_p
+// and store_forward serve both kernels unchanged (with one m16 tile per warp).
+#define WG_THREADS 256  // two warpgroups: FBM = 128 query rows per block
+#define WG_STAGES 4     // K/V stages: tile j+1 computes while j+2, j+3 load
+
+// Descriptor of a shared-memory operand in that layout (PTX ISA, "matrix descriptor"):
+// start address, "leading" and "stride" byte offsets (all >> 4), swizzle mode 1 = 128 B.
+//  * K-major (B of S = Q K^T: the 16 k-values of one MMA lie in one 128-byte row): stride
+//    = 1024 B from one 8-row group to the next; leading unused (1). Step k (dims 16k..)
+//    starts at column block k / 4, byte 32 * (k mod 4) of the row.
+//  * MN-major (B of O = P V, transposed: N = head dims contiguous): leading = bytes from
+//    one 64-column block to the next (ROWS * 128), stride = 1024 B per 8 key rows. Step k
+//    (keys 16k..) starts 16 rows = 2048 B further.
+__device__ __forceinline__ unsigned long long smem_desc(const u16* ptr, u32 lead, u32 stride) {
+    const u32 a = (u32)__cvta_generic_to_shared(ptr);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lead >> 4) << 16) |
+           ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Shared memory written through the generic proxy (cp.async, st.shared) becomes visible to
+// the tensor cores' async proxy only after this fence (and a barrier across writers).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The compiler sees a wgmma's accumulators as written when it is issued; this empty asm
+// "rewrites" them after the wait, so that no read of them is scheduled before it.
+template <int N>
+__device__ __forceinline__ void fence_acc(float (&a)[N][4]) {
+    #pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(a[i][0]), "+f"(a[i][1]), "+f"(a[i][2]), "+f"(a[i][3])::"memory");
+}
+
+#define WG_ACC(x, i) "+f"(x[i][0]), "+f"(x[i][1]), "+f"(x[i][2]), "+f"(x[i][3])
+#define WG_ACC8(x, i) WG_ACC(x, i), WG_ACC(x, i + 1), WG_ACC(x, i + 2), WG_ACC(x, i + 3), \
+                      WG_ACC(x, i + 4), WG_ACC(x, i + 5), WG_ACC(x, i + 6), WG_ACC(x, i + 7)
+
+// d[64 x 64] (+)= a[64 x 16] * B[16 x 64]: `acc` 0 overwrites d; TRANS: B is MN-major.
+template <int TRANS>
+__device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const u32 (&a)[4], unsigned long long desc, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." DT "." DT " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : WG_ACC8(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc), "n"(TRANS));
+}
+// d[64 x 128] += a[64 x 16] * B[16 x 128], B MN-major (O += P V at D = 128).
+__device__ __forceinline__ void wgmma_n128t(float (&d)[16][4], const u32 (&a)[4], unsigned long long desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        : WG_ACC8(d, 0), WG_ACC8(d, 8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// S = Q K^T for one 64-key tile: D / 16 steps over the head dimension.
+__device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
+    #pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+        wgmma_n64<0>(s, qf[k], smem_desc(sK + (k >> 2) * BN * 64 + (k & 3) * 16, 16, 1024), k > 0);
+}
+// O += P V for one 64-key tile: BN / 16 steps over the keys.
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[BN / 16][4], const u16* sV) {
+    #pragma unroll
+    for (int k = 0; k < BN / 16; ++k) {
+        const unsigned long long desc = smem_desc(sV + k * 16 * 64, BN * 128, 1024);
+#if D == 128
+        wgmma_n128t(o, pa[k], desc);
+#else
+        wgmma_n64<1>(o, pa[k], desc, 1);
+#endif
+    }
+}
+
+// P fragments are handed from the softmax to the next O += P V through a move in asm: the
+// wgmma reading P(j) may still run while P(j+1) is computed, so the two must not share a
+// register, and the compiler cannot merge values across an asm statement.
+__device__ __forceinline__ void hand_over(u32 (&dst)[BN / 16][4], const u32 (&src)[BN / 16][4]) {
+    #pragma unroll
+    for (int k = 0; k < BN / 16; ++k)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(dst[k][i]) : "r"(src[k][i]));
+}
+
+// One block: FBM query rows of one (batch, head); warpgroup wg owns rows 64 wg.., warp w
+// rows 16 w... K/V tiles stream through WG_STAGES shared-memory stages (cp.async by all 256
+// threads, one barrier per tile). Per tile j the issue order overlaps the two MMAs with the
+// softmax (flash-attention 3's intra-warpgroup pipelining):
+//   issue S(j+1) = Q K(j+1)^T;  issue O += P(j) V(j);
+//   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));
+//   wait for P(j) V(j) -> rescale O by the new maxima.
+// The two warpgroups also interleave with each other on the SM.
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Params p) {
+    extern __shared__ __align__(1024) u16 smem_wg[];
+    // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
+    // adds 1 KB to the request).
+    u16* sQ = smem_wg + ((1024 - ((u32)__cvta_generic_to_shared(smem_wg) & 1023)) & 1023) / 2;
+    u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
+    const Coords bc = block_coords(p, true);
+    const int qt = bc.tile, h = bc.h, b = bc.b;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qt * FBM, wq0 = q0 + warp * 16;
+    const int klimit = key_limit(p, b);
+    const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
+    const Axis ka = k_axis(p);
+    auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
+    auto fetch = [&](int j) {  // K and V of the block's j-th tile, if any: one commit group
+        if (j < n) {
+            load_tile<BN, WG_THREADS, true>(stage(j), p.k, p, ka, b, h, p.plan_idx[kbeg + j] * BN);
+            load_tile<BN, WG_THREADS, true>(stage(j) + BN * D, p.v, p, ka, b, h, p.plan_idx[kbeg + j] * BN);
+        }
+        cp_commit();
+    };
+
+    float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
+    #pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+    u32 qf[D / 16][4], pa[1][BN / 16][4], pn[1][BN / 16][4];
+    // Mask + softmax of the complete S of tile j into pn, alpha; did a row maximum grow?
+    auto softmax_tile = [&](int j) {
+        const int k0 = p.plan_idx[kbeg + j] * BN;
+        mask_scores<1>(p, h, mask_kind(p, tile_full(p, h, wq0, 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
+        const bool grew = softmax_step<1>(p, s, m, l, alpha);
+        pack_p<1>(pn, s);
+        return grew;
+    };
+    auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
+        fence_acc(s[0]);
+        wg_fence();
+        issue_scores(s[0], qf, stage(j));
+        wg_commit();
+    };
+
+    load_tile<FBM, WG_THREADS>(sQ, p.q, p, q_axis(p), b, h, q0);
+    #pragma unroll
+    for (int j = 0; j < WG_STAGES - 1; ++j) fetch(j);  // group 0 also holds Q
+    if (n > 0) {
+        cp_wait<WG_STAGES - 2>();  // group 0 (Q, tile 0) has landed, tiles 1, 2 may not
+        fence_async_smem();
+        __syncthreads();
+        #pragma unroll
+        for (int k = 0; k < D / 16; ++k) frag_a(qf[k], sQ, warp * 16, k, lane);
+        issue_s(0);
+        wg_wait<0>();
+        fence_acc(s[0]);
+        softmax_tile(0);
+        hand_over(pa[0], pn[0]);
+    }
+    auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
+        fence_acc(o[0]);
+        wg_fence();
+        issue_pv(o[0], pa[0], stage(j) + BN * D);
+        wg_commit();
+    };
+    for (int j = 0; j + 1 < n; ++j) {
+        // Tile j+1 has landed (group j+1 of the 3 + j committed) and every warp is done with
+        // tile j-1 (its P V was waited for at the end of step j-1): refill its stage.
+        cp_wait<WG_STAGES - 3>();
+        fence_async_smem();
+        __syncthreads();
+        fetch(j + WG_STAGES - 1);
+        issue_s(j + 1);
+        issue_o(j);
+        wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
+        fence_acc(s[0]);
+        const bool grew = softmax_tile(j + 1);
+        wg_wait<0>();
+        fence_acc(o[0]);
+        if (grew) rescale<1>(o, alpha);
+        hand_over(pa[0], pn[0]);
+    }
+    if (n > 0) {
+        issue_o(n - 1);
+        wg_wait<0>();
+        fence_acc(o[0]);
+    }
+    cp_wait<0>();
+    store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
+}
+#endif  // FWD_WGMMA
 
 // ---------------------------------------------------------------- merge and helpers
 

@@ -2,7 +2,7 @@
 //! the forward / backward / merge calls.
 
 use crate::error::{CudaError, Result};
-use crate::launch::{self, Chunk, Dtype, LaunchSpec, Params, Shape, THREADS};
+use crate::launch::{self, Chunk, Dtype, Forward, LaunchSpec, Params, Shape, THREADS};
 use crate::plan::IndexMap;
 use crate::spec::GpuSpec;
 use cudarc::driver::sys::CUfunction_attribute;
@@ -11,7 +11,7 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// What a compiled module is specialised for: (architecture, element type, head dim).
+/// What a compiled module is specialised for: (NVRTC target, element type, head dim).
 type PtxKey = (String, Dtype, usize);
 
 /// PTX compiled by NVRTC, per [`PtxKey`], for the process.
@@ -30,7 +30,9 @@ struct Kernels {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// NVRTC's target, e.g. `sm_90a` (see [`Forward::target`]).
     arch: String,
+    forward: Forward,
     kernels: Mutex<HashMap<(Dtype, usize), Arc<Kernels>>>,
 }
 
@@ -109,12 +111,19 @@ impl Gpu {
         let ctx = CudaContext::new(ordinal)?;
         let (major, minor) = ctx.compute_capability()?;
         let stream = ctx.default_stream();
-        Ok(Some(Gpu { ctx, stream, arch: format!("sm_{major}{minor}"), kernels: Mutex::new(HashMap::new()) }))
+        let forward = Forward::for_device(major, minor, std::env::var(launch::FORWARD_ENV).ok().as_deref());
+        let arch = forward.target(major, minor);
+        Ok(Some(Gpu { ctx, stream, arch, forward, kernels: Mutex::new(HashMap::new()) }))
     }
 
-    /// Device name and architecture, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
+    /// Device name, NVRTC target and forward kernel, e.g.
+    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma forward)".
     pub fn describe(&self) -> Result<String> {
-        Ok(format!("{} ({})", self.ctx.name()?, self.arch))
+        let fwd = match self.forward {
+            Forward::Mma => "mma",
+            Forward::Wgmma => "wgmma",
+        };
+        Ok(format!("{} ({}, {fwd} forward)", self.ctx.name()?, self.arch))
     }
 
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the
@@ -140,7 +149,7 @@ impl Gpu {
         if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&(dtype, head_dim)) {
             return Ok(k.clone());
         }
-        let ptx = compile(&self.arch, dtype, head_dim)?;
+        let ptx = compile(&self.arch, self.forward, dtype, head_dim)?;
         let module = self.ctx.load_module(ptx)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = module.load_function(name)?;
@@ -150,7 +159,7 @@ impl Gpu {
             Ok(f)
         };
         let k = Arc::new(Kernels {
-            fwd: load("attn_fwd", launch::smem_forward(head_dim))?,
+            fwd: load("attn_fwd", self.forward.smem(head_dim))?,
             bwd: load("attn_bwd", launch::smem_backward(head_dim))?,
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
@@ -332,8 +341,8 @@ impl Gpu {
         };
         let cfg = LaunchConfig {
             grid_dim: l.grid_fwd(),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: launch::smem_forward(prep.shape.head_dim),
+            block_dim: (self.forward.threads(), 1, 1),
+            shared_mem_bytes: self.forward.smem(prep.shape.head_dim),
         };
         // SAFETY: params point at live buffers of the validated shapes for this launch.
         unsafe { st.launch_builder(&prep.kernels.fwd).arg(&params).launch(cfg) }?;
@@ -506,10 +515,11 @@ pub const SOURCE_ENV: &str = "RINGDIL_CUDA_SOURCE";
 /// Benchmark knob: extra NVRTC options, whitespace-separated (e.g. `-DFAST_MASK=0`).
 pub const DEFINES_ENV: &str = "RINGDIL_CUDA_DEFINES";
 
-/// NVRTC-compile the kernels for `arch`, once per process per (arch, dtype, head dim).
+/// NVRTC-compile the kernels for `arch` (with `forward`'s kernel; the target implies it),
+/// once per process per (arch, dtype, head dim).
 /// [`SOURCE_ENV`] and [`DEFINES_ENV`], read once per compile, replace the source and add
 /// options (for A/B benchmarks; unset in normal use).
-fn compile(arch: &str, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
+fn compile(arch: &str, forward: Forward, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
     let cache = PTX_CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let key = (arch.to_string(), dtype, head_dim);
     if let Some(ptx) = cache.lock().expect("ptx cache lock").get(&key) {
@@ -525,6 +535,7 @@ fn compile(arch: &str, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
         format!("--gpu-architecture={arch}"),
         format!("-DHEAD_DIM={head_dim}"),
         format!("-DIS_F16={}", (dtype == Dtype::F16) as u8),
+        forward.define().into(),
         "--std=c++17".into(),
     ];
     options.extend(std::env::var(DEFINES_ENV).unwrap_or_default().split_whitespace().map(String::from));

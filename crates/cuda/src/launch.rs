@@ -158,13 +158,68 @@ impl LaunchSpec {
     }
 }
 
-/// Threads per block of the attention kernels (4 warps).
+/// Threads per block of the backward kernel (4 warps).
 pub const THREADS: u32 = 128;
 
-/// Dynamic shared memory of the forward kernel: a Q tile of 128 rows and two stages of
-/// K and V tiles of 64 rows (tile j+1 loads while tile j computes).
-pub fn smem_forward(head_dim: usize) -> u32 {
-    ((FWD_Q_TILE + 4 * TILE) * head_dim * 2) as u32
+/// Which forward kernel a device runs. Both walk the same tile plan (query tiles of
+/// [`FWD_Q_TILE`] rows, key tiles of [`TILE`]) and compute the same result; the kernel
+/// source is compiled with `-DFWD_WGMMA=0|1` accordingly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Forward {
+    /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps, K/V double-buffered.
+    Mma,
+    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200): 2 warpgroups,
+    /// K/V read by the tensor cores from shared memory, [`WG_STAGES`] K/V stages.
+    Wgmma,
+}
+
+/// K/V stages of the wgmma forward (`WG_STAGES` in the kernel): tile j+1 computes while
+/// tiles j+2 and j+3 load.
+pub const WG_STAGES: usize = 4;
+
+/// Environment variable that forces the portable kernel on sm_90 (`mma`), so that it is
+/// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
+pub const FORWARD_ENV: &str = "RINGDIL_FORWARD";
+
+impl Forward {
+    /// The kernel for compute capability `major.minor`: wgmma exists only on 9.0 (sm_90a
+    /// features do not carry over to later architectures).
+    pub fn for_device(major: i32, minor: i32, forced: Option<&str>) -> Self {
+        if (major, minor) == (9, 0) && forced != Some("mma") { Forward::Wgmma } else { Forward::Mma }
+    }
+
+    /// NVRTC's `--gpu-architecture`: wgmma needs the architecture-specific target.
+    pub fn target(self, major: i32, minor: i32) -> String {
+        match self {
+            Forward::Mma => format!("sm_{major}{minor}"),
+            Forward::Wgmma => format!("sm_{major}{minor}a"),
+        }
+    }
+
+    pub fn define(self) -> &'static str {
+        match self {
+            Forward::Mma => "-DFWD_WGMMA=0",
+            Forward::Wgmma => "-DFWD_WGMMA=1",
+        }
+    }
+
+    pub fn threads(self) -> u32 {
+        match self {
+            Forward::Mma => 128,
+            Forward::Wgmma => 256,
+        }
+    }
+
+    /// Dynamic shared memory: a Q tile of [`FWD_Q_TILE`] rows and the K/V stages (2 for
+    /// mma, [`WG_STAGES`] for wgmma, whose base is rounded up to 1 KB in the kernel: the
+    /// swizzle of its operands is a function of address bits).
+    pub fn smem(self, head_dim: usize) -> u32 {
+        let row = head_dim * 2;
+        match self {
+            Forward::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
+            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + 1024) as u32,
+        }
+    }
 }
 
 /// Dynamic shared memory of the backward kernel: the block's K and V tiles, two stages
@@ -405,10 +460,29 @@ mod tests {
         assert_eq!(l.cols.visits(), 16 * 17 / 2);
         // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
-        assert_eq!(smem_forward(128), 96 * 1024);
-        assert_eq!(smem_forward(64), 48 * 1024);
+        assert_eq!(Forward::Mma.smem(128), 96 * 1024);
+        assert_eq!(Forward::Mma.smem(64), 48 * 1024);
+        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 1024); // within H100's 227 KB
+        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 1024);
         assert_eq!(smem_backward(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(smem_backward(64), 48 * 1024 + 2048 + 8192);
+    }
+
+    #[test]
+    fn forward_kernel_follows_the_architecture() {
+        assert_eq!(Forward::for_device(9, 0, None), Forward::Wgmma);
+        assert_eq!(Forward::for_device(9, 0, Some("mma")), Forward::Mma);
+        assert_eq!(Forward::for_device(9, 0, Some("wgmma")), Forward::Wgmma);
+        for (major, minor) in [(8, 0), (8, 9), (10, 0), (12, 0)] {
+            assert_eq!(Forward::for_device(major, minor, None), Forward::Mma, "sm_{major}{minor}");
+        }
+        assert_eq!(Forward::Wgmma.target(9, 0), "sm_90a");
+        assert_eq!(Forward::Mma.target(9, 0), "sm_90");
+        // The kernel's constants are the host's.
+        let src = crate::KERNEL_SOURCE;
+        assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
+        assert!(src.contains(&format!("#define WG_THREADS {} ", Forward::Wgmma.threads())));
+        assert!(src.contains(&format!("#define NTHREADS {}\n", Forward::Mma.threads())));
     }
 
     #[test]

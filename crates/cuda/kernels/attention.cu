@@ -307,14 +307,15 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
 
 // Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
-// Each thread copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip
-// count, one address per row, no per-chunk division.
+// Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
+// copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip count, one
+// address per row, no per-chunk division.
 template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
                                           int c0) {
     constexpr int STEP = THREADS / CH;  // rows per pass
     static_assert(THREADS % CH == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
-    const int r0 = threadIdx.x / CH, ch = threadIdx.x % CH;
+    const int tid = threadIdx.x % THREADS, r0 = tid / CH, ch = tid % CH;
     const u16* base = g + ((size_t)b * a.rows * p.heads + h) * D + ch * 8;
     #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
@@ -689,8 +690,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 // warpgroup holds rows 16w.. of the 64; accumulator block i (8 columns) is d[i][0..3] =
 // (row g, cols 8i + 2t, +1), (row g + 8, same cols). So mask_scores, softmax_step, pack_p
 // and store_forward serve both kernels unchanged (with one m16 tile per warp).
-#define WG_THREADS 256  // two warpgroups: FBM = 128 query rows per block
-#define WG_STAGES 4     // K/V stages: tile j+1 computes while j+2, j+3 load
+#define WG_CONSUMERS 256  // two warpgroups: FBM = 128 query rows per block
+#define WG_THREADS 384    // and one producer warpgroup
+#define WG_STAGES 4       // K/V stages: up to 3 tiles load while one computes
 
 // Descriptor of a shared-memory operand in that layout (PTX ISA, "matrix descriptor"):
 // start address, "leading" and "stride" byte offsets (all >> 4), swizzle mode 1 = 128 B.
@@ -780,40 +782,104 @@ __device__ __forceinline__ void hand_over(u32 (&dst)[BN / 16][4], const u32 (&sr
         for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(dst[k][i]) : "r"(src[k][i]));
 }
 
-// One block: FBM query rows of one (batch, head); warpgroup wg owns rows 64 wg.., warp w
-// rows 16 w... K/V tiles stream through WG_STAGES shared-memory stages (cp.async by all 256
-// threads, one barrier per tile). Per tile j the issue order overlaps the two MMAs with the
-// softmax (flash-attention 3's intra-warpgroup pipelining):
+// mbarriers (shared-memory arrival counters with a phase bit) hand the K/V stages between
+// the producer warp and the consumer warpgroups without block-wide barriers.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrives when all of this thread's earlier cp.async have landed (counts as one of the
+// barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Registers move from the producer warpgroup (which needs few) to the consumers: the
+// block's 384 threads would get 168 each, below what a consumer holds (O, S, Q, P: about
+// 200 at d = 128). 128 * 56 + 256 * 224 = 64512 of the SM's 65536.
+#define WG_PRODUCERS (WG_THREADS - WG_CONSUMERS)
+#define WG_PRODUCER_REGS 56
+#define WG_CONSUMER_REGS 224
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+// Wait until the phase with parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred P;\nmbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// One block: FBM query rows of one (batch, head). Warp specialised (flash-attention 3's
+// structure): warps 0-7 are two consumer warpgroups (warpgroup wg owns rows 64 wg.., warp w
+// rows 16 w..); warps 8-11, the producer warpgroup, alone stream K/V tiles (and Q with the
+// first) through WG_STAGES shared-memory stages with cp.async. Stage s has two mbarriers:
+// full[s] completes when the producers' copies have landed, empty[s] when all 256 consumer
+// threads are done with the tile in it. No block-wide barrier after the
+// start, so the two warpgroups drift freely and their MMAs and softmax interleave on the SM.
+// (Measured on H100 before this split: with all 256 threads copying and one barrier per
+// tile, the copies and the barrier cost 60% of the time; see docs/benchmarks/gpu-bench.md.)
+// Per tile j a consumer overlaps the two MMAs with the softmax (intra-warpgroup pipelining):
 //   issue S(j+1) = Q K(j+1)^T;  issue O += P(j) V(j);
 //   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));
-//   wait for P(j) V(j) -> rescale O by the new maxima.
-// The two warpgroups also interleave with each other on the SM.
+//   wait for P(j) V(j) -> release tile j's stage -> rescale O by the new maxima.
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Params p) {
     extern __shared__ __align__(1024) u16 smem_wg[];
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
     u16* sQ = smem_wg + ((1024 - ((u32)__cvta_generic_to_shared(smem_wg) & 1023)) & 1023) / 2;
     u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
+    const u32 bars = (u32)__cvta_generic_to_shared(sKV + WG_STAGES * 2 * BN * D);
+    auto full = [&](int j) { return bars + 8 * (j % WG_STAGES); };  // of tile j's stage
+    auto empty = [&](int j) { return bars + 8 * (WG_STAGES + j % WG_STAGES); };
+    auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
     const Coords bc = block_coords(p, true);
     const int qt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * FBM, wq0 = q0 + warp * 16;
     const int klimit = key_limit(p, b);
     const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
-    const Axis ka = k_axis(p);
-    auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
-    auto fetch = [&](int j) {  // K and V of the block's j-th tile, if any: one commit group
-        if (j < n) {
-            load_tile<BN, WG_THREADS, true>(stage(j), p.k, p, ka, b, h, p.plan_idx[kbeg + j] * BN);
-            load_tile<BN, WG_THREADS, true>(stage(j) + BN * D, p.v, p, ka, b, h, p.plan_idx[kbeg + j] * BN);
+    if (threadIdx.x == 0)
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(full(s), WG_THREADS - WG_CONSUMERS);
+            mbar_init(empty(s), WG_CONSUMERS);
         }
-        cp_commit();
-    };
+    __syncthreads();
+
+    if (threadIdx.x >= WG_CONSUMERS) {  // the producer warpgroup
+        setmaxnreg_dec<WG_PRODUCER_REGS>();
+        const Axis ka = k_axis(p);
+        for (int j = 0; j < n; ++j) {
+            if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
+            if (j == 0) load_tile<FBM, WG_PRODUCERS>(sQ, p.q, p, q_axis(p), b, h, q0);
+            const int k0 = p.plan_idx[kbeg + j] * BN;
+            load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
+            load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, b, h, k0);
+            mbar_arrive_cp_async(full(j));
+        }
+        cp_wait<0>();
+        return;
+    }
+    setmaxnreg_inc<WG_CONSUMER_REGS>();
 
     float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
     #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
     u32 qf[D / 16][4], pa[1][BN / 16][4], pn[1][BN / 16][4];
+    // Tile j's K/V (and Q with tile 0) are in shared memory and visible to the tensor cores
+    // (the copies were made through the generic proxy, wgmma reads through the async one).
+    auto acquire = [&](int j) {
+        mbar_wait(full(j), (j / WG_STAGES) & 1);
+        fence_async_smem();
+    };
     // Mask + softmax of the complete S of tile j into pn, alpha; did a row maximum grow?
     auto softmax_tile = [&](int j) {
         const int k0 = p.plan_idx[kbeg + j] * BN;
@@ -828,14 +894,15 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
         issue_scores(s[0], qf, stage(j));
         wg_commit();
     };
+    auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
+        fence_acc(o[0]);
+        wg_fence();
+        issue_pv(o[0], pa[0], stage(j) + BN * D);
+        wg_commit();
+    };
 
-    load_tile<FBM, WG_THREADS>(sQ, p.q, p, q_axis(p), b, h, q0);
-    #pragma unroll
-    for (int j = 0; j < WG_STAGES - 1; ++j) fetch(j);  // group 0 also holds Q
     if (n > 0) {
-        cp_wait<WG_STAGES - 2>();  // group 0 (Q, tile 0) has landed, tiles 1, 2 may not
-        fence_async_smem();
-        __syncthreads();
+        acquire(0);
         #pragma unroll
         for (int k = 0; k < D / 16; ++k) frag_a(qf[k], sQ, warp * 16, k, lane);
         issue_s(0);
@@ -844,19 +911,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
         softmax_tile(0);
         hand_over(pa[0], pn[0]);
     }
-    auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
-        fence_acc(o[0]);
-        wg_fence();
-        issue_pv(o[0], pa[0], stage(j) + BN * D);
-        wg_commit();
-    };
     for (int j = 0; j + 1 < n; ++j) {
-        // Tile j+1 has landed (group j+1 of the 3 + j committed) and every warp is done with
-        // tile j-1 (its P V was waited for at the end of step j-1): refill its stage.
-        cp_wait<WG_STAGES - 3>();
-        fence_async_smem();
-        __syncthreads();
-        fetch(j + WG_STAGES - 1);
+        acquire(j + 1);
         issue_s(j + 1);
         issue_o(j);
         wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
@@ -864,6 +920,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
         const bool grew = softmax_tile(j + 1);
         wg_wait<0>();
         fence_acc(o[0]);
+        mbar_arrive(empty(j));
         if (grew) rescale<1>(o, alpha);
         hand_over(pa[0], pn[0]);
     }
@@ -872,7 +929,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
         wg_wait<0>();
         fence_acc(o[0]);
     }
-    cp_wait<0>();
     store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
 }
 #endif  // FWD_WGMMA

@@ -168,8 +168,9 @@ pub const THREADS: u32 = 128;
 pub enum Forward {
     /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps, K/V double-buffered.
     Mma,
-    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200): 2 warpgroups,
-    /// K/V read by the tensor cores from shared memory, [`WG_STAGES`] K/V stages.
+    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200): 2 consumer
+    /// warpgroups and a producer warpgroup, K/V read by the tensor cores from shared memory,
+    /// [`WG_STAGES`] K/V stages handed over by mbarriers.
     Wgmma,
 }
 
@@ -206,18 +207,19 @@ impl Forward {
     pub fn threads(self) -> u32 {
         match self {
             Forward::Mma => 128,
-            Forward::Wgmma => 256,
+            Forward::Wgmma => 384,
         }
     }
 
     /// Dynamic shared memory: a Q tile of [`FWD_Q_TILE`] rows and the K/V stages (2 for
-    /// mma, [`WG_STAGES`] for wgmma, whose base is rounded up to 1 KB in the kernel: the
-    /// swizzle of its operands is a function of address bits).
+    /// mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier per stage, and
+    /// its base rounded up to 1 KB in the kernel: the swizzle of its operands is a function
+    /// of address bits).
     pub fn smem(self, head_dim: usize) -> u32 {
         let row = head_dim * 2;
         match self {
             Forward::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
-            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + 1024) as u32,
+            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + 2 * WG_STAGES * 8 + 1024) as u32,
         }
     }
 }
@@ -462,8 +464,8 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Forward::Mma.smem(128), 96 * 1024);
         assert_eq!(Forward::Mma.smem(64), 48 * 1024);
-        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 1024); // within H100's 227 KB
-        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 1024);
+        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 64 + 1024); // within H100's 227 KB
+        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 64 + 1024);
         assert_eq!(smem_backward(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(smem_backward(64), 48 * 1024 + 2048 + 8192);
     }

@@ -2,7 +2,10 @@
 //! (flash and cuDNN backends, timed by `bench/torch_peer.py` in the same run), and dilated
 //! branches against dense attention at the same length.
 //!
-//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT]`
+//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT] [--forward-only]`
+//!
+//! `--forward-only` times the dense forward rows alone (quick A/B runs of kernel sources
+//! through `RINGDIL_CUDA_SOURCE`).
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not. TFLOP/s counts `4 * b * h * n^2 * d` for the
@@ -85,6 +88,7 @@ fn main() {
         return;
     };
     let device = gpu.describe().expect("device");
+    let forward_only = args.iter().any(|a| a == "--forward-only");
     let torch: Value = value("--torch")
         .map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("torch json")).expect("torch json parses"))
         .unwrap_or(json!({"rows": []}));
@@ -121,11 +125,11 @@ fn main() {
             let shape = Shape::square(b, seq, h, d);
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
-                let (fwd, both) = run(&gpu, &shape, &spec, true);
+                let (fwd, both) = run(&gpu, &shape, &spec, !forward_only);
                 let flops = 4.0 * (b * h * seq * seq * d) as f64 / if causal { 2.0 } else { 1.0 };
-                for (pass, ms, work, key) in
-                    [("fwd", fwd, flops, "fwd_ms"), ("fwd+bwd", both.unwrap(), 3.5 * flops, "fwd_bwd_ms")]
-                {
+                let passes = std::iter::once(("fwd", fwd, flops, "fwd_ms"))
+                    .chain(both.map(|ms| ("fwd+bwd", ms, 3.5 * flops, "fwd_bwd_ms")));
+                for (pass, ms, work, key) in passes {
                     let ours = tflops(work, ms);
                     let flash = torch_ms(seq, d, causal, "flash", key).map(|t| tflops(work, t));
                     let cudnn = torch_ms(seq, d, causal, "cudnn", key).map(|t| tflops(work, t));
@@ -150,6 +154,12 @@ fn main() {
                 }
             }
         }
+    }
+    if forward_only {
+        if let Some(p) = value("--md") {
+            std::fs::write(p, md).expect("write md");
+        }
+        return;
     }
     // Dilated branches against dense attention at the same length (forward, non-causal).
     let (n, h, d) = (16384, 16, 128);

@@ -796,11 +796,12 @@ __device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Registers move from the producer warpgroup (which needs few) to the consumers: the
-// block's 384 threads would get 168 each, below what a consumer holds (O, S, Q, P: about
-// 200 at d = 128). 128 * 56 + 256 * 224 = 64512 of the SM's 65536.
+// block's 384 threads would get 168 each, below what a consumer holds (O, S, Q, P) without
+// spilling at d = 128. 128 * 120 + 256 * 192 = 64512 of the SM's 65536; the producers'
+// cp.async path (compact launches) needs its 120 not to spill either.
 #define WG_PRODUCERS (WG_THREADS - WG_CONSUMERS)
-#define WG_PRODUCER_REGS 56
-#define WG_CONSUMER_REGS 224
+#define WG_PRODUCER_REGS 120
+#define WG_CONSUMER_REGS 192
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -818,20 +819,52 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     } while (!done);
 }
 
+// Tensor maps (CUtensorMap, encoded by the host: src/tma.rs) of the K and V tensors, as
+// 4-d tensors (head dim, heads, rows, batch) read in boxes of 64 x 1 x BN x 1 with the
+// 128-byte swizzle, i.e. straight into one column block of the `swz_blocks` layout; rows
+// past the tensor read as zeros. A kernel parameter (__grid_constant__: the TMA unit
+// reads it from parameter memory).
+struct __align__(64) TensorMap {
+    unsigned long long opaque[16];
+};
+struct KvMaps {
+    TensorMap k, v;
+};
+
+// The next phase of `bar` completes when `bytes` more have landed (plus this one arrival).
+__device__ __forceinline__ void mbar_expect_bytes(u32 bar, u32 bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+// One TMA box: rows r0.. of head h, batch b, head dims c0..c0+63, into `dst` (1024-aligned).
+__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, int r0, int b, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"((u32)__cvta_generic_to_shared(dst)),
+        "l"(map), "r"(c0), "r"(h), "r"(r0), "r"(b), "r"(bar)
+        : "memory");
+}
+
 // One block: FBM query rows of one (batch, head). Warp specialised (flash-attention 3's
 // structure): warps 0-7 are two consumer warpgroups (warpgroup wg owns rows 64 wg.., warp w
-// rows 16 w..); warps 8-11, the producer warpgroup, alone stream K/V tiles (and Q with the
-// first) through WG_STAGES shared-memory stages with cp.async. Stage s has two mbarriers:
-// full[s] completes when the producers' copies have landed, empty[s] when all 256 consumer
-// threads are done with the tile in it. No block-wide barrier after the
+// rows 16 w..); warps 8-11, the producer warpgroup, alone stream K/V tiles through
+// WG_STAGES shared-memory stages. Launches whose rows are contiguous (all but compact
+// dilated branches) use the TMA unit: one thread issues D / 64 boxes per tensor and tile,
+// no per-row address work. Compact launches (kept rows of a dilated branch, with holes)
+// gather rows with cp.async from all 128 producer threads. Stage s has two mbarriers:
+// full[s] completes when its tile has landed, empty[s] when all 256 consumer threads are
+// done with it. Q is copied once by the producers (cp.async), signalled by q_bar. No block-wide barrier after the
 // start, so the two warpgroups drift freely and their MMAs and softmax interleave on the SM.
-// (Measured on H100 before this split: with all 256 threads copying and one barrier per
-// tile, the copies and the barrier cost 60% of the time; see docs/benchmarks/gpu-bench.md.)
+// (Measured on H100: with all 256 threads copying and one barrier per tile, the copies and
+// the barrier cost 60% of the time; with producers copying by cp.async, issuing the copies
+// still halved the speed at d = 128. See docs/benchmarks/gpu-bench.md, v8.)
 // Per tile j a consumer overlaps the two MMAs with the softmax (intra-warpgroup pipelining):
 //   issue S(j+1) = Q K(j+1)^T;  issue O += P(j) V(j);
 //   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));
 //   wait for P(j) V(j) -> release tile j's stage -> rescale O by the new maxima.
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Params p) {
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    attn_fwd(const Params p, const __grid_constant__ KvMaps maps) {
     extern __shared__ __align__(1024) u16 smem_wg[];
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
@@ -840,6 +873,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
     const u32 bars = (u32)__cvta_generic_to_shared(sKV + WG_STAGES * 2 * BN * D);
     auto full = [&](int j) { return bars + 8 * (j % WG_STAGES); };  // of tile j's stage
     auto empty = [&](int j) { return bars + 8 * (WG_STAGES + j % WG_STAGES); };
+    const u32 q_bar = bars + 16 * WG_STAGES;
+    const bool tma = !p.compact;
     auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
     const Coords bc = block_coords(p, true);
     const int qt = bc.tile, h = bc.h, b = bc.b;
@@ -849,21 +884,37 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
     const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
     if (threadIdx.x == 0)
         for (int s = 0; s < WG_STAGES; ++s) {
-            mbar_init(full(s), WG_THREADS - WG_CONSUMERS);
+            mbar_init(full(s), tma ? 1 : WG_PRODUCERS);
             mbar_init(empty(s), WG_CONSUMERS);
         }
+    if (threadIdx.x == 0) mbar_init(q_bar, WG_PRODUCERS);
     __syncthreads();
 
     if (threadIdx.x >= WG_CONSUMERS) {  // the producer warpgroup
         setmaxnreg_dec<WG_PRODUCER_REGS>();
+        if (n == 0) return;
+        load_tile<FBM, WG_PRODUCERS>(sQ, p.q, p, q_axis(p), b, h, q0);
+        mbar_arrive_cp_async(q_bar);
+        if (tma && threadIdx.x != WG_CONSUMERS) {  // one thread issues the TMA boxes
+            cp_wait<0>();
+            return;
+        }
         const Axis ka = k_axis(p);
         for (int j = 0; j < n; ++j) {
             if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
-            if (j == 0) load_tile<FBM, WG_PRODUCERS>(sQ, p.q, p, q_axis(p), b, h, q0);
             const int k0 = p.plan_idx[kbeg + j] * BN;
-            load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
-            load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, b, h, k0);
-            mbar_arrive_cp_async(full(j));
+            if (tma) {
+                mbar_expect_bytes(full(j), 2 * BN * D * 2);
+                #pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb) {
+                    tma_box(stage(j) + cb * BN * 64, &maps.k, cb * 64, h, k0, b, full(j));
+                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.v, cb * 64, h, k0, b, full(j));
+                }
+            } else {
+                load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
+                load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, b, h, k0);
+                mbar_arrive_cp_async(full(j));
+            }
         }
         cp_wait<0>();
         return;
@@ -874,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
     #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
     u32 qf[D / 16][4], pa[1][BN / 16][4], pn[1][BN / 16][4];
-    // Tile j's K/V (and Q with tile 0) are in shared memory and visible to the tensor cores
+    // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
     auto acquire = [&](int j) {
         mbar_wait(full(j), (j / WG_STAGES) & 1);
@@ -902,6 +953,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) attn_fwd(const Param
     };
 
     if (n > 0) {
+        mbar_wait(q_bar, 0);
         acquire(0);
         #pragma unroll
         for (int k = 0; k < D / 16; ++k) frag_a(qf[k], sQ, warp * 16, k, lane);

@@ -5,6 +5,7 @@ use crate::error::{CudaError, Result};
 use crate::launch::{self, Chunk, Dtype, Forward, LaunchSpec, Params, Shape, THREADS};
 use crate::plan::IndexMap;
 use crate::spec::GpuSpec;
+use crate::tma::KvMaps;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{CompileOptions, Ptx};
@@ -344,8 +345,19 @@ impl Gpu {
             block_dim: (self.forward.threads(), 1, 1),
             shared_mem_bytes: self.forward.smem(prep.shape.head_dim),
         };
-        // SAFETY: params point at live buffers of the validated shapes for this launch.
-        unsafe { st.launch_builder(&prep.kernels.fwd).arg(&params).launch(cfg) }?;
+        let mut launch = st.launch_builder(&prep.kernels.fwd);
+        launch.arg(&params);
+        // The wgmma kernel reads K/V tiles by TMA, except in compact launches (row gathers).
+        let maps = match (self.forward, l.map) {
+            (Forward::Mma, _) => None,
+            (Forward::Wgmma, IndexMap::Compact { .. }) => Some(KvMaps::unused()),
+            (Forward::Wgmma, _) => Some(KvMaps::new(kp, vp, k.dims)?),
+        };
+        if let Some(maps) = &maps {
+            launch.arg(maps);
+        }
+        // SAFETY: params and maps describe live buffers of the validated shapes.
+        unsafe { launch.launch(cfg) }?;
         Ok(())
     }
 

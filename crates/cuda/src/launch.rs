@@ -212,14 +212,15 @@ impl Forward {
     }
 
     /// Dynamic shared memory: a Q tile of [`FWD_Q_TILE`] rows and the K/V stages (2 for
-    /// mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier per stage, and
+    /// mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier per stage and
+    /// one for Q, and
     /// its base rounded up to 1 KB in the kernel: the swizzle of its operands is a function
     /// of address bits).
     pub fn smem(self, head_dim: usize) -> u32 {
         let row = head_dim * 2;
         match self {
             Forward::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
-            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + 2 * WG_STAGES * 8 + 1024) as u32,
+            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
         }
     }
 }
@@ -464,8 +465,8 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Forward::Mma.smem(128), 96 * 1024);
         assert_eq!(Forward::Mma.smem(64), 48 * 1024);
-        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 64 + 1024); // within H100's 227 KB
-        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 64 + 1024);
+        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 72 + 1024); // within H100's 227 KB
+        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 72 + 1024);
         assert_eq!(smem_backward(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(smem_backward(64), 48 * 1024 + 2048 + 8192);
     }

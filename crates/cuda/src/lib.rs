@@ -33,6 +33,7 @@ pub mod gpu;
 pub mod launch;
 pub mod plan;
 pub mod spec;
+pub mod tma;
 
 pub use error::{CudaError, Result};
 pub use gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, Prepared};

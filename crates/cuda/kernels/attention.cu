@@ -3,6 +3,7 @@
 // type, head dimension), with
 //   -DHEAD_DIM=64|128   the head dimension (a compile-time constant: register tiles)
 //   -DIS_F16=0|1        bf16 (0) or f16 (1) inputs; accumulation is always f32.
+//   -DFWD_WGMMA=0|1     the forward kernel: mma.sync (any sm_80+) or wgmma + TMA (sm_90a).
 // No CUDA header is included: bf16/f16 values are carried as raw 16-bit words and
 // converted with PTX `cvt`, so NVRTC needs no include path.
 //

@@ -56,10 +56,7 @@ impl KvMaps {
 /// head_dim]` 16-bit tensor, as `cuTensorMapEncodeTiled` takes them.
 pub fn geometry([batch, rows, heads, head_dim]: [usize; 4]) -> ([u64; 4], [u64; 3]) {
     let row = (heads * head_dim * 2) as u64;
-    (
-        [head_dim as u64, heads as u64, rows as u64, batch as u64],
-        [(head_dim * 2) as u64, row, row * rows as u64],
-    )
+    ([head_dim as u64, heads as u64, rows as u64, batch as u64], [(head_dim * 2) as u64, row, row * rows as u64])
 }
 
 fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4]) -> Result<TensorMap> {

@@ -821,10 +821,11 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 }
 
 // Tensor maps (CUtensorMap, encoded by the host: src/tma.rs) of the K and V tensors, as
-// 4-d tensors (head dim, heads, rows, batch) read in boxes of 64 x 1 x BN x 1 with the
-// 128-byte swizzle, i.e. straight into one column block of the `swz_blocks` layout; rows
-// past the tensor read as zeros. A kernel parameter (__grid_constant__: the TMA unit
-// reads it from parameter memory).
+// 5-d tensors (head dim, heads, phase, step, batch) with row = step * R + phase, where R is
+// the launch's row stride (the dilation of a compact branch, else 1), read in boxes of
+// 64 x 1 x 1 x BN x 1 with the 128-byte swizzle: BN rows R apart, straight into one column
+// block of the `swz_blocks` layout. Steps cover rows below (rows / R) * R; past them the
+// box reads zeros. A kernel parameter (__grid_constant__: the TMA unit reads it there).
 struct __align__(64) TensorMap {
     unsigned long long opaque[16];
 };
@@ -838,25 +839,44 @@ __device__ __forceinline__ void mbar_expect_bytes(u32 bar, u32 bytes) {
                  "r"(bytes)
                  : "memory");
 }
-// One TMA box: rows r0.. of head h, batch b, head dims c0..c0+63, into `dst` (1024-aligned).
-__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, int r0, int b, u32 bar) {
+// One TMA box: rows row0, row0 + R, ... (BN of them) of head h, batch b, head dims
+// c0..c0+63, into `dst` (1024-aligned).
+__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, int row0, int R, int b,
+                                        u32 bar) {
     asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-        "[%6];\n" ::"r"((u32)__cvta_generic_to_shared(dst)),
-        "l"(map), "r"(c0), "r"(h), "r"(r0), "r"(b), "r"(bar)
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+        "%6}], [%7];\n" ::"r"((u32)__cvta_generic_to_shared(dst)),
+        "l"(map), "r"(c0), "r"(h), "r"(row0 % R), "r"(row0 / R), "r"(b), "r"(bar)
         : "memory");
+}
+
+// Does launch index tile k0.. map to BN rows R apart, all inside the TMA view? Always for
+// plain launches (rows = indices; rows past the tensor read as the zeros a hole needs).
+// A compact tile must lie in one segment without holes (first and last row valid and
+// (BN-1) R apart) and below the view's last full step.
+__device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int k0, int h, int& row0) {
+    if (!p.compact) {
+        row0 = k0;
+        return true;
+    }
+    row0 = row_of(p, a, k0, h);
+    const int last = row_of(p, a, k0 + BN - 1, h), R = p.dil_rate;
+    return row0 >= 0 && last >= 0 && last - row0 == (BN - 1) * R && last < (a.rows / R) * R;
 }
 
 // One block: FBM query rows of one (batch, head). Warp specialised (flash-attention 3's
 // structure): warps 0-7 are two consumer warpgroups (warpgroup wg owns rows 64 wg.., warp w
 // rows 16 w..); warps 8-11, the producer warpgroup, alone stream K/V tiles through
-// WG_STAGES shared-memory stages. Launches whose rows are contiguous (all but compact
-// dilated branches) use the TMA unit: one thread issues D / 64 boxes per tensor and tile,
-// no per-row address work. Compact launches (kept rows of a dilated branch, with holes)
-// gather rows with cp.async from all 128 producer threads. Stage s has two mbarriers:
-// full[s] completes when its tile has landed, empty[s] when all 256 consumer threads are
-// done with it. Q is copied once by the producers (cp.async), signalled by q_bar. No block-wide barrier after the
-// start, so the two warpgroups drift freely and their MMAs and softmax interleave on the SM.
+// WG_STAGES shared-memory stages. A tile whose rows are evenly spaced (every tile of a
+// plain launch; the tiles of a compact dilated branch inside one segment, rows a dilation
+// apart) is copied by the TMA unit: one thread issues D / 64 boxes per tensor, no per-row
+// address work. Other tiles (a segment's end, holes at a ring chunk's edge) are gathered
+// with cp.async by all 128 producer threads, which wait for their copies and meet at a
+// named barrier before one of them arrives. Stage s has two mbarriers: full[s] completes
+// when its tile has landed (one arrival, plus the TMA's bytes), empty[s] when all 256
+// consumer threads are done with it. Q is copied once by the producers (cp.async),
+// signalled by q_bar. No block-wide barrier after the start, so the two warpgroups drift
+// freely and their MMAs and softmax interleave on the SM.
 // (Measured on H100: with all 256 threads copying and one barrier per tile, the copies and
 // the barrier cost 60% of the time; with producers copying by cp.async, issuing the copies
 // still halved the speed at d = 128. See docs/benchmarks/gpu-bench.md, v8.)
@@ -875,7 +895,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     auto full = [&](int j) { return bars + 8 * (j % WG_STAGES); };  // of tile j's stage
     auto empty = [&](int j) { return bars + 8 * (WG_STAGES + j % WG_STAGES); };
     const u32 q_bar = bars + 16 * WG_STAGES;
-    const bool tma = !p.compact;
     auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
     const Coords bc = block_coords(p, true);
     const int qt = bc.tile, h = bc.h, b = bc.b;
@@ -885,7 +904,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
     if (threadIdx.x == 0)
         for (int s = 0; s < WG_STAGES; ++s) {
-            mbar_init(full(s), tma ? 1 : WG_PRODUCERS);
+            mbar_init(full(s), 1);
             mbar_init(empty(s), WG_CONSUMERS);
         }
     if (threadIdx.x == 0) mbar_init(q_bar, WG_PRODUCERS);
@@ -896,25 +915,32 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         if (n == 0) return;
         load_tile<FBM, WG_PRODUCERS>(sQ, p.q, p, q_axis(p), b, h, q0);
         mbar_arrive_cp_async(q_bar);
-        if (tma && threadIdx.x != WG_CONSUMERS) {  // one thread issues the TMA boxes
+        const bool leader = threadIdx.x == WG_CONSUMERS;
+        if (!p.compact && !leader) {  // every tile is a box: one thread issues them all
             cp_wait<0>();
             return;
         }
         const Axis ka = k_axis(p);
+        const int R = p.compact ? p.dil_rate : 1;
         for (int j = 0; j < n; ++j) {
             if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
             const int k0 = p.plan_idx[kbeg + j] * BN;
-            if (tma) {
+            int row0;
+            if (tile_is_box(p, ka, k0, h, row0)) {
+                if (!leader) continue;
                 mbar_expect_bytes(full(j), 2 * BN * D * 2);
                 #pragma unroll
                 for (int cb = 0; cb < D / 64; ++cb) {
-                    tma_box(stage(j) + cb * BN * 64, &maps.k, cb * 64, h, k0, b, full(j));
-                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.v, cb * 64, h, k0, b, full(j));
+                    tma_box(stage(j) + cb * BN * 64, &maps.k, cb * 64, h, row0, R, b, full(j));
+                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.v, cb * 64, h, row0, R, b, full(j));
                 }
             } else {
                 load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
                 load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, b, h, k0);
-                mbar_arrive_cp_async(full(j));
+                cp_wait<0>();
+                fence_async_smem();
+                asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // producers only
+                if (leader) mbar_arrive(full(j));
             }
         }
         cp_wait<0>();

@@ -347,11 +347,12 @@ impl Gpu {
         };
         let mut launch = st.launch_builder(&prep.kernels.fwd);
         launch.arg(&params);
-        // The wgmma kernel reads K/V tiles by TMA, except in compact launches (row gathers).
+        // The wgmma kernel reads K/V tiles by TMA: a compact branch's kept rows are its
+        // dilation apart.
         let maps = match (self.forward, l.map) {
             (Forward::Mma, _) => None,
-            (Forward::Wgmma, IndexMap::Compact { .. }) => Some(KvMaps::unused()),
-            (Forward::Wgmma, _) => Some(KvMaps::new(kp, vp, k.dims)?),
+            (Forward::Wgmma, IndexMap::Compact { dilation, .. }) => Some(KvMaps::new(kp, vp, k.dims, dilation)?),
+            (Forward::Wgmma, _) => Some(KvMaps::new(kp, vp, k.dims, 1)?),
         };
         if let Some(maps) = &maps {
             launch.arg(maps);

@@ -4,14 +4,16 @@
 //! warpgroup, halved the kernel's speed at d = 128; docs/benchmarks/gpu-bench.md, v8).
 //!
 //! A `[batch, rows, heads, head_dim]` tensor of 16-bit values is described to the TMA as a
-//! 4-d tensor with dimensions (head_dim, heads, rows, batch), innermost first, and read in
-//! boxes of 64 x 1 x [`TILE`] x 1: one head's 64 head dims (128 bytes) of TILE consecutive
-//! rows, written to shared memory with the 128-byte swizzle, which is the kernel's
-//! `swz_blocks` layout. Rows past the tensor read as zeros.
+//! 5-d tensor with dimensions (head_dim, heads, phase, step, batch), innermost first, where
+//! row = step * R + phase for the launch's row stride R (a compact dilated branch's
+//! dilation; 1 otherwise), and read in boxes of 64 x 1 x 1 x [`TILE`] x 1: one head's 64
+//! head dims (128 bytes) of TILE rows R apart (a dilated branch's kept rows within a
+//! segment), written to shared memory with the 128-byte swizzle, which is the kernel's
+//! `swz_blocks` layout. The view holds the rows below `(rows / R) * R`; past them a box
+//! reads zeros (the kernel gathers tiles that reach further with cp.async).
 
 use crate::error::{CudaError, Result};
 use crate::plan::TILE;
-use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
     self, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
     CUtensorMapSwizzle,
@@ -39,38 +41,36 @@ pub struct KvMaps {
 unsafe impl cudarc::driver::DeviceRepr for KvMaps {}
 
 impl KvMaps {
-    /// Maps of a launch that does not use the TMA (compact dilated branches gather their
-    /// rows with cp.async): zeros, never read by the kernel.
-    pub fn unused() -> Self {
-        KvMaps { k: TensorMap { opaque: [0; 16] }, v: TensorMap { opaque: [0; 16] } }
-    }
-
     /// Maps of the k and v tensors at device addresses `k`, `v`, both `dims` =
-    /// `[batch, rows, heads, head_dim]`.
-    pub fn new(k: sys::CUdeviceptr, v: sys::CUdeviceptr, dims: [usize; 4]) -> Result<Self> {
-        Ok(KvMaps { k: encode(k, dims)?, v: encode(v, dims)? })
+    /// `[batch, rows, heads, head_dim]`, read `stride` rows apart.
+    pub fn new(k: sys::CUdeviceptr, v: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Self> {
+        Ok(KvMaps { k: encode(k, dims, stride)?, v: encode(v, dims, stride)? })
     }
 }
 
-/// (sizes innermost first, byte strides of dimensions 1..4) of a `[batch, rows, heads,
-/// head_dim]` 16-bit tensor, as `cuTensorMapEncodeTiled` takes them.
-pub fn geometry([batch, rows, heads, head_dim]: [usize; 4]) -> ([u64; 4], [u64; 3]) {
+/// (sizes innermost first, byte strides of dimensions 1..5) of a `[batch, rows, heads,
+/// head_dim]` 16-bit tensor viewed with row stride `r`, as `cuTensorMapEncodeTiled` takes
+/// them. A tensor with fewer than `r` rows gets one step (the kernel never boxes there).
+pub fn geometry([batch, rows, heads, head_dim]: [usize; 4], r: usize) -> ([u64; 5], [u64; 4]) {
     let row = (heads * head_dim * 2) as u64;
-    ([head_dim as u64, heads as u64, rows as u64, batch as u64], [(head_dim * 2) as u64, row, row * rows as u64])
+    (
+        [head_dim as u64, heads as u64, r as u64, (rows / r).max(1) as u64, batch as u64],
+        [(head_dim * 2) as u64, row, row * r as u64, row * rows as u64],
+    )
 }
 
-fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4]) -> Result<TensorMap> {
-    let (size, strides) = geometry(dims);
-    let boxed: [u32; 4] = [BOX_COLS as u32, 1, TILE as u32, 1];
-    let step: [u32; 4] = [1; 4];
+fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<TensorMap> {
+    let (size, strides) = geometry(dims, stride);
+    let boxed: [u32; 5] = [BOX_COLS as u32, 1, 1, TILE as u32, 1];
+    let step: [u32; 5] = [1; 5];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-    // SAFETY: every array has the rank's length (4; 3 strides); the driver only writes the
+    // SAFETY: every array has the rank's length (5; 4 strides); the driver only writes the
     // 128-byte map. The address is a live device allocation of the given geometry.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
             CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
-            4,
+            5,
             ptr as *mut std::ffi::c_void,
             size.as_ptr(),
             strides.as_ptr(),
@@ -82,7 +82,7 @@ fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4]) -> Result<TensorMap> {
             CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
         .result()
-        .map_err(|e: DriverError| CudaError::Driver(e))?;
+        .map_err(CudaError::Driver)?;
         Ok(TensorMap { opaque: map.assume_init().opaque })
     }
 }
@@ -92,14 +92,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn geometry_is_head_dim_heads_rows_batch() {
-        let (size, strides) = geometry([2, 1000, 3, 128]);
-        assert_eq!(size, [128, 3, 1000, 2]);
-        // Next head: 256 bytes; next row: 3 heads; next batch row: 1000 rows.
-        assert_eq!(strides, [256, 768, 768_000]);
+    fn geometry_is_head_dim_heads_phase_step_batch() {
+        let (size, strides) = geometry([2, 1000, 3, 128], 1);
+        assert_eq!(size, [128, 3, 1, 1000, 2]);
+        // Next head: 256 bytes; next phase / row: 3 heads; next batch row: 1000 rows.
+        assert_eq!(strides, [256, 768, 768, 768_000]);
+        // Dilation 4: rows 4 apart are one step apart; 1001 rows keep 250 whole steps.
+        let (size, strides) = geometry([2, 1001, 3, 128], 4);
+        assert_eq!(size, [128, 3, 4, 250, 2]);
+        assert_eq!(strides, [256, 768, 3072, 768_768]);
+        // Fewer rows than the stride: one step (never used by the kernel), not an empty view.
+        assert_eq!(geometry([1, 3, 1, 64], 8).0, [64, 1, 8, 1, 1]);
         // The TMA needs 16-byte multiples: true for every head dim the kernels take.
         for d in [64, 128] {
-            assert!(geometry([1, 7, 5, d]).1.iter().all(|s| s % 16 == 0));
+            for r in [1, 3, 8] {
+                assert!(geometry([1, 7, 5, d], r).1.iter().all(|s| s % 16 == 0));
+            }
+        }
+    }
+
+    /// The view reaches every row below (rows / r) * r exactly once (row = step * r +
+    /// phase) and nothing past it.
+    #[test]
+    fn the_view_covers_whole_steps_exactly() {
+        for (rows, r) in [(1000, 1), (1001, 4), (64, 8), (130, 3)] {
+            let (size, strides) = geometry([1, rows, 1, 64], r);
+            let mut seen = vec![0; rows];
+            for phase in 0..size[2] {
+                for step in 0..size[3] {
+                    let byte = phase * strides[1] + step * strides[2];
+                    seen[(byte / strides[1]) as usize] += 1;
+                }
+            }
+            let whole = rows / r * r;
+            assert!(seen[..whole].iter().all(|&c| c == 1), "rows {rows} r {r}");
+            assert!(seen[whole..].iter().all(|&c| c == 0), "rows {rows} r {r}");
         }
     }
 
@@ -112,6 +139,7 @@ mod tests {
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains("struct __align__(64) TensorMap {\n    unsigned long long opaque[16];\n};"));
         assert!(src.contains("struct KvMaps {\n    TensorMap k, v;\n};"));
+        assert!(src.contains("cp.async.bulk.tensor.5d"), "the kernel's boxes are 5-d, as encoded here");
         assert_eq!(BOX_COLS * 2, 128, "a box row is the 128-byte swizzle span");
     }
 }

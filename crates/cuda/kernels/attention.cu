@@ -3,7 +3,7 @@
 // type, head dimension), with
 //   -DHEAD_DIM=64|128   the head dimension (a compile-time constant: register tiles)
 //   -DIS_F16=0|1        bf16 (0) or f16 (1) inputs; accumulation is always f32.
-//   -DFWD_WGMMA=0|1     the forward kernel: mma.sync (any sm_80+) or wgmma + TMA (sm_90a).
+//   -DWGMMA=0|1         the kernel family: mma.sync (any sm_80+) or wgmma + TMA (sm_90a).
 // No CUDA header is included: bf16/f16 values are carried as raw 16-bit words and
 // converted with PTX `cvt`, so NVRTC needs no include path.
 //
@@ -329,13 +329,13 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 // ---------------------------------------------------------------- forward
 
 // Two forward kernels share the per-warp steps below (mask, online softmax, epilogue) and
-// the tile plan (FBM = 128 query rows per block, BN = 64 keys per tile). The host picks one
-// per device and passes -DFWD_WGMMA:
+// the tile plan (FBM = 128 query rows per block, BN = 64 keys per tile). The host picks the
+// family (both forward and backward) per device and passes -DWGMMA:
 //   0: `mma.sync` (any sm_80+ device): 4 warps, 2 m16 row tiles each, fragments by ldmatrix.
 //   1: `wgmma` (sm_90a: H100 / H200): 2 warpgroups of 64 rows, asynchronous warpgroup MMAs
 //      reading K and V straight from shared memory (see "forward, wgmma" below).
-#ifndef FWD_WGMMA
-#error "FWD_WGMMA must be defined"
+#ifndef WGMMA
+#error "WGMMA must be defined"
 #endif
 #define FBM 128   // query rows per forward block
 #define NKB (BN / 8)  // 8-key column blocks of a score tile
@@ -533,7 +533,7 @@ __device__ __forceinline__ int plan_end(const Params& p, int qt, int klimit) {
     return kend;
 }
 
-#if !FWD_WGMMA
+#if !WGMMA
 // ---------------------------------------------------------------- forward, mma.sync
 
 // Block layout: 4 warps of two m16 row tiles (WM), so every K / V fragment read from
@@ -675,9 +675,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     cp_wait<0>();
     store_forward<WM>(p, b, h, o, m, l, wq0 + g, t);
 }
-#endif  // !FWD_WGMMA
+#endif  // !WGMMA
 
-#if FWD_WGMMA
+#if WGMMA
 // ---------------------------------------------------------------- forward, wgmma (sm_90a)
 
 // Hopper's warpgroup MMA: one instruction per warpgroup (4 warps, 128 threads) multiplies
@@ -752,6 +752,20 @@ __device__ __forceinline__ void wgmma_n128t(float (&d)[16][4], const u32 (&a)[4]
         "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
         : WG_ACC8(d, 0), WG_ACC8(d, 8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// d[64 x 64] (+)= A[64 x 16] * B[16 x 64], both from shared memory; TA / TB: A is M-major
+// / B is N-major (transposed).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." DT "." DT " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, %35, %36;\n}\n"
+        : WG_ACC8(d, 0)
+        : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 
 // S = Q K^T for one 64-key tile: D / 16 steps over the head dimension.
@@ -829,8 +843,8 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 struct __align__(64) TensorMap {
     unsigned long long opaque[16];
 };
-struct KvMaps {
-    TensorMap k, v;
+struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)
+    TensorMap a, b;
 };
 
 // The next phase of `bar` completes when `bytes` more have landed (plus this one arrival).
@@ -885,7 +899,7 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
 //   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));
 //   wait for P(j) V(j) -> release tile j's stage -> rescale O by the new maxima.
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-    attn_fwd(const Params p, const __grid_constant__ KvMaps maps) {
+    attn_fwd(const Params p, const __grid_constant__ TensorPair maps) {
     extern __shared__ __align__(1024) u16 smem_wg[];
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
@@ -931,8 +945,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
                 mbar_expect_bytes(full(j), 2 * BN * D * 2);
                 #pragma unroll
                 for (int cb = 0; cb < D / 64; ++cb) {
-                    tma_box(stage(j) + cb * BN * 64, &maps.k, cb * 64, h, row0, R, b, full(j));
-                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.v, cb * 64, h, row0, R, b, full(j));
+                    tma_box(stage(j) + cb * BN * 64, &maps.a, cb * 64, h, row0, R, b, full(j));
+                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.b, cb * 64, h, row0, R, b, full(j));
                 }
             } else {
                 load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
@@ -1010,7 +1024,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     }
     store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
 }
-#endif  // FWD_WGMMA
+#endif  // WGMMA
 
 // ---------------------------------------------------------------- merge and helpers
 
@@ -1099,6 +1113,93 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 // (8 chunks per row; conflict-free stores of the C fragments and ldmatrix.trans reads).
 __device__ __forceinline__ int swz_s(int r, int ch) { return r * BM + ((ch ^ (r & 7)) << 3); }
 
+// The backward's per-warp steps, shared by both backward kernels. A warp holds the
+// transposed scores s[nb][e] of key rows kidx + 8 (e / 2) (launch indices; kidx includes
+// the lane's g) and query columns q0 + 8 nb + 2t + e % 2; sP holds the query tile's global
+// positions (-1: none). Masked pairs get -inf.
+__device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, int klimit, float (&s)[BM / 8][4],
+                                              int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
+                                              const int* sP, int t) {
+    if (kind == MASK_AFFINE) {
+        int kcut[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, kidx + 8 * r, klimit);
+        #pragma unroll
+        for (int nb = 0; nb < BM / 8; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int qp = sP[nb * 8 + 2 * t + e];
+                const int qcut = qp < 0 ? -1 : p.causal ? qp : CUT_MAX - 1;
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (kcut[r] > qcut) s[nb][2 * r + e] = NEG_INF;
+            }
+    } else if (kind == MASK_GENERIC) {
+        // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
+        u32 vis[2] = {0, 0};
+        #pragma unroll 1
+        for (int col = 0; col < BM / 4; ++col) {
+            const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
+            const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
+        }
+        #pragma unroll
+        for (int nb = 0; nb < BM / 8; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+    }
+}
+
+// s <- P^T = 2^(s*scale*log2e - lse2) and dp <- dS^T = P^T o (dP^T - delta), with the query
+// tile's lse2 (sL) and delta (sD) per column.
+__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], float (&dp)[BM / 8][4],
+                                        const float* sL, const float* sD, int t) {
+    #pragma unroll
+    for (int nb = 0; nb < BM / 8; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int qc = nb * 8 + 2 * t + e;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc]));
+                s[nb][2 * r + e] = pe;
+                dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
+            }
+        }
+}
+
+// The lse2, delta, global position and tensor row of query tile q0's row `i` (one thread
+// per row), into the stage arrays sL (lse2), sL + BM (delta), then positions and rows.
+__device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, int q0, int i, float* sL) {
+    const int row = row_of(p, q_axis(p), q0 + i, h);
+    reinterpret_cast<int*>(sL + 2 * BM)[i] = pos_of(q_axis(p), row);
+    reinterpret_cast<int*>(sL + 3 * BM)[i] = row;
+    sL[i] = lse2_of(p, b, h, row);
+    sL[BM + i] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
+}
+
+// dK (scaled) and dV rows of this thread: written, or added with `accumulate`.
+__device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[D / 8][4],
+                                           const float (&dv)[D / 8][4], const int (&krow)[2], int t) {
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (krow[r] < 0) continue;
+        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.heads + h) * D;
+        #pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
+            float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
+            store_row(p.dk + base + i * 8 + 2 * t, vk, p.accumulate);
+            store_row(p.dv + base + i * 8 + 2 * t, vv, p.accumulate);
+        }
+    }
+}
+
+#if !WGMMA
 // The backward (flash-attention 2 structure): one block per 64 key rows (4 warps of 16
 // keys), visiting the query tiles of the transposed plan. Per (key tile, query tile),
 // with S^T = K Q^T (keys as rows), computed once:
@@ -1141,14 +1242,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
         u16* st = sStage + ((it - qbeg) & 1) * STAGE;
         load_tile(st, p.q, p, q_axis(p), b, h, q0);
         load_tile(st + BM * D, p.dout, p, q_axis(p), b, h, q0);
-        if (threadIdx.x < BM) {
-            float* sL = reinterpret_cast<float*>(st + 2 * BM * D);
-            int row = row_of(p, q_axis(p), q0 + threadIdx.x, h);
-            reinterpret_cast<int*>(sL + 2 * BM)[threadIdx.x] = pos_of(q_axis(p), row);
-            reinterpret_cast<int*>(sL + 3 * BM)[threadIdx.x] = row;
-            sL[threadIdx.x] = lse2_of(p, b, h, row);
-            sL[BM + threadIdx.x] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
-        }
+        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(st + 2 * BM * D));
     };
     load_tile(sK, p.k, p, k_axis(p), b, h, k0);
     load_tile(sV, p.v, p, k_axis(p), b, h, k0);
@@ -1190,51 +1284,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
-        const int kind = mask_kind(p, tile_full(p, h, q0, BM, k0, klimit));
-        if (kind == MASK_AFFINE) {
-            int kcut[2];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, k0 + warp * 16 + g + 8 * r, klimit);
-            #pragma unroll
-            for (int nb = 0; nb < BM / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int qp = sP[nb * 8 + 2 * t + e];
-                    const int qcut = qp < 0 ? -1 : p.causal ? qp : CUT_MAX - 1;
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (kcut[r] > qcut) s[nb][2 * r + e] = NEG_INF;
-                }
-        } else if (kind == MASK_GENERIC) {
-            // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
-            u32 vis[2] = {0, 0};
-            #pragma unroll 1
-            for (int col = 0; col < BM / 4; ++col) {
-                const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
-                const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
-            }
-            #pragma unroll
-            for (int nb = 0; nb < BM / 8; ++nb)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
-        }
-        #pragma unroll
-        for (int nb = 0; nb < BM / 8; ++nb)
-            #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int qc = nb * 8 + 2 * t + e;
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc]));
-                    s[nb][2 * r + e] = pe;
-                    dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
-                }
-            }
+        mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
+                      kseg, q0, sP, t);
+        probs_t(p, s, dp, sL, sD, t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
         // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
         // 16 kk + 8 (j >> 1) + 2t, +1.
@@ -1298,16 +1350,176 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
         }
     }
     cp_wait<0>();
+    store_dkdv(p, b, h, dk, dv, krow, t);
+}
+#endif  // !WGMMA
+
+#if WGMMA
+// ---------------------------------------------------------------- backward, wgmma (sm_90a)
+
+// Flash-attention 2's backward on warpgroup MMAs: one warpgroup per block owns 64 key rows
+// (warp w: keys 16 w..), two blocks per SM. Per visited query tile (64 rows):
+//   S^T = K Q^T, dP^T = V dO^T      16 (d = 128) wgmma, A and B from shared memory;
+//   mask, P^T, dS^T                 the mma.sync kernel's per-warp steps (same layout);
+//   dV += P^T dO, dK += dS^T Q      8 wgmma, A (P^T, dS^T) from registers, B transposed;
+//   dQ = dS K                       dS^T through shared memory as an M-major A operand,
+//                                   K as an N-major B, one 64-column half at a time,
+//                                   reduced into dq (red.global.add).
+// Q and dO tiles come by TMA into two stages (one thread issues them; full[s] mbarriers),
+// gathered by cp.async where a compact tile is not evenly spaced; K and V are loaded once.
+#define WB_THREADS 128
+#define WB_STAGES 2
+
+// S^T (or dP^T) = A B^T with A = the block's 64 key rows, B = the query tile's 64 rows,
+// both K-major over the head dimension.
+__device__ __forceinline__ void issue_scores_t(float (&s)[BM / 8][4], const u16* sA, const u16* sB) {
+    #pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+        wgmma_ss_n64<0, 0>(s, smem_desc(sA + (k >> 2) * BN * 64 + (k & 3) * 16, 16, 1024),
+                           smem_desc(sB + (k >> 2) * BM * 64 + (k & 3) * 16, 16, 1024), k > 0);
+}
+// dQ columns 64 cb.. = dS K: A = dS^T stored [key][query] (M-major: queries contiguous),
+// B = K's column block cb (N-major), 16 keys per step.
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const u16* sK, int cb) {
+    #pragma unroll
+    for (int k = 0; k < BN / 16; ++k)
+        wgmma_ss_n64<1, 1>(c, smem_desc(sS + k * 16 * BM, BN * 128, 1024),
+                           smem_desc(sK + cb * BN * 64 + k * 16 * 64, BN * 128, 1024), k > 0);
+}
+
+extern "C" __global__ void __launch_bounds__(WB_THREADS, 2)
+    attn_bwd(const Params p, const __grid_constant__ TensorPair maps) {
+    extern __shared__ __align__(1024) u16 smem_wb[];
+    u16* sK = smem_wb + ((1024 - ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) & 1023) / 2;
+    u16* sV = sK + BN * D;
+    // Stage s: Q, dO (swz_blocks layout), then lse2, delta, position, row of each query.
+    constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units; a multiple of 512 (1 KB)
+    u16* sStage = sV + BN * D;
+    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T of the current pair, [BN][BM], swz_s
+    const u32 bars = (u32)__cvta_generic_to_shared(sS + BN * BM);
+    const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
+    const int kt = bc.tile, h = bc.h, b = bc.b;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int k0 = kt * BN;
+    const int klimit = key_limit(p, b);
+    const int qbeg = p.plan_ptr[kt];
+    const int qend = keys_past_limit(p, k0, klimit) ? qbeg : p.plan_ptr[kt + 1];  // all keys padded: zeros
+    const int R = p.compact ? p.dil_rate : 1;
+    if (threadIdx.x == 0)
+        for (int st = 0; st < WB_STAGES; ++st) mbar_init(bars + 8 * st, 1);
+    __syncthreads();
+
+    int krow[2], kpos[2], kseg[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        if (krow[r] < 0) continue;
-        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.heads + h) * D;
-        #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-            float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
-            float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
-            store_row(p.dk + base + i * 8 + 2 * t, vk, p.accumulate);
-            store_row(p.dv + base + i * 8 + 2 * t, vv, p.accumulate);
-        }
+        krow[r] = row_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r, h);
+        kseg[r] = seg_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r);
+        kpos[r] = pos_of(k_axis(p), krow[r]);
     }
+    float dk[D / 8][4], dv[D / 8][4];
+    #pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+
+    // Issue the loads of query tile `it` into its stage; its full barrier completes one
+    // phase either way (the cp.async path is waited for with cp.async.wait_group).
+    auto fetch = [&](int it) {
+        const int q0 = p.plan_idx[it] * BM, st = (it - qbeg) % WB_STAGES;
+        u16* sq = sStage + st * STAGE;
+        const u32 full = bars + 8 * st;
+        int row0;
+        if (tile_is_box(p, q_axis(p), q0, h, row0)) {
+            if (threadIdx.x == 0) {
+                mbar_expect_bytes(full, 2 * BM * D * 2);
+                #pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb) {
+                    tma_box(sq + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full);
+                    tma_box(sq + BM * D + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full);
+                }
+            }
+        } else {
+            load_tile<BM, WB_THREADS, true>(sq, p.q, p, q_axis(p), b, h, q0);
+            load_tile<BM, WB_THREADS, true>(sq + BM * D, p.dout, p, q_axis(p), b, h, q0);
+            if (threadIdx.x == 0) mbar_arrive(full);
+        }
+        cp_commit();
+        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(sq + 2 * BM * D));
+    };
+    load_tile<BN, WB_THREADS, true>(sK, p.k, p, k_axis(p), b, h, k0);
+    load_tile<BN, WB_THREADS, true>(sV, p.v, p, k_axis(p), b, h, k0);
+    cp_commit();
+    if (qbeg < qend) fetch(qbeg);
+    for (int it = qbeg; it < qend; ++it) {
+        const int q0 = p.plan_idx[it] * BM, st = (it - qbeg) % WB_STAGES;
+        const u16* sQ = sStage + st * STAGE;
+        const u16* sO = sQ + BM * D;
+        const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
+        const float* sD = sL + BM;                                       // delta of the query tile
+        const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
+        const int* sR = sP + BM;                                         // tensor rows
+        mbar_wait(bars + 8 * st, ((it - qbeg) / WB_STAGES) & 1);  // Q, dO by TMA
+        cp_wait<0>();                                            // or by cp.async (and K, V)
+        fence_async_smem();
+        __syncthreads();  // everyone's copies and rows; every warp is done with tile it - 1
+        if (it + 1 < qend) fetch(it + 1);
+
+        float s[BM / 8][4], dp[BM / 8][4];
+        fence_acc(s);
+        fence_acc(dp);
+        wg_fence();
+        issue_scores_t(s, sK, sQ);
+        issue_scores_t(dp, sV, sO);
+        wg_commit();
+        wg_wait<0>();
+        fence_acc(s);
+        fence_acc(dp);
+        mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
+                      kseg, q0, sP, t);
+        probs_t(p, s, dp, sL, sD, t);
+        u32 pa[1][BM / 16][4], da[1][BM / 16][4];
+        pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
+        pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
+        // dS^T rows of this warp into sS ([key][query], swizzled), for dQ.
+        #pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+            #pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *reinterpret_cast<u32*>(sS + swz_s(warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) + 2 * t) =
+                    da[0][kk][j];
+        fence_async_smem();
+        fence_acc(dv);
+        fence_acc(dk);
+        wg_fence();
+        issue_pv(dv, pa[0], sO);
+        issue_pv(dk, da[0], sQ);
+        wg_commit();
+        __syncthreads();  // every warp's dS^T rows are in sS
+        float* qrow[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = sR[warp * 16 + g + 8 * r];
+            qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + 2 * t : nullptr;
+        }
+        #pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb) {
+            float c[8][4];
+            fence_acc(c);
+            wg_fence();
+            issue_dq(c, sS, sK, cb);
+            wg_commit();
+            wg_wait<0>();
+            fence_acc(c);
+            #pragma unroll
+            for (int i = 0; i < 8; ++i)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (qrow[r]) red_add2(qrow[r] + cb * 64 + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
+        }
+        fence_acc(dv);
+        fence_acc(dk);
+    }
+    cp_wait<0>();
+    store_dkdv(p, b, h, dk, dv, krow, t);
 }
+#endif  // WGMMA

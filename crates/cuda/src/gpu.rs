@@ -2,10 +2,10 @@
 //! the forward / backward / merge calls.
 
 use crate::error::{CudaError, Result};
-use crate::launch::{self, Chunk, Dtype, Forward, LaunchSpec, Params, Shape, THREADS};
+use crate::launch::{self, Chunk, Dtype, Family, LaunchSpec, Params, Shape};
 use crate::plan::IndexMap;
 use crate::spec::GpuSpec;
-use crate::tma::KvMaps;
+use crate::tma::TensorPair;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{CompileOptions, Ptx};
@@ -31,9 +31,9 @@ struct Kernels {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// NVRTC's target, e.g. `sm_90a` (see [`Forward::target`]).
+    /// NVRTC's target, e.g. `sm_90a` (see [`Family::target`]).
     arch: String,
-    forward: Forward,
+    family: Family,
     kernels: Mutex<HashMap<(Dtype, usize), Arc<Kernels>>>,
 }
 
@@ -112,19 +112,19 @@ impl Gpu {
         let ctx = CudaContext::new(ordinal)?;
         let (major, minor) = ctx.compute_capability()?;
         let stream = ctx.default_stream();
-        let forward = Forward::for_device(major, minor, std::env::var(launch::FORWARD_ENV).ok().as_deref());
-        let arch = forward.target(major, minor);
-        Ok(Some(Gpu { ctx, stream, arch, forward, kernels: Mutex::new(HashMap::new()) }))
+        let family = Family::for_device(major, minor, std::env::var(launch::FAMILY_ENV).ok().as_deref());
+        let arch = family.target(major, minor);
+        Ok(Some(Gpu { ctx, stream, arch, family, kernels: Mutex::new(HashMap::new()) }))
     }
 
-    /// Device name, NVRTC target and forward kernel, e.g.
-    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma forward)".
+    /// Device name, NVRTC target and kernel family, e.g.
+    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels)".
     pub fn describe(&self) -> Result<String> {
-        let fwd = match self.forward {
-            Forward::Mma => "mma",
-            Forward::Wgmma => "wgmma",
+        let family = match self.family {
+            Family::Mma => "mma",
+            Family::Wgmma => "wgmma",
         };
-        Ok(format!("{} ({}, {fwd} forward)", self.ctx.name()?, self.arch))
+        Ok(format!("{} ({}, {family} kernels)", self.ctx.name()?, self.arch))
     }
 
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the
@@ -150,7 +150,7 @@ impl Gpu {
         if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&(dtype, head_dim)) {
             return Ok(k.clone());
         }
-        let ptx = compile(&self.arch, self.forward, dtype, head_dim)?;
+        let ptx = compile(&self.arch, self.family, dtype, head_dim)?;
         let module = self.ctx.load_module(ptx)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = module.load_function(name)?;
@@ -160,8 +160,8 @@ impl Gpu {
             Ok(f)
         };
         let k = Arc::new(Kernels {
-            fwd: load("attn_fwd", self.forward.smem(head_dim))?,
-            bwd: load("attn_bwd", launch::smem_backward(head_dim))?,
+            fwd: load("attn_fwd", self.family.forward_smem(head_dim))?,
+            bwd: load("attn_bwd", self.family.backward_smem(head_dim))?,
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
             delta: load("bwd_delta", 0)?,
@@ -342,24 +342,37 @@ impl Gpu {
         };
         let cfg = LaunchConfig {
             grid_dim: l.grid_fwd(),
-            block_dim: (self.forward.threads(), 1, 1),
-            shared_mem_bytes: self.forward.smem(prep.shape.head_dim),
+            block_dim: (self.family.forward_threads(), 1, 1),
+            shared_mem_bytes: self.family.forward_smem(prep.shape.head_dim),
         };
         let mut launch = st.launch_builder(&prep.kernels.fwd);
         launch.arg(&params);
-        // The wgmma kernel reads K/V tiles by TMA: a compact branch's kept rows are its
-        // dilation apart.
-        let maps = match (self.forward, l.map) {
-            (Forward::Mma, _) => None,
-            (Forward::Wgmma, IndexMap::Compact { dilation, .. }) => Some(KvMaps::new(kp, vp, k.dims, dilation)?),
-            (Forward::Wgmma, _) => Some(KvMaps::new(kp, vp, k.dims, 1)?),
-        };
+        let maps = self.tile_maps(l, kp, vp, k.dims)?;
         if let Some(maps) = &maps {
             launch.arg(maps);
         }
         // SAFETY: params and maps describe live buffers of the validated shapes.
         unsafe { launch.launch(cfg) }?;
         Ok(())
+    }
+
+    /// The TMA maps of the two tensors a wgmma launch streams (`a`, `b` at those addresses,
+    /// shaped `dims`): a compact branch's kept rows are its dilation apart. None for mma.
+    fn tile_maps(
+        &self,
+        l: &LaunchSpec,
+        a: cudarc::driver::sys::CUdeviceptr,
+        b: cudarc::driver::sys::CUdeviceptr,
+        dims: [usize; 4],
+    ) -> Result<Option<TensorPair>> {
+        let stride = match l.map {
+            IndexMap::Compact { dilation, .. } => dilation,
+            IndexMap::Identity { .. } => 1,
+        };
+        Ok(match self.family {
+            Family::Mma => None,
+            Family::Wgmma => Some(TensorPair::new(a, b, dims, stride)?),
+        })
     }
 
     fn fill_empty(&self, prep: &Prepared, p: &mut DevicePartial) -> Result<()> {
@@ -456,7 +469,7 @@ impl Gpu {
             st.memset_zeros(&mut grads.dk)?;
             st.memset_zeros(&mut grads.dv)?;
         }
-        let smem = launch::smem_backward(s.head_dim);
+        let smem = self.family.backward_smem(s.head_dim);
         for (l, plan) in &prep.launches {
             let (qp, _a) = q.data.device_ptr(st);
             let (kp, _b) = k.data.device_ptr(st);
@@ -486,9 +499,19 @@ impl Gpu {
             };
             let cols =
                 Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
-            let cfg = LaunchConfig { grid_dim: l.grid_cols(), block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
-            // SAFETY: params point at live buffers of the validated shapes for this launch.
-            unsafe { st.launch_builder(&prep.kernels.bwd).arg(&cols).launch(cfg) }?;
+            let cfg = LaunchConfig {
+                grid_dim: l.grid_cols(),
+                block_dim: (self.family.backward_threads(), 1, 1),
+                shared_mem_bytes: smem,
+            };
+            let maps = self.tile_maps(l, qp, dop, dout.dims)?;
+            let mut launch = st.launch_builder(&prep.kernels.bwd);
+            launch.arg(&cols);
+            if let Some(maps) = &maps {
+                launch.arg(maps);
+            }
+            // SAFETY: params and maps describe live buffers of the validated shapes.
+            unsafe { launch.launch(cfg) }?;
         }
         Ok(())
     }
@@ -528,11 +551,11 @@ pub const SOURCE_ENV: &str = "RINGDIL_CUDA_SOURCE";
 /// Benchmark knob: extra NVRTC options, whitespace-separated (e.g. `-DFAST_MASK=0`).
 pub const DEFINES_ENV: &str = "RINGDIL_CUDA_DEFINES";
 
-/// NVRTC-compile the kernels for `arch` (with `forward`'s kernel; the target implies it),
+/// NVRTC-compile the kernels for `arch` (of `family`; the target implies it),
 /// once per process per (arch, dtype, head dim).
 /// [`SOURCE_ENV`] and [`DEFINES_ENV`], read once per compile, replace the source and add
 /// options (for A/B benchmarks; unset in normal use).
-fn compile(arch: &str, forward: Forward, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
+fn compile(arch: &str, family: Family, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
     let cache = PTX_CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let key = (arch.to_string(), dtype, head_dim);
     if let Some(ptx) = cache.lock().expect("ptx cache lock").get(&key) {
@@ -548,7 +571,7 @@ fn compile(arch: &str, forward: Forward, dtype: Dtype, head_dim: usize) -> Resul
         format!("--gpu-architecture={arch}"),
         format!("-DHEAD_DIM={head_dim}"),
         format!("-DIS_F16={}", (dtype == Dtype::F16) as u8),
-        forward.define().into(),
+        family.define().into(),
         "--std=c++17".into(),
     ];
     options.extend(std::env::var(DEFINES_ENV).unwrap_or_default().split_whitespace().map(String::from));

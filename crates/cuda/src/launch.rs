@@ -158,19 +158,19 @@ impl LaunchSpec {
     }
 }
 
-/// Threads per block of the backward kernel (4 warps).
-pub const THREADS: u32 = 128;
-
-/// Which forward kernel a device runs. Both walk the same tile plan (query tiles of
-/// [`FWD_Q_TILE`] rows, key tiles of [`TILE`]) and compute the same result; the kernel
-/// source is compiled with `-DFWD_WGMMA=0|1` accordingly.
+/// Which kernel family a device runs. Both families walk the same tile plans (forward:
+/// query tiles of [`FWD_Q_TILE`] rows over key tiles of [`TILE`]; backward: key tiles over
+/// query tiles of [`TILE`]) and compute the same results; the kernel source is compiled
+/// with `-DWGMMA=0|1` accordingly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Forward {
-    /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps, K/V double-buffered.
+pub enum Family {
+    /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps per block, K/V (or
+    /// Q/dO) double-buffered with cp.async.
     Mma,
-    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200): 2 consumer
-    /// warpgroups and a producer warpgroup, K/V read by the tensor cores from shared memory,
-    /// [`WG_STAGES`] K/V stages handed over by mbarriers.
+    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
+    /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
+    /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
+    /// mbarriers. Backward: one warpgroup per 64 key rows, two blocks per SM.
     Wgmma,
 }
 
@@ -178,58 +178,67 @@ pub enum Forward {
 /// tiles j+2 and j+3 load.
 pub const WG_STAGES: usize = 4;
 
-/// Environment variable that forces the portable kernel on sm_90 (`mma`), so that it is
+/// Environment variable that forces the portable family on sm_90 (`mma`), so that it is
 /// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
-pub const FORWARD_ENV: &str = "RINGDIL_FORWARD";
+pub const FAMILY_ENV: &str = "RINGDIL_KERNELS";
 
-impl Forward {
-    /// The kernel for compute capability `major.minor`: wgmma exists only on 9.0 (sm_90a
+impl Family {
+    /// The family for compute capability `major.minor`: wgmma exists only on 9.0 (sm_90a
     /// features do not carry over to later architectures).
     pub fn for_device(major: i32, minor: i32, forced: Option<&str>) -> Self {
-        if (major, minor) == (9, 0) && forced != Some("mma") { Forward::Wgmma } else { Forward::Mma }
+        if (major, minor) == (9, 0) && forced != Some("mma") { Family::Wgmma } else { Family::Mma }
     }
 
     /// NVRTC's `--gpu-architecture`: wgmma needs the architecture-specific target.
     pub fn target(self, major: i32, minor: i32) -> String {
         match self {
-            Forward::Mma => format!("sm_{major}{minor}"),
-            Forward::Wgmma => format!("sm_{major}{minor}a"),
+            Family::Mma => format!("sm_{major}{minor}"),
+            Family::Wgmma => format!("sm_{major}{minor}a"),
         }
     }
 
     pub fn define(self) -> &'static str {
         match self {
-            Forward::Mma => "-DFWD_WGMMA=0",
-            Forward::Wgmma => "-DFWD_WGMMA=1",
+            Family::Mma => "-DWGMMA=0",
+            Family::Wgmma => "-DWGMMA=1",
         }
     }
 
-    pub fn threads(self) -> u32 {
+    pub fn forward_threads(self) -> u32 {
         match self {
-            Forward::Mma => 128,
-            Forward::Wgmma => 384,
+            Family::Mma => 128,
+            Family::Wgmma => 384,
         }
     }
 
-    /// Dynamic shared memory: a Q tile of [`FWD_Q_TILE`] rows and the K/V stages (2 for
-    /// mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier per stage and
-    /// one for Q, and
-    /// its base rounded up to 1 KB in the kernel: the swizzle of its operands is a function
-    /// of address bits).
-    pub fn smem(self, head_dim: usize) -> u32 {
+    /// Threads per block of the backward kernel: 4 warps either way.
+    pub fn backward_threads(self) -> u32 {
+        128
+    }
+
+    /// Dynamic shared memory of the forward: a Q tile of [`FWD_Q_TILE`] rows and the K/V
+    /// stages (2 for mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier
+    /// per stage and one for Q, and its base rounded up to 1 KB in the kernel: the swizzle
+    /// of its operands is a function of address bits).
+    pub fn forward_smem(self, head_dim: usize) -> u32 {
         let row = head_dim * 2;
         match self {
-            Forward::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
-            Forward::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
+            Family::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
+            Family::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
         }
     }
-}
 
-/// Dynamic shared memory of the backward kernel: the block's K and V tiles, two stages
-/// of the Q and dO tiles it visits with their per-query lse, delta, position and row, and
-/// the 16-bit dS^T tile of the current (key tile, query tile) pair (the A operand of dQ).
-pub fn smem_backward(head_dim: usize) -> u32 {
-    (6 * TILE * head_dim * 2 + 2 * 4 * TILE * 4 + TILE * TILE * 2) as u32
+    /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
+    /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
+    /// 16-bit dS^T tile of the current (key tile, query tile) pair (the A operand of dQ);
+    /// wgmma adds a full mbarrier per stage and 1 KB to align the base.
+    pub fn backward_smem(self, head_dim: usize) -> u32 {
+        let tiles = 6 * TILE * head_dim * 2 + 2 * 4 * TILE * 4 + TILE * TILE * 2;
+        match self {
+            Family::Mma => tiles as u32,
+            Family::Wgmma => (tiles + 2 * 8 + 1024) as u32,
+        }
+    }
 }
 
 fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
@@ -463,29 +472,35 @@ mod tests {
         assert_eq!(l.cols.visits(), 16 * 17 / 2);
         // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
-        assert_eq!(Forward::Mma.smem(128), 96 * 1024);
-        assert_eq!(Forward::Mma.smem(64), 48 * 1024);
-        assert_eq!(Forward::Wgmma.smem(128), 160 * 1024 + 72 + 1024); // within H100's 227 KB
-        assert_eq!(Forward::Wgmma.smem(64), 80 * 1024 + 72 + 1024);
-        assert_eq!(smem_backward(128), 96 * 1024 + 2048 + 8192);
-        assert_eq!(smem_backward(64), 48 * 1024 + 2048 + 8192);
+        assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
+        assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128), 160 * 1024 + 72 + 1024); // within H100's 227 KB
+        assert_eq!(Family::Wgmma.forward_smem(64), 80 * 1024 + 72 + 1024);
+        assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
+        assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
+        // Two wgmma backward blocks (and their 1 KB each reserved by the system) fit in
+        // an H100 SM's 228 KB.
+        assert_eq!(Family::Wgmma.backward_smem(128), 96 * 1024 + 2048 + 8192 + 16 + 1024);
+        assert!(2 * (Family::Wgmma.backward_smem(128) + 1024) <= 228 * 1024);
     }
 
     #[test]
-    fn forward_kernel_follows_the_architecture() {
-        assert_eq!(Forward::for_device(9, 0, None), Forward::Wgmma);
-        assert_eq!(Forward::for_device(9, 0, Some("mma")), Forward::Mma);
-        assert_eq!(Forward::for_device(9, 0, Some("wgmma")), Forward::Wgmma);
+    fn kernel_family_follows_the_architecture() {
+        assert_eq!(Family::for_device(9, 0, None), Family::Wgmma);
+        assert_eq!(Family::for_device(9, 0, Some("mma")), Family::Mma);
+        assert_eq!(Family::for_device(9, 0, Some("wgmma")), Family::Wgmma);
         for (major, minor) in [(8, 0), (8, 9), (10, 0), (12, 0)] {
-            assert_eq!(Forward::for_device(major, minor, None), Forward::Mma, "sm_{major}{minor}");
+            assert_eq!(Family::for_device(major, minor, None), Family::Mma, "sm_{major}{minor}");
         }
-        assert_eq!(Forward::Wgmma.target(9, 0), "sm_90a");
-        assert_eq!(Forward::Mma.target(9, 0), "sm_90");
+        assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
+        assert_eq!(Family::Mma.target(9, 0), "sm_90");
         // The kernel's constants are the host's.
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
-        assert!(src.contains(&format!("#define WG_THREADS {} ", Forward::Wgmma.threads())));
-        assert!(src.contains(&format!("#define NTHREADS {}\n", Forward::Mma.threads())));
+        assert!(src.contains(&format!("#define WG_THREADS {} ", Family::Wgmma.forward_threads())));
+        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
+        assert!(src.contains(&format!("#define WB_THREADS {}\n", Family::Wgmma.backward_threads())));
+        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads());
     }
 
     #[test]

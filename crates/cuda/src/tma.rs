@@ -1,5 +1,6 @@
-//! Tensor maps for Hopper's TMA unit (tensor memory accelerator): the wgmma forward's
-//! producer copies each K / V tile with a few bulk "box" copies described by these maps,
+//! Tensor maps for Hopper's TMA unit (tensor memory accelerator): the wgmma kernels copy
+//! each K / V (forward) or Q / dO (backward) tile with a few bulk "box" copies described by
+//! these maps,
 //! instead of one 16-byte `cp.async` per thread and row (which, issued by the producer
 //! warpgroup, halved the kernel's speed at d = 128; docs/benchmarks/gpu-bench.md, v8).
 //!
@@ -29,22 +30,23 @@ pub struct TensorMap {
     opaque: [u64; 16],
 }
 
-/// The kernel's `KvMaps` parameter: the maps of K and V.
+/// The kernel's `TensorPair` parameter: the maps of the two tensors a launch streams (K
+/// and V in the forward, Q and dO in the backward).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvMaps {
-    pub k: TensorMap,
-    pub v: TensorMap,
+pub struct TensorPair {
+    pub a: TensorMap,
+    pub b: TensorMap,
 }
 
 // SAFETY: plain bytes, passed by value as a kernel parameter of the same layout.
-unsafe impl cudarc::driver::DeviceRepr for KvMaps {}
+unsafe impl cudarc::driver::DeviceRepr for TensorPair {}
 
-impl KvMaps {
-    /// Maps of the k and v tensors at device addresses `k`, `v`, both `dims` =
+impl TensorPair {
+    /// Maps of the tensors at device addresses `a`, `b`, both `dims` =
     /// `[batch, rows, heads, head_dim]`, read `stride` rows apart.
-    pub fn new(k: sys::CUdeviceptr, v: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Self> {
-        Ok(KvMaps { k: encode(k, dims, stride)?, v: encode(v, dims, stride)? })
+    pub fn new(a: sys::CUdeviceptr, b: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Self> {
+        Ok(TensorPair { a: encode(a, dims, stride)?, b: encode(b, dims, stride)? })
     }
 }
 
@@ -133,12 +135,12 @@ mod tests {
     #[test]
     fn maps_match_the_kernel_parameter_layout() {
         assert_eq!(std::mem::size_of::<TensorMap>(), 128);
-        assert_eq!(std::mem::align_of::<KvMaps>(), 64);
-        assert_eq!(std::mem::offset_of!(KvMaps, v), 128);
+        assert_eq!(std::mem::align_of::<TensorPair>(), 64);
+        assert_eq!(std::mem::offset_of!(TensorPair, b), 128);
         assert_eq!(std::mem::size_of::<sys::CUtensorMap>(), 128);
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains("struct __align__(64) TensorMap {\n    unsigned long long opaque[16];\n};"));
-        assert!(src.contains("struct KvMaps {\n    TensorMap k, v;\n};"));
+        assert!(src.contains("struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)\n    TensorMap a, b;\n};"));
         assert!(src.contains("cp.async.bulk.tensor.5d"), "the kernel's boxes are 5-d, as encoded here");
         assert_eq!(BOX_COLS * 2, 128, "a box row is the 128-byte swizzle span");
     }

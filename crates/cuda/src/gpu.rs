@@ -5,7 +5,7 @@ use crate::error::{CudaError, Result};
 use crate::launch::{self, Chunk, Dtype, Family, LaunchSpec, Params, Shape};
 use crate::plan::IndexMap;
 use crate::spec::GpuSpec;
-use crate::tma::TensorPair;
+use crate::tma::{Elem, TensorMap, TensorPair};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{CompileOptions, Ptx};
@@ -365,14 +365,18 @@ impl Gpu {
         b: cudarc::driver::sys::CUdeviceptr,
         dims: [usize; 4],
     ) -> Result<Option<TensorPair>> {
-        let stride = match l.map {
-            IndexMap::Compact { dilation, .. } => dilation,
-            IndexMap::Identity { .. } => 1,
-        };
         Ok(match self.family {
             Family::Mma => None,
-            Family::Wgmma => Some(TensorPair::new(a, b, dims, stride)?),
+            Family::Wgmma => Some(TensorPair::new(a, b, dims, Self::row_stride(l))?),
         })
+    }
+
+    /// Rows between consecutive launch indices of a tile, as the TMA view reads them.
+    fn row_stride(l: &LaunchSpec) -> usize {
+        match l.map {
+            IndexMap::Compact { dilation, .. } => dilation,
+            IndexMap::Identity { .. } => 1,
+        }
     }
 
     fn fill_empty(&self, prep: &Prepared, p: &mut DevicePartial) -> Result<()> {
@@ -505,10 +509,14 @@ impl Gpu {
                 shared_mem_bytes: smem,
             };
             let maps = self.tile_maps(l, qp, dop, dout.dims)?;
+            let dq_map = match maps {
+                Some(_) => Some(TensorMap::new(dqp, Elem::F32, dout.dims, Self::row_stride(l))?),
+                None => None,
+            };
             let mut launch = st.launch_builder(&prep.kernels.bwd);
             launch.arg(&cols);
-            if let Some(maps) = &maps {
-                launch.arg(maps);
+            if let (Some(maps), Some(dq_map)) = (&maps, &dq_map) {
+                launch.arg(maps).arg(dq_map);
             }
             // SAFETY: params and maps describe live buffers of the validated shapes.
             unsafe { launch.launch(cfg) }?;

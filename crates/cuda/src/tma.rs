@@ -11,7 +11,8 @@
 //! head dims (128 bytes) of TILE rows R apart (a dilated branch's kept rows within a
 //! segment), written to shared memory with the 128-byte swizzle, which is the kernel's
 //! `swz_blocks` layout. The view holds the rows below `(rows / R) * R`; past them a box
-//! reads zeros (the kernel gathers tiles that reach further with cp.async).
+//! reads zeros (the kernel gathers tiles that reach further with cp.async). The backward
+//! adds its dQ into dq (f32) the other way, by TMA reductions of 32-column boxes.
 
 use crate::error::{CudaError, Result};
 use crate::plan::TILE;
@@ -20,10 +21,9 @@ use cudarc::driver::sys::{
     CUtensorMapSwizzle,
 };
 
-/// Head dims per box: 128 bytes of 16-bit values, the span of the 128-byte swizzle.
-pub const BOX_COLS: usize = 64;
-
 /// One encoded `CUtensorMap` (opaque, 128 bytes), laid out as the kernel's `TensorMap`.
+/// Also a kernel parameter on its own: the backward's map of dq (f32), into which it adds
+/// dQ boxes by TMA reductions.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorMap {
@@ -39,31 +39,67 @@ pub struct TensorPair {
     pub b: TensorMap,
 }
 
-// SAFETY: plain bytes, passed by value as a kernel parameter of the same layout.
+// SAFETY: plain bytes, passed by value as kernel parameters of the same layout.
 unsafe impl cudarc::driver::DeviceRepr for TensorPair {}
+unsafe impl cudarc::driver::DeviceRepr for TensorMap {}
+
+/// Element type of a mapped tensor: the 16-bit inputs, or f32 (dq).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    U16,
+    F32,
+}
+
+impl Elem {
+    fn bytes(self) -> usize {
+        match self {
+            Elem::U16 => 2,
+            Elem::F32 => 4,
+        }
+    }
+
+    /// Columns of one box: 128 bytes, the span of the 128-byte swizzle.
+    pub fn box_cols(self) -> usize {
+        128 / self.bytes()
+    }
+}
+
+impl TensorMap {
+    /// The map of a `[batch, rows, heads, head_dim]` tensor of `elem` at device address
+    /// `ptr`, read (or reduced into) `stride` rows apart.
+    pub fn new(ptr: sys::CUdeviceptr, elem: Elem, dims: [usize; 4], stride: usize) -> Result<Self> {
+        encode(ptr, elem, dims, stride)
+    }
+}
 
 impl TensorPair {
     /// Maps of the tensors at device addresses `a`, `b`, both `dims` =
     /// `[batch, rows, heads, head_dim]`, read `stride` rows apart.
     pub fn new(a: sys::CUdeviceptr, b: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Self> {
-        Ok(TensorPair { a: encode(a, dims, stride)?, b: encode(b, dims, stride)? })
+        Ok(TensorPair { a: encode(a, Elem::U16, dims, stride)?, b: encode(b, Elem::U16, dims, stride)? })
     }
 }
 
 /// (sizes innermost first, byte strides of dimensions 1..5) of a `[batch, rows, heads,
-/// head_dim]` 16-bit tensor viewed with row stride `r`, as `cuTensorMapEncodeTiled` takes
-/// them. A tensor with fewer than `r` rows gets one step (the kernel never boxes there).
-pub fn geometry([batch, rows, heads, head_dim]: [usize; 4], r: usize) -> ([u64; 5], [u64; 4]) {
-    let row = (heads * head_dim * 2) as u64;
+/// head_dim]` tensor of `elem` viewed with row stride `r`, as `cuTensorMapEncodeTiled`
+/// takes them. A tensor with fewer than `r` rows gets one step (the kernels never box
+/// there).
+pub fn geometry(elem: Elem, [batch, rows, heads, head_dim]: [usize; 4], r: usize) -> ([u64; 5], [u64; 4]) {
+    let e = elem.bytes() as u64;
+    let row = heads as u64 * head_dim as u64 * e;
     (
         [head_dim as u64, heads as u64, r as u64, (rows / r).max(1) as u64, batch as u64],
-        [(head_dim * 2) as u64, row, row * r as u64, row * rows as u64],
+        [head_dim as u64 * e, row, row * r as u64, row * rows as u64],
     )
 }
 
-fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<TensorMap> {
-    let (size, strides) = geometry(dims, stride);
-    let boxed: [u32; 5] = [BOX_COLS as u32, 1, 1, TILE as u32, 1];
+fn encode(ptr: sys::CUdeviceptr, elem: Elem, dims: [usize; 4], stride: usize) -> Result<TensorMap> {
+    let (size, strides) = geometry(elem, dims, stride);
+    let boxed: [u32; 5] = [elem.box_cols() as u32, 1, 1, TILE as u32, 1];
+    let dtype = match elem {
+        Elem::U16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        Elem::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
     let step: [u32; 5] = [1; 5];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every array has the rank's length (5; 4 strides); the driver only writes the
@@ -71,7 +107,7 @@ fn encode(ptr: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Tens
     unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            dtype,
             5,
             ptr as *mut std::ffi::c_void,
             size.as_ptr(),
@@ -95,20 +131,24 @@ mod tests {
 
     #[test]
     fn geometry_is_head_dim_heads_phase_step_batch() {
-        let (size, strides) = geometry([2, 1000, 3, 128], 1);
+        let (size, strides) = geometry(Elem::U16, [2, 1000, 3, 128], 1);
         assert_eq!(size, [128, 3, 1, 1000, 2]);
         // Next head: 256 bytes; next phase / row: 3 heads; next batch row: 1000 rows.
         assert_eq!(strides, [256, 768, 768, 768_000]);
         // Dilation 4: rows 4 apart are one step apart; 1001 rows keep 250 whole steps.
-        let (size, strides) = geometry([2, 1001, 3, 128], 4);
+        let (size, strides) = geometry(Elem::U16, [2, 1001, 3, 128], 4);
         assert_eq!(size, [128, 3, 4, 250, 2]);
         assert_eq!(strides, [256, 768, 3072, 768_768]);
         // Fewer rows than the stride: one step (never used by the kernel), not an empty view.
-        assert_eq!(geometry([1, 3, 1, 64], 8).0, [64, 1, 8, 1, 1]);
+        assert_eq!(geometry(Elem::U16, [1, 3, 1, 64], 8).0, [64, 1, 8, 1, 1]);
+        // f32 (dq): twice the bytes per element and per row.
+        assert_eq!(geometry(Elem::F32, [2, 1000, 3, 128], 1).1, [512, 1536, 1536, 1_536_000]);
         // The TMA needs 16-byte multiples: true for every head dim the kernels take.
         for d in [64, 128] {
             for r in [1, 3, 8] {
-                assert!(geometry([1, 7, 5, d], r).1.iter().all(|s| s % 16 == 0));
+                for e in [Elem::U16, Elem::F32] {
+                    assert!(geometry(e, [1, 7, 5, d], r).1.iter().all(|s| s % 16 == 0));
+                }
             }
         }
     }
@@ -118,7 +158,7 @@ mod tests {
     #[test]
     fn the_view_covers_whole_steps_exactly() {
         for (rows, r) in [(1000, 1), (1001, 4), (64, 8), (130, 3)] {
-            let (size, strides) = geometry([1, rows, 1, 64], r);
+            let (size, strides) = geometry(Elem::U16, [1, rows, 1, 64], r);
             let mut seen = vec![0; rows];
             for phase in 0..size[2] {
                 for step in 0..size[3] {
@@ -142,6 +182,8 @@ mod tests {
         assert!(src.contains("struct __align__(64) TensorMap {\n    unsigned long long opaque[16];\n};"));
         assert!(src.contains("struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)\n    TensorMap a, b;\n};"));
         assert!(src.contains("cp.async.bulk.tensor.5d"), "the kernel's boxes are 5-d, as encoded here");
-        assert_eq!(BOX_COLS * 2, 128, "a box row is the 128-byte swizzle span");
+        // A box row is the 128-byte swizzle span: the kernels' 64 bf16 / 32 f32 columns.
+        assert_eq!((Elem::U16.box_cols(), Elem::F32.box_cols()), (64, 32));
+        assert!(src.contains("cp.reduce.async.bulk.tensor.5d"));
     }
 }

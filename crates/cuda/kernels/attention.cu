@@ -1373,7 +1373,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // ---------------------------------------------------------------- backward, wgmma (sm_90a)
 
 // Flash-attention 2's backward on warpgroup MMAs: one warpgroup per block owns 64 key rows
-// (warp w: keys 16 w..), two blocks per SM. Per visited query tile (64 rows):
+// (warp w: keys 16 w..), two or three blocks per SM (WB_BLOCKS). Per visited query tile (64 rows):
 //   S^T = K Q^T, dP^T = V dO^T      16 (d = 128) wgmma, A and B from shared memory;
 //   mask, P^T, dS^T                 the mma.sync kernel's per-warp steps (same layout);
 //   dV += P^T dO, dK += dS^T Q      8 wgmma, A (P^T, dS^T) from registers, B transposed;
@@ -1404,7 +1404,11 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const 
                            smem_desc(sK + cb * BN * 64 + k * 16 * 64, BN * 128, 1024), k > 0);
 }
 
-extern "C" __global__ void __launch_bounds__(WB_THREADS, 2)
+// Blocks per SM: two at d = 128 (247-255 registers); three at d = 64, where the softmax
+// work per flop is twice as large and a third block hides it (168 registers, 32 bytes of
+// spills; fwd+bwd 1.2x faster than with two, docs/benchmarks/gpu-bench.md, v9c).
+#define WB_BLOCKS (D == 64 ? 3 : 2)
+extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     attn_bwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap dq_map) {
     extern __shared__ __align__(1024) u16 smem_wb[];
     u16* sK = smem_wb + ((1024 - ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) & 1023) / 2;

@@ -170,7 +170,8 @@ pub enum Family {
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
     /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
-    /// mbarriers. Backward: one warpgroup per 64 key rows, two blocks per SM.
+    /// mbarriers. Backward: one warpgroup per 64 key rows, two blocks per SM (three at
+    /// d = 64).
     Wgmma,
 }
 
@@ -482,6 +483,7 @@ mod tests {
         // an H100 SM's 228 KB.
         assert_eq!(Family::Wgmma.backward_smem(128), 96 * 1024 + 2048 + 8192 + 16 + 1024);
         assert!(2 * (Family::Wgmma.backward_smem(128) + 1024) <= 228 * 1024);
+        assert!(3 * (Family::Wgmma.backward_smem(64) + 1024) <= 228 * 1024, "WB_BLOCKS = 3 at d = 64");
     }
 
     #[test]

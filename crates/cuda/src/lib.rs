@@ -21,7 +21,8 @@
 //!   each branch runs on its kept rows only (compact index space, gather on load, scatter
 //!   on store), so a branch `(w, r)` costs `n*w/r^2` per head, not `n^2`.
 //! * **Merge** ([`Gpu::merge_into`]): the reference's `Partial::merge`, into a new buffer.
-//! * **Backward** ([`Gpu::backward_into`]): dQ, dK, dV from the saved LSE, same masks.
+//! * **Backward** ([`Gpu::backward_into`]): dQ, dK, dV from the saved LSE, same masks; on
+//!   H100/H200 every product is a `wgmma` and dQ is added by TMA reductions.
 //!
 //! * **Distributed** ([`dist`]): ring attention over NCCL (one process per GPU), the
 //!   pattern-aware plan, all-gather, virtual ranks on one GPU, a launcher.

@@ -475,7 +475,9 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
         assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 160 * 1024 + 72 + 1024); // within H100's 227 KB
+        assert_eq!(Family::Wgmma.forward_smem(128), 160 * 1024 + 72 + 1024);
+        // sm_90's largest dynamic shared memory per block is 227 KB.
+        assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
         assert_eq!(Family::Wgmma.forward_smem(64), 80 * 1024 + 72 + 1024);
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);

@@ -389,17 +389,14 @@ mod tests {
 
     #[test]
     fn pattern_plan_sends_only_the_kept_rows_of_branches_that_cross_ranks() {
+        // 1000 tokens on 2 contiguous ranks, batch 1, 2 heads, d = 64.
+        let plan = |branches: &[(usize, usize)]| {
+            let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(branches)));
+            DistPlan::new(ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap(), spec, 1, 2, 64).unwrap()
+        };
         // (100, 1) stays inside each rank of 500 tokens; (1000, 4) crosses: rank 0 needs,
         // per head h, the rows of rank 1 with pos % 4 == h % 4.
-        let d = Dilated::longnet(&[(100, 1), (1000, 4)]);
-        let p = DistPlan::new(
-            ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap(),
-            GpuSpec::new(GpuPattern::Dilated(d)),
-            1,
-            2,
-            64,
-        )
-        .unwrap();
+        let p = plan(&[(100, 1), (1000, 4)]);
         let kept = p.kept_rows(0, 1, 0).expect("fewer than all rows");
         assert_eq!(kept.len(), 2 * 500 / 4);
         for &e in kept {
@@ -409,15 +406,7 @@ mod tests {
         assert_eq!(p.pattern_volume(0, 1), 2 * 250 * 64);
         assert_eq!(p.kept_rows(0, 0, 0), None, "a rank's own pieces never travel");
         // A crossing branch of dilation 1 needs every row: the whole piece.
-        let dense_cross = Dilated::longnet(&[(1000, 1), (1000, 4)]);
-        let p = DistPlan::new(
-            ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap(),
-            GpuSpec::new(GpuPattern::Dilated(dense_cross)),
-            1,
-            2,
-            64,
-        )
-        .unwrap();
+        let p = plan(&[(1000, 1), (1000, 4)]);
         assert_eq!(p.kept_rows(0, 1, 0), None);
         assert_eq!(p.pattern_volume(0, 1), 2 * 500 * 2 * 64);
     }

@@ -1372,204 +1372,288 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 #if WGMMA
 // ---------------------------------------------------------------- backward, wgmma (sm_90a)
 
-// Flash-attention 2's backward on warpgroup MMAs: one warpgroup per block owns 64 key rows
-// (warp w: keys 16 w..), two or three blocks per SM (WB_BLOCKS). Per visited query tile (64 rows):
+// Flash-attention 2's backward on warpgroup MMAs: a block owns WB_KEYS key rows, 64 per
+// warpgroup (warp w of a warpgroup: keys 16 w..), and visits the query tiles (64 rows) of
+// its key tiles' plan rows. Per visited query tile, each warpgroup:
 //   S^T = K Q^T, dP^T = V dO^T      16 (d = 128) wgmma, A and B from shared memory;
 //   mask, P^T, dS^T                 the mma.sync kernel's per-warp steps (same layout);
 //   dV += P^T dO, dK += dS^T Q      8 wgmma, A (P^T, dS^T) from registers, B transposed;
-//   dQ = dS K                       dS^T through shared memory as an M-major A operand,
-//                                   K as an N-major B, one 64-column half at a time,
-//                                   staged in shared memory (over the tile's Q, dO, whose
-//                                   readers are done) and added into dq by TMA reductions
-//                                   (per-element red.global.add cost 30% of the time).
-// Q and dO tiles come by TMA into two stages (one thread issues them; full[s] mbarriers),
-// gathered by cp.async where a compact tile is not evenly spaced; K and V are loaded once.
-#define WB_THREADS 128
+// then, with every warpgroup's dS^T in shared memory, warpgroup w computes dQ's columns
+// 64 w.. over all of the block's keys:
+//   dQ = dS K                       dS^T as an M-major A operand, K as an N-major B,
+//                                   staged in shared memory as f32 and added into dq by
+//                                   TMA reductions (per-element red.global.add cost 30%).
+// At d = 128 a block has two warpgroups (128 keys): the Q / dO tile each query tile brings
+// in serves twice the keys, and the dQ reductions into global memory, one 64 x d box per
+// (block, query tile), are halved against 64-key blocks (v10 in docs/benchmarks/gpu-bench.md).
+// At d = 64 a block is one warpgroup and three blocks share an SM (WB_BLOCKS below).
+// Q and dO tiles come by TMA into WB_STAGES stages, issued by warpgroup 0 (gathered by its
+// cp.async where a compact tile is not evenly spaced) and handed over by mbarriers:
+// full[s] (warpgroup 0's 128 arrivals, plus the TMA's bytes), empty[s] (every thread, once
+// done with the tile, and once the tile's dQ reductions have read their staging). K and V
+// are loaded once.
+#define WB_WGS (D == 128 ? 2 : 1)
+#define WB_THREADS (128 * WB_WGS)
+#define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
+static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
+// Two buffers of dS^T when warpgroups share it: one may still read tile j's while the other
+// writes tile j + 1's. One warpgroup stages its dQ over the tile's own Q and dO (their
+// readers, its dK and dV MMAs, are done by then: no extra shared memory, three blocks per
+// SM at d = 64); two need a separate staging area (the other's dK may still read Q).
+#define WB_SS_BUFS (WB_WGS > 1 ? 2 : 1)
+#define WB_DQ_OVERLAY (WB_WGS == 1)
 
-// S^T (or dP^T) = A B^T with A = the block's 64 key rows, B = the query tile's 64 rows,
-// both K-major over the head dimension.
+// S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
+// tile), B = the query tile's 64 rows, both K-major over the head dimension.
 __device__ __forceinline__ void issue_scores_t(float (&s)[BM / 8][4], const u16* sA, const u16* sB) {
     #pragma unroll
     for (int k = 0; k < D / 16; ++k)
-        wgmma_ss_n64<0, 0>(s, smem_desc(sA + (k >> 2) * BN * 64 + (k & 3) * 16, 16, 1024),
+        wgmma_ss_n64<0, 0>(s, smem_desc(sA + (k >> 2) * WB_KEYS * 64 + (k & 3) * 16, 16, 1024),
                            smem_desc(sB + (k >> 2) * BM * 64 + (k & 3) * 16, 16, 1024), k > 0);
 }
-// dQ columns 64 cb.. = dS K: A = dS^T stored [key][query] (M-major: queries contiguous),
-// B = K's column block cb (N-major), 16 keys per step.
+// dQ columns 64 cb.. = dS K over the block's keys: A = dS^T stored [key][query] (M-major:
+// queries contiguous), B = K's column block cb (N-major), 16 keys per step.
 __device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const u16* sK, int cb) {
     #pragma unroll
-    for (int k = 0; k < BN / 16; ++k)
-        wgmma_ss_n64<1, 1>(c, smem_desc(sS + k * 16 * BM, BN * 128, 1024),
-                           smem_desc(sK + cb * BN * 64 + k * 16 * 64, BN * 128, 1024), k > 0);
+    for (int k = 0; k < WB_KEYS / 16; ++k)
+        wgmma_ss_n64<1, 1>(c, smem_desc(sS + k * 16 * BM, WB_KEYS * 128, 1024),
+                           smem_desc(sK + cb * WB_KEYS * 64 + k * 16 * 64, WB_KEYS * 128, 1024), k > 0);
 }
 
-// Blocks per SM: two at d = 128 (247-255 registers); three at d = 64, where the softmax
-// work per flop is twice as large and a third block hides it (168 registers, 32 bytes of
-// spills; fwd+bwd 1.2x faster than with two, docs/benchmarks/gpu-bench.md, v9c).
-#define WB_BLOCKS (D == 64 ? 3 : 2)
+// Named barrier ID among THREADS threads (immediate operands: a register ID would make
+// ptxas reserve all 16 barriers).
+template <int ID, int THREADS>
+__device__ __forceinline__ void bar_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
+// The query tiles a block visits: the union of its warpgroups' key tiles' plan rows (each
+// ascending), merged on the fly. A key tile past the launch, or whose keys are all past
+// the padding limit, visits nothing (its dK, dV are zeros).
+struct QueryWalk {
+    int pos[WB_WGS], end[WB_WGS];
+};
+__device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int klimit) {
+    QueryWalk w;
+    const int tiles = (p.nk + BN - 1) / BN;
+    #pragma unroll
+    for (int i = 0; i < WB_WGS; ++i) {
+        const int kt = kb * WB_WGS + i;
+        const bool live = kt < tiles && !keys_past_limit(p, kt * BN, klimit);
+        w.pos[i] = live ? p.plan_ptr[kt] : 0;
+        w.end[i] = live ? p.plan_ptr[kt + 1] : 0;
+    }
+    return w;
+}
+// The next query tile (-1: none left); bit i of `vis`: warpgroup i's key tile visits it.
+__device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u32& vis) {
+    int q = CUT_MAX;
+    #pragma unroll
+    for (int i = 0; i < WB_WGS; ++i)
+        if (w.pos[i] < w.end[i]) q = min(q, p.plan_idx[w.pos[i]]);
+    vis = 0;
+    #pragma unroll
+    for (int i = 0; i < WB_WGS; ++i)
+        if (w.pos[i] < w.end[i] && p.plan_idx[w.pos[i]] == q) {
+            vis |= 1u << i;
+            ++w.pos[i];
+        }
+    return q == CUT_MAX ? -1 : q;
+}
+
+// Blocks per SM: one at d = 128 (two warpgroups of up to 255 registers); three at d = 64
+// (168 registers; fwd+bwd 1.2x faster than with two, docs/benchmarks/gpu-bench.md, v9c).
+#define WB_BLOCKS (D == 64 ? 3 : 1)
 extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     attn_bwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap dq_map) {
     extern __shared__ __align__(1024) u16 smem_wb[];
     u16* sK = smem_wb + ((1024 - ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) & 1023) / 2;
-    u16* sV = sK + BN * D;
+    u16* sV = sK + WB_KEYS * D;
     // Stage s: Q, dO (swz_blocks layout), then lse2, delta, position, row of each query.
     constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units; a multiple of 512 (1 KB)
-    u16* sStage = sV + BN * D;
-    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T of the current pair, [BN][BM], swz_s
-    const u32 bars = (u32)__cvta_generic_to_shared(sS + BN * BM);
+    u16* sStage = sV + WB_KEYS * D;
+    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T buffers, [WB_KEYS][BM] each, swz_s
+    float* sDQ = reinterpret_cast<float*>(sS + WB_SS_BUFS * WB_KEYS * BM);  // [BM][D] f32 staging
+    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : BM * D));
+    auto full = [&](int st) { return bars + 8 * st; };
+    auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
-    const int kt = bc.tile, h = bc.h, b = bc.b;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int k0 = kt * BN;
+    const int kb = bc.tile, h = bc.h, b = bc.b;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              t = lane & 3;
+    const bool leader = (threadIdx.x & 127) == 0;  // issues its warpgroup's TMA operations
+    const int kw = (kb * WB_WGS + wg) * BN;        // this warpgroup's first key (launch index)
     const int klimit = key_limit(p, b);
-    const int qbeg = p.plan_ptr[kt];
-    const int qend = keys_past_limit(p, k0, klimit) ? qbeg : p.plan_ptr[kt + 1];  // all keys padded: zeros
     const int R = p.compact ? p.dil_rate : 1;
     if (threadIdx.x == 0)
-        for (int st = 0; st < WB_STAGES; ++st) mbar_init(bars + 8 * st, 1);
-    __syncthreads();
+        for (int st = 0; st < WB_STAGES; ++st) {
+            mbar_init(full(st), 128);
+            mbar_init(empty(st), WB_THREADS);
+        }
+    load_tile<WB_KEYS, WB_THREADS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
+    load_tile<WB_KEYS, WB_THREADS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
+    cp_commit();
 
-    int krow[2], kpos[2], kseg[2];
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        krow[r] = row_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r, h);
-        kseg[r] = seg_of(p, k_axis(p), k0 + warp * 16 + g + 8 * r);
-        kpos[r] = pos_of(k_axis(p), krow[r]);
-    }
     float dk[D / 8][4], dv[D / 8][4];
     #pragma unroll
     for (int i = 0; i < D / 8; ++i)
         #pragma unroll
         for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+    cp_wait<0>();
+    fence_async_smem();
+    __syncthreads();  // K, V and the barriers are ready
 
-    // Issue the loads of query tile `it` into its stage; its full barrier completes one
-    // phase either way (the cp.async path is waited for with cp.async.wait_group).
-    auto fetch = [&](int it) {
-        const int q0 = p.plan_idx[it] * BM, st = (it - qbeg) % WB_STAGES;
+    // Warpgroup 0 brings query tile `qt` into the stage of the block's visit `it`, once
+    // every thread is done with the stage's previous tile: the TMA's boxes (one thread) or
+    // its own cp.async gather, waited for, and the per-query rows (threads < BM).
+    auto fetch = [&](int it, int qt) {
+        const int q0 = qt * BM, st = it % WB_STAGES;
         u16* sq = sStage + st * STAGE;
-        const u32 full = bars + 8 * st;
+        if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
         int row0;
-        if (tile_is_box(p, q_axis(p), q0, h, row0)) {
-            if (threadIdx.x == 0) {
-                mbar_expect_bytes(full, 2 * BM * D * 2);
-                #pragma unroll
-                for (int cb = 0; cb < D / 64; ++cb) {
-                    tma_box(sq + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full);
-                    tma_box(sq + BM * D + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full);
-                }
+        const bool box = tile_is_box(p, q_axis(p), q0, h, row0);
+        if (!box) {
+            load_tile<BM, 128, true>(sq, p.q, p, q_axis(p), b, h, q0);
+            load_tile<BM, 128, true>(sq + BM * D, p.dout, p, q_axis(p), b, h, q0);
+            cp_commit();
+            cp_wait<0>();
+            fence_async_smem();
+        }
+        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(sq + 2 * BM * D));
+        if (box && threadIdx.x == 0) {
+            mbar_expect_bytes(full(st), 2 * BM * D * 2);  // this thread's arrival
+            #pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb) {
+                tma_box(sq + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full(st));
+                tma_box(sq + BM * D + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full(st));
             }
         } else {
-            load_tile<BM, WB_THREADS, true>(sq, p.q, p, q_axis(p), b, h, q0);
-            load_tile<BM, WB_THREADS, true>(sq + BM * D, p.dout, p, q_axis(p), b, h, q0);
-            if (threadIdx.x == 0) mbar_arrive(full);
+            mbar_arrive(full(st));
         }
-        cp_commit();
-        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(sq + 2 * BM * D));
     };
-    load_tile<BN, WB_THREADS, true>(sK, p.k, p, k_axis(p), b, h, k0);
-    load_tile<BN, WB_THREADS, true>(sV, p.v, p, k_axis(p), b, h, k0);
-    cp_commit();
-    if (qbeg < qend) fetch(qbeg);
-    for (int it = qbeg; it < qend; ++it) {
-        const int q0 = p.plan_idx[it] * BM, st = (it - qbeg) % WB_STAGES;
+
+    QueryWalk walk = query_walk(p, kb, klimit);
+    u32 vis_next;
+    int qt_next = next_query_tile(p, walk, vis_next);
+    if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
+    for (int it = 0; qt_next >= 0; ++it) {
+        const int q0 = qt_next * BM, st = it % WB_STAGES;
+        const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
+        qt_next = next_query_tile(p, walk, vis_next);
         const u16* sQ = sStage + st * STAGE;
         const u16* sO = sQ + BM * D;
         const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
         const float* sD = sL + BM;                                       // delta of the query tile
         const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
         const int* sR = sP + BM;                                         // tensor rows
-        mbar_wait(bars + 8 * st, ((it - qbeg) / WB_STAGES) & 1);  // Q, dO by TMA
-        cp_wait<0>();                                            // or by cp.async (and K, V)
-        fence_async_smem();
-        if (threadIdx.x == 0) bulk_wait_read();  // tile it - 1's dQ reductions read their stage
-        __syncthreads();  // everyone's copies and rows; every warp is done with tile it - 1
-        if (it + 1 < qend) fetch(it + 1);
+        u16* sSb = sS + (it % WB_SS_BUFS) * WB_KEYS * BM;
+        if (it > 0) {
+            if (leader) bulk_wait_read();  // tile it - 1's dQ reductions have read their staging
+            mbar_arrive(empty((it - 1) % WB_STAGES));
+        }
+        mbar_wait(full(st), (it / WB_STAGES) & 1);
+        if (wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
 
+        // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sSb, for dQ:
+        // zeros where the warpgroup's keys do not visit the tile.
         float s[BM / 8][4], dp[BM / 8][4];
-        fence_acc(s);
-        fence_acc(dp);
-        wg_fence();
-        issue_scores_t(s, sK, sQ);
-        issue_scores_t(dp, sV, sO);
-        wg_commit();
-        wg_wait<0>();
-        fence_acc(s);
-        fence_acc(dp);
-        mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
-                      kseg, q0, sP, t);
-        probs_t(p, s, dp, sL, sD, t);
-        u32 pa[1][BM / 16][4], da[1][BM / 16][4];
-        pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
-        pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
-        // dS^T rows of this warp into sS ([key][query], swizzled), for dQ.
+        u32 da[1][BM / 16][4];
+        if (mine) {
+            fence_acc(s);
+            fence_acc(dp);
+            wg_fence();
+            issue_scores_t(s, sK + wg * BN * 64, sQ);
+            issue_scores_t(dp, sV + wg * BN * 64, sO);
+            wg_commit();
+            wg_wait<0>();
+            fence_acc(s);
+            fence_acc(dp);
+            // This thread's key rows' positions and segments, recomputed per tile (cheap)
+            // rather than held in registers across the loop.
+            int kpos[2], kseg[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                kseg[r] = seg_of(p, k_axis(p), kw + warp * 16 + g + 8 * r);
+                kpos[r] = pos_of(k_axis(p), row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h));
+            }
+            mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,
+                          kpos, kseg, q0, sP, t);
+            probs_t(p, s, dp, sL, sD, t);
+            pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
+        } else {
+            #pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
+        }
         #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
             #pragma unroll
             for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<u32*>(sS + swz_s(warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) + 2 * t) =
-                    da[0][kk][j];
+                *reinterpret_cast<u32*>(sSb + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
+                                        2 * t) = da[0][kk][j];
         fence_async_smem();
-        fence_acc(dv);
-        fence_acc(dk);
-        wg_fence();
-        issue_pv(dv, pa[0], sO);
-        issue_pv(dk, da[0], sQ);
-        wg_commit();
-        __syncthreads();  // every warp's dS^T rows are in sS
+        if (mine) {
+            u32 pa[1][BM / 16][4];
+            pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
+            fence_acc(dv);
+            fence_acc(dk);
+            wg_fence();
+            issue_pv(dv, pa[0], sO);
+            issue_pv(dk, da[0], sQ);
+            wg_commit();
+        }
+        bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sSb
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
-        // over the tile's Q and dO (free once dK, dV are waited for: the first wait below);
-        // other tiles (a compact tile with holes) reduce element by element.
+        // in shared memory; other tiles (a compact tile with holes) reduce element by element.
         int qrow0;
         const bool box = tile_is_box(p, q_axis(p), q0, h, qrow0);
-        float* qrow[2];
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = sR[warp * 16 + g + 8 * r];
-            qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + 2 * t : nullptr;
-        }
-        #pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb) {
-            float c[8][4];
-            fence_acc(c);
-            wg_fence();
-            issue_dq(c, sS, sK, cb);
-            wg_commit();
-            wg_wait<0>();
-            fence_acc(c);
-            if (box) {
-                // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
-                float* stage_f = reinterpret_cast<float*>(const_cast<u16*>(sQ)) + cb * BM * 64;
+        float c[8][4];
+        fence_acc(c);
+        wg_fence();
+        issue_dq(c, sSb, sK, wg);
+        wg_commit();
+        wg_wait<0>();  // and dK, dV: the overlaid staging below may overwrite Q and dO
+        fence_acc(c);
+        if (box) {
+            // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
+            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(const_cast<u16*>(sQ)) : sDQ + wg * BM * 64;
+            #pragma unroll
+            for (int i = 0; i < 8; ++i)
                 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const int row = warp * 16 + g + 8 * r, chunk = 2 * (i & 3) + (t >> 1);
-                        *reinterpret_cast<float2*>(stage_f + (i >> 2) * BM * 32 + row * 32 +
-                                                   ((chunk ^ (row & 7)) << 2) + 2 * (t & 1)) =
-                            make_float2(c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
-                    }
-                fence_async_smem();
-                __syncthreads();
-                if (threadIdx.x == 0) {
-                    tma_reduce_add(&dq_map, stage_f, cb * 64, h, qrow0, R, b);
-                    tma_reduce_add(&dq_map, stage_f + BM * 32, cb * 64 + 32, h, qrow0, R, b);
-                    bulk_commit();
+                for (int r = 0; r < 2; ++r) {
+                    const int row = warp * 16 + g + 8 * r, chunk = 2 * (i & 3) + (t >> 1);
+                    *reinterpret_cast<float2*>(stage_f + (i >> 2) * BM * 32 + row * 32 + ((chunk ^ (row & 7)) << 2) +
+                                               2 * (t & 1)) = make_float2(c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
                 }
-            } else {
+            fence_async_smem();
+            if (wg == 0)  // the warpgroup's staging is complete
+                bar_sync<2, 128>();
+            else
+                bar_sync<3, 128>();
+            if (leader) {
+                tma_reduce_add(&dq_map, stage_f, wg * 64, h, qrow0, R, b);
+                tma_reduce_add(&dq_map, stage_f + BM * 32, wg * 64 + 32, h, qrow0, R, b);
+                bulk_commit();
+            }
+        } else {
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = sR[warp * 16 + g + 8 * r];
+                if (row < 0) continue;
+                float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + wg * 64 + 2 * t;
                 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (qrow[r])
-                            red_add2(qrow[r] + cb * 64 + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
+                for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
             }
         }
         fence_acc(dv);
         fence_acc(dk);
     }
-    cp_wait<0>();
-    if (threadIdx.x == 0) bulk_wait();
+    if (leader) bulk_wait();
+    int krow[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) krow[r] = row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h);
     store_dkdv(p, b, h, dk, dv, krow, t);
 }
 #endif  // WGMMA

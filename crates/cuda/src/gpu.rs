@@ -504,8 +504,8 @@ impl Gpu {
             let cols =
                 Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
             let cfg = LaunchConfig {
-                grid_dim: l.grid_cols(),
-                block_dim: (self.family.backward_threads(), 1, 1),
+                grid_dim: l.grid_cols(self.family.backward_key_tiles(s.head_dim)),
+                block_dim: (self.family.backward_threads(s.head_dim), 1, 1),
                 shared_mem_bytes: smem,
             };
             let maps = self.tile_maps(l, qp, dop, dout.dims)?;

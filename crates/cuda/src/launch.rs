@@ -152,9 +152,10 @@ impl LaunchSpec {
         (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
 
-    /// Grid of the backward kernel: (key tiles, heads, batch).
-    pub fn grid_cols(&self) -> (u32, u32, u32) {
-        (self.cols.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
+    /// Grid of the backward kernel: (blocks of `key_tiles` key tiles, heads, batch); see
+    /// [`Family::backward_key_tiles`].
+    pub fn grid_cols(&self, key_tiles: usize) -> (u32, u32, u32) {
+        (self.cols.row_tiles.div_ceil(key_tiles) as u32, self.params.heads as u32, self.params.batch as u32)
     }
 }
 
@@ -170,14 +171,18 @@ pub enum Family {
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
     /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
-    /// mbarriers. Backward: one warpgroup per 64 key rows, two blocks per SM (three at
-    /// d = 64).
+    /// mbarriers. Backward: one warpgroup per 64 key rows; two warpgroups (128 keys) per
+    /// block at d = 128, one (three blocks per SM) at d = 64.
     Wgmma,
 }
 
 /// K/V stages of the wgmma forward (`WG_STAGES` in the kernel): tile j+1 computes while
 /// tiles j+2 and j+3 load.
 pub const WG_STAGES: usize = 4;
+
+/// Q/dO stages of the wgmma backward (`WB_STAGES` in the kernel): one query tile computes
+/// while the next loads.
+pub const WB_STAGES: usize = 2;
 
 /// Environment variable that forces the portable family on sm_90 (`mma`), so that it is
 /// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
@@ -212,9 +217,21 @@ impl Family {
         }
     }
 
-    /// Threads per block of the backward kernel: 4 warps either way.
-    pub fn backward_threads(self) -> u32 {
-        128
+    /// Key tiles (of [`TILE`] rows) per backward block. mma: one (4 warps of 16 keys).
+    /// wgmma: one per warpgroup (`WB_WGS` in the kernel); two at d = 128, so that each query
+    /// tile's Q and dO serve 128 keys and the block adds its dQ into global memory once per
+    /// 128 keys instead of once per 64 (v10 in docs/benchmarks/gpu-bench.md); one at
+    /// d = 64, with three blocks per SM (v9c there).
+    pub fn backward_key_tiles(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 128 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Threads per block of the backward kernel: 4 warps per key tile.
+    pub fn backward_threads(self, head_dim: usize) -> u32 {
+        128 * self.backward_key_tiles(head_dim) as u32
     }
 
     /// Dynamic shared memory of the forward: a Q tile of [`FWD_Q_TILE`] rows and the K/V
@@ -231,13 +248,22 @@ impl Family {
 
     /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
     /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
-    /// 16-bit dS^T tile of the current (key tile, query tile) pair (the A operand of dQ);
-    /// wgmma adds a full mbarrier per stage and 1 KB to align the base.
+    /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
+    /// wgmma adds a full and an empty mbarrier per stage and 1 KB to align the base; with
+    /// two warpgroups also a second dS^T buffer (one warpgroup may still read tile j's while
+    /// the other writes tile j + 1's) and an f32 staging tile for the dQ reductions (one
+    /// warpgroup stages dQ over the tile's Q and dO instead).
     pub fn backward_smem(self, head_dim: usize) -> u32 {
-        let tiles = 6 * TILE * head_dim * 2 + 2 * 4 * TILE * 4 + TILE * TILE * 2;
+        let row = head_dim * 2;
+        let stages = WB_STAGES * (2 * TILE * row + 4 * TILE * 4);
+        let keys = TILE * self.backward_key_tiles(head_dim);
+        let ds = keys * TILE * 2;
         match self {
-            Family::Mma => tiles as u32,
-            Family::Wgmma => (tiles + 2 * 8 + 1024) as u32,
+            Family::Mma => (2 * keys * row + stages + ds) as u32,
+            Family::Wgmma => {
+                let (ds_bufs, dq_staging) = if keys > TILE { (2, TILE * head_dim * 4) } else { (1, 0) };
+                (2 * keys * row + stages + ds_bufs * ds + dq_staging + 2 * WB_STAGES * 8 + 1024) as u32
+            }
         }
     }
 }
@@ -466,7 +492,8 @@ mod tests {
         assert_eq!(l.len(), 1);
         let l = &l[0];
         assert_eq!(l.grid_fwd(), (8, 3, 2)); // ceil(1000 / 128) forward query tiles
-        assert_eq!(l.grid_cols(), (16, 3, 2)); // ceil(1000 / 64) key tiles
+        assert_eq!(l.grid_cols(1), (16, 3, 2)); // ceil(1000 / 64) key tiles
+        assert_eq!(l.grid_cols(2), (8, 3, 2)); // pairs of them (the last one alone)
         assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
         assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
         assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
@@ -481,10 +508,12 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_smem(64), 80 * 1024 + 72 + 1024);
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
-        // Two wgmma backward blocks (and their 1 KB each reserved by the system) fit in
-        // an H100 SM's 228 KB.
-        assert_eq!(Family::Wgmma.backward_smem(128), 96 * 1024 + 2048 + 8192 + 16 + 1024);
-        assert!(2 * (Family::Wgmma.backward_smem(128) + 1024) <= 228 * 1024);
+        // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), two dS^T buffers (32 KB),
+        // the dQ staging tile (32 KB): within sm_90's 227 KB per block. d = 64: three blocks
+        // (and the 1 KB each that the system reserves) fit in an H100 SM's 228 KB.
+        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 32 + 1) * 1024 + 32);
+        assert!(Family::Wgmma.backward_smem(128) <= 227 * 1024);
+        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 1) * 1024 + 32);
         assert!(3 * (Family::Wgmma.backward_smem(64) + 1024) <= 228 * 1024, "WB_BLOCKS = 3 at d = 64");
     }
 
@@ -503,8 +532,15 @@ mod tests {
         assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
         assert!(src.contains(&format!("#define WG_THREADS {} ", Family::Wgmma.forward_threads())));
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
-        assert!(src.contains(&format!("#define WB_THREADS {}\n", Family::Wgmma.backward_threads())));
-        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads());
+        assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
+        assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
+        assert!(src.contains("#define WB_THREADS (128 * WB_WGS)\n"));
+        assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
+        assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (256, 128));
+        for d in [64, 128] {
+            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads());
+            assert_eq!(Family::Mma.backward_key_tiles(d), 1);
+        }
     }
 
     #[test]

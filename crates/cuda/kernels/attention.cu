@@ -875,8 +875,12 @@ __device__ __forceinline__ void tma_reduce_add(const TensorMap* map, const float
         : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// This thread's bulk copies have finished reading shared memory (.read) or completed.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// This thread's bulk copies, all but the N most recent groups, have finished reading shared
+// memory (.read) or completed.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Does launch index tile k0.. map to BN rows R apart, all inside the TMA view? Always for
@@ -1397,12 +1401,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 #define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
 static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
-// Two buffers of dS^T when warpgroups share it: one may still read tile j's while the other
-// writes tile j + 1's. One warpgroup stages its dQ over the tile's own Q and dO (their
-// readers, its dK and dV MMAs, are done by then: no extra shared memory, three blocks per
-// SM at d = 64); two need a separate staging area (the other's dK may still read Q).
-#define WB_SS_BUFS (WB_WGS > 1 ? 2 : 1)
+// One warpgroup stages its dQ over the tile's own Q and dO (their readers, its dK and dV
+// MMAs, are done by then: no extra shared memory, three blocks per SM at d = 64). Two need
+// a separate staging area (the other's dK may still read Q), double-buffered so that a
+// tile's dQ reductions have a whole tile's time to read theirs.
 #define WB_DQ_OVERLAY (WB_WGS == 1)
+// Where warpgroup 0 starts the next tile's loads. Its threads wait there for the per-query
+// lse and delta (global loads) before arriving: with two warpgroups, after issuing the
+// tile's S^T / dP^T MMAs, which run meanwhile (1-2% faster at d = 128); with one, before
+// them (at d = 64 the later place was 1-2.5% slower; v10b in docs/benchmarks/gpu-bench.md).
+#define WB_LATE_FETCH (WB_WGS > 1)
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
 // tile), B = the query tile's 64 rows, both K-major over the head dimension.
@@ -1473,11 +1481,12 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     // Stage s: Q, dO (swz_blocks layout), then lse2, delta, position, row of each query.
     constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units; a multiple of 512 (1 KB)
     u16* sStage = sV + WB_KEYS * D;
-    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T buffers, [WB_KEYS][BM] each, swz_s
-    float* sDQ = reinterpret_cast<float*>(sS + WB_SS_BUFS * WB_KEYS * BM);  // [BM][D] f32 staging
-    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : BM * D));
+    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T, [WB_KEYS][BM], swz_s
+    float* sDQ = reinterpret_cast<float*>(sS + WB_KEYS * BM);  // 2 x [BM][D] f32 staging
+    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : 2 * BM * D));
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
+    const u32 ds_free = bars + 16 * WB_STAGES;  // every thread's dQ MMA of the last tile is done
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kb = bc.tile, h = bc.h, b = bc.b;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
@@ -1491,6 +1500,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             mbar_init(full(st), 128);
             mbar_init(empty(st), WB_THREADS);
         }
+    if (threadIdx.x == 0) mbar_init(ds_free, WB_THREADS);
     load_tile<WB_KEYS, WB_THREADS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
     load_tile<WB_KEYS, WB_THREADS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
     cp_commit();
@@ -1547,15 +1557,21 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         const float* sD = sL + BM;                                       // delta of the query tile
         const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
         const int* sR = sP + BM;                                         // tensor rows
-        u16* sSb = sS + (it % WB_SS_BUFS) * WB_KEYS * BM;
         if (it > 0) {
-            if (leader) bulk_wait_read();  // tile it - 1's dQ reductions have read their staging
+            // The staging this tile's dQ reductions will use has been read: tile it - 1's
+            // (overlaid on its Q and dO, whose stage is released here) or it - 2's.
+            if (leader) {
+                if (WB_DQ_OVERLAY)
+                    bulk_wait_read<0>();
+                else
+                    bulk_wait_read<1>();
+            }
             mbar_arrive(empty((it - 1) % WB_STAGES));
         }
         mbar_wait(full(st), (it / WB_STAGES) & 1);
-        if (wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
+        if (!WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
 
-        // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sSb, for dQ:
+        // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sS, for dQ:
         // zeros where the warpgroup's keys do not visit the tile.
         float s[BM / 8][4], dp[BM / 8][4];
         u32 da[1][BM / 16][4];
@@ -1566,6 +1582,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             issue_scores_t(s, sK + wg * BN * 64, sQ);
             issue_scores_t(dp, sV + wg * BN * 64, sO);
             wg_commit();
+            if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             wg_wait<0>();
             fence_acc(s);
             fence_acc(dp);
@@ -1582,16 +1599,19 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             probs_t(p, s, dp, sL, sD, t);
             pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
         } else {
+            if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
                 #pragma unroll
                 for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
         }
+        // The other warpgroup's dQ MMA of tile it - 1 has read sS.
+        if (WB_WGS > 1 && it > 0) mbar_wait(ds_free, (it - 1) & 1);
         #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
             #pragma unroll
             for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<u32*>(sSb + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
+                *reinterpret_cast<u32*>(sS + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
                                         2 * t) = da[0][kk][j];
         fence_async_smem();
         if (mine) {
@@ -1604,7 +1624,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             issue_pv(dk, da[0], sQ);
             wg_commit();
         }
-        bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sSb
+        bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sS
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
         // in shared memory; other tiles (a compact tile with holes) reduce element by element.
         int qrow0;
@@ -1612,13 +1632,15 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         float c[8][4];
         fence_acc(c);
         wg_fence();
-        issue_dq(c, sSb, sK, wg);
+        issue_dq(c, sS, sK, wg);
         wg_commit();
         wg_wait<0>();  // and dK, dV: the overlaid staging below may overwrite Q and dO
         fence_acc(c);
+        if (WB_WGS > 1) mbar_arrive(ds_free);
         if (box) {
             // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
-            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(const_cast<u16*>(sQ)) : sDQ + wg * BM * 64;
+            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(const_cast<u16*>(sQ))
+                                           : sDQ + (it & 1) * BM * D + wg * BM * 64;
             #pragma unroll
             for (int i = 0; i < 8; ++i)
                 #pragma unroll

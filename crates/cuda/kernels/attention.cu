@@ -337,7 +337,15 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 #ifndef WGMMA
 #error "WGMMA must be defined"
 #endif
-#define FBM 128   // query rows per forward block
+#if WGMMA
+// Consumer warpgroups (64 query rows each) per wgmma forward block: three at d = 64, where
+// the softmax work per MMA flop is twice that of d = 128 and a third warpgroup's softmax
+// overlaps the others' MMAs; two at d = 128 (registers: O alone is 64 per thread).
+#define FWD_WGS (D == 64 ? 3 : 2)
+#define FBM (64 * FWD_WGS)  // query rows per forward block
+#else
+#define FBM 128  // query rows per forward block
+#endif
 #define NKB (BN / 8)  // 8-key column blocks of a score tile
 
 // Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
@@ -691,8 +699,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 // warpgroup holds rows 16w.. of the 64; accumulator block i (8 columns) is d[i][0..3] =
 // (row g, cols 8i + 2t, +1), (row g + 8, same cols). So mask_scores, softmax_step, pack_p
 // and store_forward serve both kernels unchanged (with one m16 tile per warp).
-#define WG_CONSUMERS 256  // two warpgroups: FBM = 128 query rows per block
-#define WG_THREADS 384    // and one producer warpgroup
+#define WG_CONSUMERS (128 * FWD_WGS)  // FBM query rows per block
+#define WG_THREADS (WG_CONSUMERS + 128)  // and one producer warpgroup
 #define WG_STAGES 4       // K/V stages: up to 3 tiles load while one computes
 
 // Descriptor of a shared-memory operand in that layout (PTX ISA, "matrix descriptor"):
@@ -813,10 +821,17 @@ __device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
 // Registers move from the producer warpgroup (which needs few) to the consumers: the
 // block's 384 threads would get 168 each, below what a consumer holds (O, S, Q, P) without
 // spilling at d = 128. 128 * 120 + 256 * 192 = 64512 of the SM's 65536; the producers'
-// cp.async path (compact launches) needs its 120 not to spill either.
+// cp.async path (compact launches) needs its 120 not to spill either. Three consumer
+// warpgroups (d = 64: O is 32 per thread): 128 * 56 + 384 * 152 = 65536. (ptxas allocates
+// each side of a setmaxnreg to its own count.)
 #define WG_PRODUCERS (WG_THREADS - WG_CONSUMERS)
+#if FWD_WGS == 3
+#define WG_PRODUCER_REGS 56
+#define WG_CONSUMER_REGS 152
+#else
 #define WG_PRODUCER_REGS 120
 #define WG_CONSUMER_REGS 192
+#endif
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -898,19 +913,19 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
 }
 
 // One block: FBM query rows of one (batch, head). Warp specialised (flash-attention 3's
-// structure): warps 0-7 are two consumer warpgroups (warpgroup wg owns rows 64 wg.., warp w
-// rows 16 w..); warps 8-11, the producer warpgroup, alone stream K/V tiles through
+// structure): the first FWD_WGS warpgroups consume (warpgroup wg owns rows 64 wg.., warp w
+// rows 16 w..); the last one, the producer warpgroup, alone streams K/V tiles through
 // WG_STAGES shared-memory stages. A tile whose rows are evenly spaced (every tile of a
 // plain launch; the tiles of a compact dilated branch inside one segment, rows a dilation
 // apart) is copied by the TMA unit: one thread issues D / 64 boxes per tensor, no per-row
 // address work. Other tiles (a segment's end, holes at a ring chunk's edge) are gathered
 // with cp.async by all 128 producer threads, which wait for their copies and meet at a
 // named barrier before one of them arrives. Stage s has two mbarriers: full[s] completes
-// when its tile has landed (one arrival, plus the TMA's bytes), empty[s] when all 256
+// when its tile has landed (one arrival, plus the TMA's bytes), empty[s] when all
 // consumer threads are done with it. Q is copied once by the producers (cp.async),
-// signalled by q_bar. No block-wide barrier after the start, so the two warpgroups drift
-// freely and their MMAs and softmax interleave on the SM.
-// (Measured on H100: with all 256 threads copying and one barrier per tile, the copies and
+// signalled by q_bar. No block-wide barrier after the start, so the consumer warpgroups
+// drift freely and their MMAs and softmax interleave on the SM.
+// (Measured on H100 with two consumer warpgroups: with all 256 threads copying and one barrier per tile, the copies and
 // the barrier cost 60% of the time; with producers copying by cp.async, issuing the copies
 // still halved the speed at d = 128. See docs/benchmarks/gpu-bench.md, v8.)
 // Per tile j a consumer overlaps the two MMAs with the softmax (intra-warpgroup pipelining):

@@ -139,7 +139,7 @@ unsafe impl cudarc::driver::DeviceRepr for Params {}
 pub struct LaunchSpec {
     pub params: Params,
     pub map: IndexMap,
-    /// Forward: query tile of [`FWD_Q_TILE`] rows -> key tiles.
+    /// Forward: query tile (of the family's [`Family::forward_q_tile`] rows) -> key tiles.
     pub fwd: TilePlan,
     /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
     /// produces dK, dV and dQ from it).
@@ -147,7 +147,7 @@ pub struct LaunchSpec {
 }
 
 impl LaunchSpec {
-    /// Grid of the forward kernel: (query tiles of 128 rows, heads, batch).
+    /// Grid of the forward kernel: (query tiles, heads, batch).
     pub fn grid_fwd(&self) -> (u32, u32, u32) {
         (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
@@ -170,7 +170,7 @@ pub enum Family {
     Mma,
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
-    /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
+    /// warpgroups (3 at d = 64) and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
     /// mbarriers. Backward: one warpgroup per 64 key rows; two warpgroups (128 keys) per
     /// block at d = 128, one (three blocks per SM) at d = 64.
     Wgmma,
@@ -210,10 +210,23 @@ impl Family {
         }
     }
 
-    pub fn forward_threads(self) -> u32 {
+    /// Query rows per forward block. mma: [`FWD_Q_TILE`] (4 warps of 2 m16 tiles). wgmma: 64
+    /// per consumer warpgroup (`FWD_WGS` in the kernel): two at d = 128, three at d = 64,
+    /// where the softmax work per MMA flop doubles and a third warpgroup's softmax overlaps
+    /// the other two's MMAs (v11 in docs/benchmarks/gpu-bench.md).
+    pub fn forward_q_tile(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 3 * TILE,
+            _ => FWD_Q_TILE,
+        }
+    }
+
+    /// Threads per forward block: 4 warps (mma); one warpgroup per 64 query rows and a
+    /// producer warpgroup (wgmma).
+    pub fn forward_threads(self, head_dim: usize) -> u32 {
         match self {
             Family::Mma => 128,
-            Family::Wgmma => 384,
+            Family::Wgmma => (2 * self.forward_q_tile(head_dim) + 128) as u32,
         }
     }
 
@@ -234,15 +247,15 @@ impl Family {
         128 * self.backward_key_tiles(head_dim) as u32
     }
 
-    /// Dynamic shared memory of the forward: a Q tile of [`FWD_Q_TILE`] rows and the K/V
+    /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and the K/V
     /// stages (2 for mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier
     /// per stage and one for Q, and its base rounded up to 1 KB in the kernel: the swizzle
     /// of its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
-        let row = head_dim * 2;
+        let (row, q_tile) = (head_dim * 2, self.forward_q_tile(head_dim));
         match self {
-            Family::Mma => ((FWD_Q_TILE + 4 * TILE) * row) as u32,
-            Family::Wgmma => ((FWD_Q_TILE + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
+            Family::Mma => ((q_tile + 4 * TILE) * row) as u32,
+            Family::Wgmma => ((q_tile + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
         }
     }
 
@@ -308,8 +321,15 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
     spec.validate(shape.batch, shape.heads, chunk.seq_len)
 }
 
-/// Validate and build every launch of a call (host side only).
+/// Validate and build every launch of a call (host side only), with forward query tiles of
+/// [`FWD_Q_TILE`] rows (what a launch visits does not depend on the tile size).
 pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<LaunchSpec>> {
+    launches_tiled(shape, spec, chunk, FWD_Q_TILE)
+}
+
+/// [`launches`] with forward query tiles of `fwd_q_tile` rows: a kernel family's
+/// [`Family::forward_q_tile`].
+pub fn launches_tiled(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, fwd_q_tile: usize) -> Result<Vec<LaunchSpec>> {
     validate(shape, spec, chunk)?;
     let scale = spec.scale_for(shape.head_dim);
     let base = Params {
@@ -329,7 +349,7 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
     let identity = IndexMap::Identity { q: qa, k: ka };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
-        let fwd = plan(&spec.pattern, branch, spec.causal, map, FWD_Q_TILE);
+        let fwd = plan(&spec.pattern, branch, spec.causal, map, fwd_q_tile);
         let cols = plan(&spec.pattern, branch, spec.causal, map, TILE).transpose();
         let params = Params {
             nq: fits_i32("query launch rows", nq)?,
@@ -504,7 +524,11 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_smem(128), 160 * 1024 + 72 + 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(64), 80 * 1024 + 72 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(64), 88 * 1024 + 72 + 1024);
+        // Three consumer warpgroups at d = 64: 192-row forward tiles.
+        let l = launches_tiled(&shape, &dense().causal(true), &Chunk::whole(&shape), 192).unwrap();
+        assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
+        assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), dS^T (16 KB), two dQ
@@ -529,15 +553,20 @@ mod tests {
         // The kernel's constants are the host's.
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
-        assert!(src.contains(&format!("#define WG_THREADS {} ", Family::Wgmma.forward_threads())));
-        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
+        assert!(src.contains("#define FWD_WGS (D == 64 ? 3 : 2)\n"));
+        assert!(src.contains("#define WG_THREADS (WG_CONSUMERS + 128) "));
+        assert!(src.contains("#define WG_CONSUMERS (128 * FWD_WGS) "));
+        assert_eq!((Family::Wgmma.forward_threads(64), Family::Wgmma.forward_threads(128)), (512, 384));
+        assert_eq!((Family::Wgmma.forward_q_tile(64), Family::Wgmma.forward_q_tile(128)), (192, 128));
+        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(64))));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
         assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
         assert!(src.contains("#define WB_THREADS (128 * WB_WGS)\n"));
         assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
         assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (256, 128));
         for d in [64, 128] {
-            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads());
+            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads(d));
+            assert_eq!(Family::Mma.forward_q_tile(d), FWD_Q_TILE);
             assert_eq!(Family::Mma.backward_key_tiles(d), 1);
         }
     }

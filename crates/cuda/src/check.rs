@@ -280,12 +280,27 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     &Attention { out: want.out, lse: want.lse },
                     dout.view(),
                 )?;
-                for (what, buf, reference) in
-                    [("dq", &grads.dq, &want_g.dq), ("dk", &grads.dk, &want_g.dk), ("dv", &grads.dv, &want_g.dv)]
+                let references: Vec<Vec<f64>> =
+                    [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
+                let mut first = Vec::new();
+                for ((what, buf), reference) in
+                    [("dq", &grads.dq), ("dk", &grads.dk), ("dv", &grads.dv)].into_iter().zip(&references)
                 {
                     let got = to_f64(&gpu.download(buf)?);
-                    let reference: Vec<f64> = reference.iter().copied().collect();
-                    metrics.push(Metric { what, err: grad_err(&got, &reference), bound });
+                    metrics.push(Metric { what, err: grad_err(&got, reference), bound });
+                    first.push(got);
+                }
+                // Adding mode (a ring rank's running sums): a second pass onto the first
+                // must add the same gradients again.
+                gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, &dod, grads.as_mut())?;
+                for (((what, buf), reference), first) in
+                    [("dq added", &grads.dq), ("dk added", &grads.dk), ("dv added", &grads.dv)]
+                        .into_iter()
+                        .zip(&references)
+                        .zip(&first)
+                {
+                    let added: Vec<f64> = to_f64(&gpu.download(buf)?).iter().zip(first).map(|(b, a)| b - a).collect();
+                    metrics.push(Metric { what, err: grad_err(&added, reference), bound });
                 }
             }
         }

@@ -58,6 +58,21 @@ pub struct DeviceGrads {
     pub dv: CudaSlice<f32>,
 }
 
+/// The three gradient buffers of one backward call, borrowed: a [`DeviceGrads`]'s
+/// ([`DeviceGrads::as_mut`]) or a caller's running sums (a ring rank adds every step's
+/// gradients into its own, [`Gpu::backward_add_into`]).
+pub struct GradsMut<'a> {
+    pub dq: &'a mut CudaSlice<f32>,
+    pub dk: &'a mut CudaSlice<f32>,
+    pub dv: &'a mut CudaSlice<f32>,
+}
+
+impl DeviceGrads {
+    pub fn as_mut(&mut self) -> GradsMut<'_> {
+        GradsMut { dq: &mut self.dq, dk: &mut self.dk, dv: &mut self.dv }
+    }
+}
+
 /// A validated call with its tile plans on the device, ready to launch repeatedly.
 pub struct Prepared {
     shape: Shape,
@@ -425,10 +440,10 @@ impl Gpu {
     }
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
-    /// from the saved LSE. One kernel per key tile: dK and dV rows are written by one block
-    /// (a single launch overwrites them; several, as dilated branches, clear the buffers and
-    /// accumulate, since a row may be in several branches); dQ rows receive f32 reductions
-    /// from every key tile, so dq is always cleared first.
+    /// from the saved LSE, written into `grads`. One kernel per key tile: dK and dV rows are
+    /// written by one block (a single launch overwrites them; several, as dilated branches,
+    /// clear the buffers and accumulate, since a row may be in several branches); dQ rows
+    /// receive f32 reductions from every key tile, so dq is always cleared first.
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_into(
         &self,
@@ -439,6 +454,38 @@ impl Gpu {
         fwd: &DevicePartial,
         dout: &DeviceTensor,
         grads: &mut DeviceGrads,
+    ) -> Result<()> {
+        self.backward(prep, q, k, v, fwd, dout, grads.as_mut(), false)
+    }
+
+    /// [`Gpu::backward_into`], but the gradients are added to what `grads` holds: every
+    /// launch accumulates and nothing is cleared. A ring rank sums its steps' gradients
+    /// this way without a temporary per step (and the copies that would add it in).
+    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
+    pub fn backward_add_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        fwd: &DevicePartial,
+        dout: &DeviceTensor,
+        grads: GradsMut<'_>,
+    ) -> Result<()> {
+        self.backward(prep, q, k, v, fwd, dout, grads, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        fwd: &DevicePartial,
+        dout: &DeviceTensor,
+        grads: GradsMut<'_>,
+        add: bool,
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("forward result", prep, fwd)?;
@@ -451,7 +498,7 @@ impl Gpu {
             });
         }
         for (what, buf, len) in
-            [("dq", &grads.dq, s.q_len()), ("dk", &grads.dk, s.k_len()), ("dv", &grads.dv, s.k_len())]
+            [("dq", &*grads.dq, s.q_len()), ("dk", &*grads.dk, s.k_len()), ("dv", &*grads.dv, s.k_len())]
         {
             if buf.len() != len {
                 return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![buf.len()] });
@@ -466,12 +513,15 @@ impl Gpu {
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len())) }?;
         }
-        let accumulate =
-            prep.launches.len() > 1 || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
-        st.memset_zeros(&mut grads.dq)?;
-        if accumulate {
-            st.memset_zeros(&mut grads.dk)?;
-            st.memset_zeros(&mut grads.dv)?;
+        let accumulate = add
+            || prep.launches.len() > 1
+            || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
+        if !add {
+            st.memset_zeros(grads.dq)?;
+            if accumulate {
+                st.memset_zeros(grads.dk)?;
+                st.memset_zeros(grads.dv)?;
+            }
         }
         let smem = self.family.backward_smem(s.head_dim);
         for (l, plan) in &prep.launches {

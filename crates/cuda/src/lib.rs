@@ -40,7 +40,7 @@ pub mod spec;
 pub mod tma;
 
 pub use error::{CudaError, Result};
-pub use gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, Prepared};
+pub use gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, GradsMut, Prepared};
 pub use launch::{Chunk, Dtype, Shape};
 pub use spec::{GpuPattern, GpuSpec};
 

@@ -12,7 +12,7 @@
 
 use super::error::DistResult;
 use super::layout::DistPlan;
-use crate::gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, Prepared};
+use crate::gpu::{DevicePartial, DeviceTensor, Gpu, GradsMut, Prepared};
 use crate::launch::Dtype;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -249,7 +249,6 @@ impl RankCompute {
     pub(crate) fn backward(
         &mut self,
         gpu: &Gpu,
-        helpers: &Helpers,
         plan: &DistPlan,
         src: usize,
         q: &[DeviceTensor],
@@ -262,17 +261,8 @@ impl RankCompute {
         for &(qi, kj) in plan.needed(self.rank, src) {
             let (Some((k, v)), Some((dk, dv))) = (kv[kj], dkv[kj].as_mut()) else { continue };
             let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
-            let s = prep.shape();
-            let st = gpu.stream();
-            let mut g = DeviceGrads {
-                dq: st.alloc_zeros::<f32>(s.q_len())?,
-                dk: st.alloc_zeros::<f32>(s.k_len())?,
-                dv: st.alloc_zeros::<f32>(s.k_len())?,
-            };
-            gpu.backward_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], &mut g)?;
-            helpers.add(gpu, &mut dq[qi], &g.dq)?;
-            helpers.add(gpu, dk, &g.dk)?;
-            helpers.add(gpu, dv, &g.dv)?;
+            let grads = GradsMut { dq: &mut dq[qi], dk, dv };
+            gpu.backward_add_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], grads)?;
         }
         Ok(())
     }

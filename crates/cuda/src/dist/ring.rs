@@ -413,7 +413,6 @@ impl<'a> DistRank<'a> {
         }
         let qlens = plan.piece_lens(me);
         let mut dq = zeros(gpu, &qlens)?;
-        let helpers = &self.helpers;
         match schedule {
             Schedule::Ring => {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
@@ -430,7 +429,6 @@ impl<'a> DistRank<'a> {
                     let incoming = if s + 1 < p { Some(self.ring_hop(nsrc, ck, cv, next, prev)?) } else { None };
                     self.compute.backward(
                         gpu,
-                        helpers,
                         plan,
                         src,
                         &data.q,
@@ -466,7 +464,6 @@ impl<'a> DistRank<'a> {
                 // Own block first (no transfer).
                 self.compute.backward(
                     gpu,
-                    helpers,
                     plan,
                     me,
                     &data.q,
@@ -514,7 +511,7 @@ impl<'a> DistRank<'a> {
                         for ((kj, a), b) in which.iter().zip(sdk.iter_mut()).zip(sdv.iter_mut()) {
                             dkv[*kj] = Some((a, b));
                         }
-                        self.compute.backward(gpu, helpers, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
+                        self.compute.backward(gpu, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
                     }
                     if let Some((from, mine, (a, b))) = pending.take() {
                         self.add_pieces(&mut dk, &mut dv, Some(from), &mine, a, b)?;

@@ -74,18 +74,8 @@ impl<'a> VirtualRanks<'a> {
                 let src = (r + p - s) % p;
                 let kv = all_of(&data[src].k, &data[src].v);
                 let mut dkv = all_of_mut(&mut dk[src], &mut dv[src]);
-                self.ranks[r].backward(
-                    self.gpu,
-                    &self.helpers,
-                    self.plan,
-                    src,
-                    &data[r].q,
-                    &kv,
-                    &out[r],
-                    &dout[r],
-                    &mut dq[r],
-                    &mut dkv,
-                )?;
+                self.ranks[r]
+                    .backward(self.gpu, self.plan, src, &data[r].q, &kv, &out[r], &dout[r], &mut dq[r], &mut dkv)?;
             }
         }
         Ok(dq.into_iter().zip(dk).zip(dv).map(|((dq, dk), dv)| RankGrads { dq, dk, dv }).collect())

@@ -26,6 +26,7 @@ use super::error::{DistError, DistResult};
 use crate::launch::{Chunk, Shape, launches};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::ring::ChunkPlan;
+use std::sync::OnceLock;
 
 /// The most pieces one rank may have: each step launches `pieces(r) x pieces(src)` kernels.
 pub const MAX_PIECES: usize = 16;
@@ -69,10 +70,18 @@ pub struct DistPlan {
     pieces: Vec<Vec<Piece>>,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
     needed: Vec<Vec<Vec<(usize, usize)>>>,
-    /// `kept[r][src][kj]`: the head rows of piece `kj` of `src` that `r` needs, when
-    /// that is fewer than all of them (see [`DistPlan::kept_rows`]).
-    kept: Vec<Vec<Vec<Option<Vec<u32>>>>>,
+    /// `live[r][src][kj]`: which launches (dilated branches) of piece `kj` of `src` some
+    /// query piece of `r` needs.
+    live: PerPiece<Vec<bool>>,
+    /// `kept[r][src][kj]`: the head rows of piece `kj` of `src` that `r` needs, when that is
+    /// fewer than all of them (see [`DistPlan::kept_rows`]). Built on first use: a rank
+    /// asks only for the lists it sends or receives (2P of the P^2), each
+    /// `batch * rows * heads` long.
+    kept: PerPiece<OnceLock<Option<Vec<u32>>>>,
 }
+
+/// A value per (receiving rank, sending rank, key piece of the sender).
+type PerPiece<T> = Vec<Vec<Vec<T>>>;
 
 impl DistPlan {
     /// Cut `chunks` into pieces and find the needed pairs. Errors name the rank or the
@@ -89,8 +98,17 @@ impl DistPlan {
             }
             pieces.push(mine);
         }
-        let mut plan =
-            DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: vec![vec![]; p], kept: vec![vec![]; p] };
+        let mut plan = DistPlan {
+            chunks,
+            spec,
+            batch,
+            heads,
+            head_dim,
+            pieces,
+            needed: vec![vec![]; p],
+            live: vec![vec![]; p],
+            kept: vec![vec![]; p],
+        };
         for r in 0..p {
             for src in 0..p {
                 // Per key piece: which launches (dilated branches) some query piece needs.
@@ -108,13 +126,9 @@ impl DistPlan {
                         }
                     }
                 }
-                let kept = live
-                    .iter()
-                    .enumerate()
-                    .map(|(kj, l)| if src == r { None } else { plan.kept_entries(src, kj, l) })
-                    .collect();
                 plan.needed[r].push(pairs);
-                plan.kept[r].push(kept);
+                plan.kept[r].push(live.iter().map(|_| OnceLock::new()).collect());
+                plan.live[r].push(live);
             }
         }
         Ok(plan)
@@ -208,7 +222,11 @@ impl DistPlan {
     /// the branches they launch), and dK/dV contributions of the other rows are exactly
     /// zero, so they are returned the same way. `None`: the whole piece.
     pub fn kept_rows(&self, dst: usize, src: usize, kj: usize) -> Option<&[u32]> {
-        self.kept[dst][src].get(kj).and_then(|k| k.as_deref())
+        if dst == src {
+            return None;
+        }
+        let kept = self.kept[dst][src].get(kj)?;
+        kept.get_or_init(|| self.kept_entries(src, kj, &self.live[dst][src][kj])).as_deref()
     }
 
     /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.
@@ -397,7 +415,10 @@ mod tests {
         // (100, 1) stays inside each rank of 500 tokens; (1000, 4) crosses: rank 0 needs,
         // per head h, the rows of rank 1 with pos % 4 == h % 4.
         let p = plan(&[(100, 1), (1000, 4)]);
+        let built = |p: &DistPlan| p.kept.iter().flatten().flatten().filter(|k| k.get().is_some()).count();
+        assert_eq!(built(&p), 0, "kept lists are built when a rank asks for them");
         let kept = p.kept_rows(0, 1, 0).expect("fewer than all rows");
+        assert_eq!(built(&p), 1);
         assert_eq!(kept.len(), 2 * 500 / 4);
         for &e in kept {
             let (i, h) = (e as usize / 2, e as usize % 2);

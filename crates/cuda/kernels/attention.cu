@@ -338,10 +338,16 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 #error "WGMMA must be defined"
 #endif
 #if WGMMA
-// Consumer warpgroups (64 query rows each) per wgmma forward block: three at d = 64, where
-// the softmax work per MMA flop is twice that of d = 128 and a third warpgroup's softmax
-// overlaps the others' MMAs; two at d = 128 (registers: O alone is 64 per thread).
-#define FWD_WGS (D == 64 ? 3 : 2)
+// Consumer warpgroups (64 query rows each) per wgmma forward block: three, so that a third
+// warpgroup's softmax overlaps the other two's MMAs (against two: d = 64 1.19-1.28x faster,
+// where the softmax work per MMA flop is twice that of d = 128; d = 128 1.01-1.06x; v11,
+// v12 in docs/benchmarks/gpu-bench.md).
+#define FWD_WGS 3
+// S = Q K^T reads Q from shared memory at d = 128 (Q in registers, 32 per thread, would not
+// fit in the consumers' 152 with O and S) and from registers at d = 64 (5-7% faster there;
+// v12 in docs/benchmarks/gpu-bench.md). The Q tile is in the wgmma operand layout either
+// way (at d = 64 it is also ldmatrix's `swz` layout).
+#define FWD_Q_SMEM (D == 128)
 #define FBM (64 * FWD_WGS)  // query rows per forward block
 #else
 #define FBM 128  // query rows per forward block
@@ -776,11 +782,20 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], unsigned long lon
         : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 
-// S = Q K^T for one 64-key tile: D / 16 steps over the head dimension.
+// S = Q K^T for one 64-key tile: D / 16 steps over the head dimension, A = this warp's Q
+// fragments (registers), B = the 64 key rows (shared memory, K-major).
 __device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
     #pragma unroll
     for (int k = 0; k < D / 16; ++k)
         wgmma_n64<0>(s, qf[k], smem_desc(sK + (k >> 2) * BN * 64 + (k & 3) * 16, 16, 1024), k > 0);
+}
+// The same with A from shared memory too: the warpgroup's 64 rows of the block's Q tile
+// (`sQ`, inside the FBM-row tile), K-major.
+__device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u16* sQ, const u16* sK) {
+    #pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+        wgmma_ss_n64<0, 0>(s, smem_desc(sQ + (k >> 2) * FBM * 64 + (k & 3) * 16, 16, 1024),
+                           smem_desc(sK + (k >> 2) * BN * 64 + (k & 3) * 16, 16, 1024), k > 0);
 }
 // O += P V for one 64-key tile: BN / 16 steps over the keys.
 __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[BN / 16][4], const u16* sV) {
@@ -819,19 +834,12 @@ __device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Registers move from the producer warpgroup (which needs few) to the consumers: the
-// block's 384 threads would get 168 each, below what a consumer holds (O, S, Q, P) without
-// spilling at d = 128. 128 * 120 + 256 * 192 = 64512 of the SM's 65536; the producers'
-// cp.async path (compact launches) needs its 120 not to spill either. Three consumer
-// warpgroups (d = 64: O is 32 per thread): 128 * 56 + 384 * 152 = 65536. (ptxas allocates
-// each side of a setmaxnreg to its own count.)
+// block's 512 threads would get 128 each, below what a consumer holds (O, S, P; Q too at
+// d = 64) without spilling. 128 * 56 + 384 * 152 = 65536; ptxas allocates each side of a
+// setmaxnreg to its own count (the consumers use up to 148 at d = 128).
 #define WG_PRODUCERS (WG_THREADS - WG_CONSUMERS)
-#if FWD_WGS == 3
 #define WG_PRODUCER_REGS 56
 #define WG_CONSUMER_REGS 152
-#else
-#define WG_PRODUCER_REGS 120
-#define WG_CONSUMER_REGS 192
-#endif
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -961,7 +969,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     if (threadIdx.x >= WG_CONSUMERS) {  // the producer warpgroup
         setmaxnreg_dec<WG_PRODUCER_REGS>();
         if (n == 0) return;
-        load_tile<FBM, WG_PRODUCERS>(sQ, p.q, p, q_axis(p), b, h, q0);
+        load_tile<FBM, WG_PRODUCERS, true>(sQ, p.q, p, q_axis(p), b, h, q0);
         mbar_arrive_cp_async(q_bar);
         const bool leader = threadIdx.x == WG_CONSUMERS;
         if (!p.compact && !leader) {  // every tile is a box: one thread issues them all
@@ -999,7 +1007,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
     #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
-    u32 qf[D / 16][4], pa[1][BN / 16][4], pn[1][BN / 16][4];
+    u32 pa[1][BN / 16][4], pn[1][BN / 16][4];
+#if FWD_Q_SMEM
+    const u16* qa = sQ + (warp >> 2) * 64 * 64;  // A of S: this warpgroup's rows of the Q tile
+#else
+    u32 qa[D / 16][4];  // A of S: this warp's Q fragments, loaded once
+#endif
     // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
     auto acquire = [&](int j) {
@@ -1017,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
         fence_acc(s[0]);
         wg_fence();
-        issue_scores(s[0], qf, stage(j));
+        issue_scores(s[0], qa, stage(j));
         wg_commit();
     };
     auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
@@ -1029,9 +1042,11 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (n > 0) {
         mbar_wait(q_bar, 0);
-        acquire(0);
+        acquire(0);  // its proxy fence also covers Q (copied by cp.async, read by wgmma)
+#if !FWD_Q_SMEM
         #pragma unroll
-        for (int k = 0; k < D / 16; ++k) frag_a(qf[k], sQ, warp * 16, k, lane);
+        for (int k = 0; k < D / 16; ++k) frag_a(qa[k], sQ, warp * 16, k, lane);
+#endif
         issue_s(0);
         wg_wait<0>();
         fence_acc(s[0]);

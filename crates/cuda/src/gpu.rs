@@ -209,7 +209,7 @@ impl Gpu {
 
     /// Validate a call, build its tile plans and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
-        let specs = launch::launches_tiled(shape, spec, chunk, self.family.forward_q_tile(shape.head_dim))?;
+        let specs = launch::launches_tiled(shape, spec, chunk, self.family.forward_q_tile())?;
         let kernels = self.kernels(dtype, shape.head_dim)?;
         let launches = specs
             .into_iter()
@@ -357,7 +357,7 @@ impl Gpu {
         };
         let cfg = LaunchConfig {
             grid_dim: l.grid_fwd(),
-            block_dim: (self.family.forward_threads(prep.shape.head_dim), 1, 1),
+            block_dim: (self.family.forward_threads(), 1, 1),
             shared_mem_bytes: self.family.forward_smem(prep.shape.head_dim),
         };
         let mut launch = st.launch_builder(&prep.kernels.fwd);

@@ -170,7 +170,7 @@ pub enum Family {
     Mma,
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
-    /// warpgroups (3 at d = 64) and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
+    /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
     /// mbarriers. Backward: one warpgroup per 64 key rows; two warpgroups (128 keys) per
     /// block at d = 128, one (three blocks per SM) at d = 64.
     Wgmma,
@@ -211,22 +211,22 @@ impl Family {
     }
 
     /// Query rows per forward block. mma: [`FWD_Q_TILE`] (4 warps of 2 m16 tiles). wgmma: 64
-    /// per consumer warpgroup (`FWD_WGS` in the kernel): two at d = 128, three at d = 64,
-    /// where the softmax work per MMA flop doubles and a third warpgroup's softmax overlaps
-    /// the other two's MMAs (v11 in docs/benchmarks/gpu-bench.md).
-    pub fn forward_q_tile(self, head_dim: usize) -> usize {
+    /// per consumer warpgroup (`FWD_WGS` in the kernel), three of them, so that one
+    /// warpgroup's softmax overlaps the other two's MMAs (v11, v12 in
+    /// docs/benchmarks/gpu-bench.md).
+    pub fn forward_q_tile(self) -> usize {
         match self {
-            Family::Wgmma if head_dim == 64 => 3 * TILE,
-            _ => FWD_Q_TILE,
+            Family::Wgmma => 3 * TILE,
+            Family::Mma => FWD_Q_TILE,
         }
     }
 
     /// Threads per forward block: 4 warps (mma); one warpgroup per 64 query rows and a
     /// producer warpgroup (wgmma).
-    pub fn forward_threads(self, head_dim: usize) -> u32 {
+    pub fn forward_threads(self) -> u32 {
         match self {
             Family::Mma => 128,
-            Family::Wgmma => (2 * self.forward_q_tile(head_dim) + 128) as u32,
+            Family::Wgmma => (2 * self.forward_q_tile() + 128) as u32,
         }
     }
 
@@ -252,7 +252,7 @@ impl Family {
     /// per stage and one for Q, and its base rounded up to 1 KB in the kernel: the swizzle
     /// of its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile) = (head_dim * 2, self.forward_q_tile(head_dim));
+        let (row, q_tile) = (head_dim * 2, self.forward_q_tile());
         match self {
             Family::Mma => ((q_tile + 4 * TILE) * row) as u32,
             Family::Wgmma => ((q_tile + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
@@ -521,7 +521,7 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
         assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 160 * 1024 + 72 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128), 176 * 1024 + 72 + 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
         assert_eq!(Family::Wgmma.forward_smem(64), 88 * 1024 + 72 + 1024);
@@ -553,20 +553,19 @@ mod tests {
         // The kernel's constants are the host's.
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
-        assert!(src.contains("#define FWD_WGS (D == 64 ? 3 : 2)\n"));
+        assert!(src.contains("#define FWD_WGS 3\n"));
         assert!(src.contains("#define WG_THREADS (WG_CONSUMERS + 128) "));
         assert!(src.contains("#define WG_CONSUMERS (128 * FWD_WGS) "));
-        assert_eq!((Family::Wgmma.forward_threads(64), Family::Wgmma.forward_threads(128)), (512, 384));
-        assert_eq!((Family::Wgmma.forward_q_tile(64), Family::Wgmma.forward_q_tile(128)), (192, 128));
-        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(64))));
+        assert_eq!((Family::Wgmma.forward_threads(), Family::Wgmma.forward_q_tile()), (512, 192));
+        assert_eq!((Family::Mma.forward_threads(), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
+        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
         assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
         assert!(src.contains("#define WB_THREADS (128 * WB_WGS)\n"));
         assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
         assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (256, 128));
         for d in [64, 128] {
-            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads(d));
-            assert_eq!(Family::Mma.forward_q_tile(d), FWD_Q_TILE);
+            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads());
             assert_eq!(Family::Mma.backward_key_tiles(d), 1);
         }
     }

@@ -329,11 +329,12 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 // ---------------------------------------------------------------- forward
 
 // Two forward kernels share the per-warp steps below (mask, online softmax, epilogue) and
-// the tile plan (FBM = 128 query rows per block, BN = 64 keys per tile). The host picks the
+// the tile plans (FBM query rows per block, BN = 64 keys per tile). The host picks the
 // family (both forward and backward) per device and passes -DWGMMA:
-//   0: `mma.sync` (any sm_80+ device): 4 warps, 2 m16 row tiles each, fragments by ldmatrix.
-//   1: `wgmma` (sm_90a: H100 / H200): 2 warpgroups of 64 rows, asynchronous warpgroup MMAs
-//      reading K and V straight from shared memory (see "forward, wgmma" below).
+//   0: `mma.sync` (any sm_80+ device): 4 warps, 2 m16 row tiles each, fragments by ldmatrix
+//      (FBM = 128).
+//   1: `wgmma` (sm_90a: H100 / H200): 3 warpgroups of 64 rows (FBM = 192), asynchronous
+//      warpgroup MMAs reading K and V straight from shared memory (see "forward, wgmma").
 #ifndef WGMMA
 #error "WGMMA must be defined"
 #endif

@@ -169,7 +169,7 @@ pub enum Family {
     /// Q/dO) double-buffered with cp.async.
     Mma,
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
-    /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 2 consumer
+    /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 3 consumer
     /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
     /// mbarriers. Backward: one warpgroup per 64 key rows; two warpgroups (128 keys) per
     /// block at d = 128, one (three blocks per SM) at d = 64.

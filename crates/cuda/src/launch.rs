@@ -351,6 +351,12 @@ pub fn launches_tiled(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, fwd_q_tile: 
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let fwd = plan(&spec.pattern, branch, spec.causal, map, fwd_q_tile);
         let cols = plan(&spec.pattern, branch, spec.causal, map, TILE).transpose();
+        // The kernels' block order (`block_coords`) indexes (tile, head, batch) linearly.
+        for (what, tiles) in
+            [("query tiles x heads x batch", fwd.row_tiles), ("key tiles x heads x batch", cols.row_tiles)]
+        {
+            fits_i32(what, tiles * shape.heads * shape.batch)?;
+        }
         let params = Params {
             nq: fits_i32("query launch rows", nq)?,
             nk: fits_i32("key launch rows", nk)?,
@@ -631,6 +637,12 @@ mod tests {
             "query chunk: offset 50 + 100 rows exceeds the global sequence length 120"
         );
         assert!(err(&Shape { batch: 70_000, ..shape }, &dense(), &Chunk::whole(&shape)).contains("batch = 70000"));
+        // 65535 x 65535 (batch, head) pairs of one tile: more than the 32-bit block index.
+        let wide = Shape::square(65_535, 1, 65_535, 64);
+        assert_eq!(
+            err(&wide, &dense(), &Chunk::whole(&wide)),
+            "query tiles x heads x batch = 4294836225 exceeds the GPU limit 2147483647"
+        );
         let d = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(16, 32)])));
         assert!(err(&shape, &d, &whole).contains("dilation_rate 32 exceeds segment_length 16"));
         let hg = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(16, 1), (32, 2)])));

@@ -934,9 +934,10 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
 // consumer threads are done with it. Q is copied once by the producers (cp.async),
 // signalled by q_bar. No block-wide barrier after the start, so the consumer warpgroups
 // drift freely and their MMAs and softmax interleave on the SM.
-// (Measured on H100 with two consumer warpgroups: with all 256 threads copying and one barrier per tile, the copies and
-// the barrier cost 60% of the time; with producers copying by cp.async, issuing the copies
-// still halved the speed at d = 128. See docs/benchmarks/gpu-bench.md, v8.)
+// (Measured on H100 with two consumer warpgroups: with all 256 threads copying and one
+// barrier per tile, the copies and the barrier cost 60% of the time; with producers copying
+// by cp.async, issuing the copies still halved the speed at d = 128. See
+// docs/benchmarks/gpu-bench.md, v8.)
 // Per tile j a consumer overlaps the two MMAs with the softmax (intra-warpgroup pipelining):
 //   issue S(j+1) = Q K(j+1)^T;  issue O += P(j) V(j);
 //   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));

@@ -23,6 +23,8 @@
 //! * **Merge** ([`Gpu::merge_into`]): the reference's `Partial::merge`, into a new buffer.
 //! * **Backward** ([`Gpu::backward_into`]): dQ, dK, dV from the saved LSE, same masks; on
 //!   H100/H200 every product is a `wgmma` and dQ is added by TMA reductions.
+//!   [`Gpu::backward_add_into`] adds the gradients into running sums instead (a ring
+//!   rank's steps).
 //!
 //! * **Distributed** ([`dist`]): ring attention over NCCL (one process per GPU), the
 //!   pattern-aware plan, all-gather, virtual ranks on one GPU, a launcher.

@@ -10,7 +10,7 @@
 //!   log-sum-exp, i.e. a `ringdil_reference::Partial`. On H100/H200 (sm_90a) a
 //!   flash-attention-3-style kernel: asynchronous warpgroup MMAs (`wgmma`), a producer
 //!   warpgroup loading K/V by TMA ([`tma`]), mbarrier-handed stages; elsewhere
-//!   `mma.sync.m16n8k16` ([`launch::Forward`] chooses).
+//!   `mma.sync.m16n8k16` ([`launch::Family`] chooses).
 //! * **Masks** are evaluated in the kernel from *global* indices: causal, key padding,
 //!   sliding window, block-sparse, and LongNet dilated branches (segment, dilation,
 //!   per-head offset). Tiles a mask leaves empty are not visited at all: the host builds a

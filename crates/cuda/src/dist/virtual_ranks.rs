@@ -1,6 +1,6 @@
 //! `P` virtual ranks on one GPU: the ring's steps run sequentially, every block stays
 //! where it was uploaded, and "receiving the block of `src`" is reading it. Same
-//! [`RankCompute`] launches, same merge order (`src = r, r-1, ...`) and, for gradients,
+//! `RankCompute` launches, same merge order (`src = r, r-1, ...`) and, for gradients,
 //! the same addition order as the ring (the block of `src` collects contributions from
 //! ranks `src, src+1, ...` in step order), so a virtual run is the ring's arithmetic
 //! without NCCL: ring code is tested and debugged on a single-GPU machine, and

@@ -247,10 +247,10 @@ impl Family {
         128 * self.backward_key_tiles(head_dim) as u32
     }
 
-    /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and the K/V
-    /// stages (2 for mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte mbarrier
-    /// per stage and one for Q, and its base rounded up to 1 KB in the kernel: the swizzle
-    /// of its operands is a function of address bits).
+    /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
+    /// the K/V stages (2 for mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte
+    /// mbarrier per stage and one for Q, and its base rounded up to 1 KB in the kernel: the
+    /// swizzle of its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
         let (row, q_tile) = (head_dim * 2, self.forward_q_tile());
         match self {

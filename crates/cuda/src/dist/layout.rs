@@ -70,18 +70,20 @@ pub struct DistPlan {
     pieces: Vec<Vec<Piece>>,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
     needed: Vec<Vec<Vec<(usize, usize)>>>,
-    /// `live[r][src][kj]`: which launches (dilated branches) of piece `kj` of `src` some
-    /// query piece of `r` needs.
-    live: PerPiece<Vec<bool>>,
-    /// `kept[r][src][kj]`: the head rows of piece `kj` of `src` that `r` needs, when that is
-    /// fewer than all of them (see [`DistPlan::kept_rows`]). Built on first use: a rank
-    /// asks only for the lists it sends or receives (2P of the P^2), each
-    /// `batch * rows * heads` long.
-    kept: PerPiece<OnceLock<Option<Vec<u32>>>>,
+    /// `kept[r][src][kj]`: what `r` needs of piece `kj` of `src`.
+    kept: Vec<Vec<Vec<KeptRows>>>,
 }
 
-/// A value per (receiving rank, sending rank, key piece of the sender).
-type PerPiece<T> = Vec<Vec<Vec<T>>>;
+/// What a rank needs of another rank's key piece.
+#[derive(Debug, Clone)]
+struct KeptRows {
+    /// Which launches (dilated branches) some query piece of the rank needs.
+    live: Vec<bool>,
+    /// The head rows those launches keep, when fewer than all (see
+    /// [`DistPlan::kept_rows`]). Built on first use: a rank asks only for the lists it
+    /// sends or receives (2P of the P^2), each `batch * rows * heads` long.
+    rows: OnceLock<Option<Vec<u32>>>,
+}
 
 impl DistPlan {
     /// Cut `chunks` into pieces and find the needed pairs. Errors name the rank or the
@@ -98,17 +100,8 @@ impl DistPlan {
             }
             pieces.push(mine);
         }
-        let mut plan = DistPlan {
-            chunks,
-            spec,
-            batch,
-            heads,
-            head_dim,
-            pieces,
-            needed: vec![vec![]; p],
-            live: vec![vec![]; p],
-            kept: vec![vec![]; p],
-        };
+        let mut plan =
+            DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: vec![vec![]; p], kept: vec![vec![]; p] };
         for r in 0..p {
             for src in 0..p {
                 // Per key piece: which launches (dilated branches) some query piece needs.
@@ -127,8 +120,7 @@ impl DistPlan {
                     }
                 }
                 plan.needed[r].push(pairs);
-                plan.kept[r].push(live.iter().map(|_| OnceLock::new()).collect());
-                plan.live[r].push(live);
+                plan.kept[r].push(live.into_iter().map(|live| KeptRows { live, rows: OnceLock::new() }).collect());
             }
         }
         Ok(plan)
@@ -226,7 +218,7 @@ impl DistPlan {
             return None;
         }
         let kept = self.kept[dst][src].get(kj)?;
-        kept.get_or_init(|| self.kept_entries(src, kj, &self.live[dst][src][kj])).as_deref()
+        kept.rows.get_or_init(|| self.kept_entries(src, kj, &kept.live)).as_deref()
     }
 
     /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.
@@ -415,7 +407,7 @@ mod tests {
         // (100, 1) stays inside each rank of 500 tokens; (1000, 4) crosses: rank 0 needs,
         // per head h, the rows of rank 1 with pos % 4 == h % 4.
         let p = plan(&[(100, 1), (1000, 4)]);
-        let built = |p: &DistPlan| p.kept.iter().flatten().flatten().filter(|k| k.get().is_some()).count();
+        let built = |p: &DistPlan| p.kept.iter().flatten().flatten().filter(|k| k.rows.get().is_some()).count();
         assert_eq!(built(&p), 0, "kept lists are built when a rank asks for them");
         let kept = p.kept_rows(0, 1, 0).expect("fewer than all rows");
         assert_eq!(built(&p), 1);

@@ -1223,14 +1223,30 @@ __device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], 
         }
 }
 
+// One query stage of the backward (double-buffered in both kernels): the query tile's Q and
+// dO, then per query row its lse2, delta, global position (-1: none) and tensor row (-1:
+// none). QSTAGE is its size in u16 units, a multiple of 512 (1 KB).
+#define QSTAGE (2 * BM * D + 4 * BM * 2)
+// (A view of one base pointer: the parts are fixed offsets from it, which the loads and
+// stores take as immediates, and only the base is live across the loop.)
+struct QueryStage {
+    u16* base;
+    __device__ u16* q() const { return base; }
+    __device__ u16* o() const { return base + BM * D; }
+    __device__ float* lse2() const { return reinterpret_cast<float*>(base + 2 * BM * D); }
+    __device__ float* delta() const { return lse2() + BM; }
+    __device__ int* pos() const { return reinterpret_cast<int*>(lse2() + 2 * BM); }
+    __device__ int* row() const { return reinterpret_cast<int*>(lse2() + 3 * BM); }
+};
+
 // The lse2, delta, global position and tensor row of query tile q0's row `i` (one thread
-// per row), into the stage arrays sL (lse2), sL + BM (delta), then positions and rows.
-__device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, int q0, int i, float* sL) {
+// per row) into its stage.
+__device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, int q0, int i, const QueryStage& qs) {
     const int row = row_of(p, q_axis(p), q0 + i, h);
-    reinterpret_cast<int*>(sL + 2 * BM)[i] = pos_of(q_axis(p), row);
-    reinterpret_cast<int*>(sL + 3 * BM)[i] = row;
-    sL[i] = lse2_of(p, b, h, row);
-    sL[BM + i] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
+    qs.pos()[i] = pos_of(q_axis(p), row);
+    qs.row()[i] = row;
+    qs.lse2()[i] = lse2_of(p, b, h, row);
+    qs.delta()[i] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
 }
 
 // dK (scaled) and dV rows of this thread: written, or added with `accumulate`.
@@ -1264,8 +1280,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     u16* sK = smem;
     u16* sV = sK + BN * D;
     u16* sStage = sV + BN * D;
-    constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units
-    u16* sS = sStage + 2 * STAGE;                   // dS^T of the current pair, [BN][BM]
+    u16* sS = sStage + 2 * QSTAGE;  // dS^T of the current pair, [BN][BM]
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1290,10 +1305,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     // Issue the loads of query tile `it` into its stage.
     auto fetch = [&](int it) {
         const int q0 = p.plan_idx[it] * BM;
-        u16* st = sStage + ((it - qbeg) & 1) * STAGE;
-        load_tile(st, p.q, p, q_axis(p), b, h, q0);
-        load_tile(st + BM * D, p.dout, p, q_axis(p), b, h, q0);
-        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(st + 2 * BM * D));
+        const QueryStage qs{sStage + ((it - qbeg) & 1) * QSTAGE};
+        load_tile(qs.q(), p.q, p, q_axis(p), b, h, q0);
+        load_tile(qs.o(), p.dout, p, q_axis(p), b, h, q0);
+        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, qs);
     };
     load_tile(sK, p.k, p, k_axis(p), b, h, k0);
     load_tile(sV, p.v, p, k_axis(p), b, h, k0);
@@ -1301,12 +1316,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     cp_commit();
     for (int it = qbeg; it < qend; ++it) {
         const int q0 = p.plan_idx[it] * BM;
-        const u16* sQ = sStage + ((it - qbeg) & 1) * STAGE;
-        const u16* sO = sQ + BM * D;
-        const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
-        const float* sD = sL + BM;                                       // delta of the query tile
-        const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
-        const int* sR = sP + BM;                                         // tensor rows
+        const QueryStage qs{sStage + ((it - qbeg) & 1) * QSTAGE};
         cp_wait<0>();     // query tile `it` (and K, V) landed for this thread
         __syncthreads();  // for everyone, and every warp is done with tile it - 1 (and sS)
         if (it + 1 < qend) fetch(it + 1);
@@ -1326,18 +1336,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             #pragma unroll
             for (int nb = 0; nb < BM / 8; ++nb) {
                 u32 bf[4];
-                frag_b_rows(bf, sQ, nb, kk, lane);
+                frag_b_rows(bf, qs.q(), nb, kk, lane);
                 mma(s[nb], ka, bf[0], bf[1]);
                 mma(s[nb], kb, bf[2], bf[3]);
-                frag_b_rows(bf, sO, nb, kk, lane);
+                frag_b_rows(bf, qs.o(), nb, kk, lane);
                 mma(dp[nb], va, bf[0], bf[1]);
                 mma(dp[nb], vb, bf[2], bf[3]);
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
         mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
-                      kseg, q0, sP, t);
-        probs_t(p, s, dp, sL, sD, t);
+                      kseg, q0, qs.pos(), t);
+        probs_t(p, s, dp, qs.lse2(), qs.delta(), t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
         // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
         // 16 kk + 8 (j >> 1) + 2t, +1.
@@ -1359,10 +1369,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {
                 u32 bf[4];
-                frag_b_cols(bf, sO, kk, cb, lane);
+                frag_b_cols(bf, qs.o(), kk, cb, lane);
                 mma(dv[cb], pa, bf[0], bf[1]);
                 mma(dv[cb + 1], pa, bf[2], bf[3]);
-                frag_b_cols(bf, sQ, kk, cb, lane);
+                frag_b_cols(bf, qs.q(), kk, cb, lane);
                 mma(dk[cb], da[kk], bf[0], bf[1]);
                 mma(dk[cb + 1], da[kk], bf[2], bf[3]);
             }
@@ -1378,7 +1388,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             float* qrow[2];
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = sR[warp * 16 + g + 8 * r];
+                const int row = qs.row()[warp * 16 + g + 8 * r];
                 qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + 2 * t : nullptr;
             }
             #pragma unroll
@@ -1510,10 +1520,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     extern __shared__ __align__(1024) u16 smem_wb[];
     u16* sK = smem_wb + ((1024 - ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) & 1023) / 2;
     u16* sV = sK + WB_KEYS * D;
-    // Stage s: Q, dO (swz_blocks layout), then lse2, delta, position, row of each query.
-    constexpr int STAGE = 2 * BM * D + 4 * BM * 2;  // u16 units; a multiple of 512 (1 KB)
-    u16* sStage = sV + WB_KEYS * D;
-    u16* sS = sStage + WB_STAGES * STAGE;  // dS^T, [WB_KEYS][BM], swz_s
+    u16* sStage = sV + WB_KEYS * D;         // WB_STAGES query stages (Q, dO: swz_blocks layout)
+    u16* sS = sStage + WB_STAGES * QSTAGE;  // dS^T, [WB_KEYS][BM], swz_s
     float* sDQ = reinterpret_cast<float*>(sS + WB_KEYS * BM);  // 2 x [BM][D] f32 staging
     const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : 2 * BM * D));
     auto full = [&](int st) { return bars + 8 * st; };
@@ -1551,24 +1559,24 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     // its own cp.async gather, waited for, and the per-query rows (threads < BM).
     auto fetch = [&](int it, int qt) {
         const int q0 = qt * BM, st = it % WB_STAGES;
-        u16* sq = sStage + st * STAGE;
+        const QueryStage qs{sStage + st * QSTAGE};
         if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
         int row0;
         const bool box = tile_is_box(p, q_axis(p), q0, h, row0);
         if (!box) {
-            load_tile<BM, 128, true>(sq, p.q, p, q_axis(p), b, h, q0);
-            load_tile<BM, 128, true>(sq + BM * D, p.dout, p, q_axis(p), b, h, q0);
+            load_tile<BM, 128, true>(qs.q(), p.q, p, q_axis(p), b, h, q0);
+            load_tile<BM, 128, true>(qs.o(), p.dout, p, q_axis(p), b, h, q0);
             cp_commit();
             cp_wait<0>();
             fence_async_smem();
         }
-        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, reinterpret_cast<float*>(sq + 2 * BM * D));
+        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, qs);
         if (box && threadIdx.x == 0) {
             mbar_expect_bytes(full(st), 2 * BM * D * 2);  // this thread's arrival
             #pragma unroll
             for (int cb = 0; cb < D / 64; ++cb) {
-                tma_box(sq + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full(st));
-                tma_box(sq + BM * D + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full(st));
+                tma_box(qs.q() + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full(st));
+                tma_box(qs.o() + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full(st));
             }
         } else {
             mbar_arrive(full(st));
@@ -1583,12 +1591,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         const int q0 = qt_next * BM, st = it % WB_STAGES;
         const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
         qt_next = next_query_tile(p, walk, vis_next);
-        const u16* sQ = sStage + st * STAGE;
-        const u16* sO = sQ + BM * D;
-        const float* sL = reinterpret_cast<const float*>(sO + BM * D);  // lse2 of the query tile
-        const float* sD = sL + BM;                                       // delta of the query tile
-        const int* sP = reinterpret_cast<const int*>(sD + BM);           // global positions
-        const int* sR = sP + BM;                                         // tensor rows
+        const QueryStage qs{sStage + st * QSTAGE};
         if (it > 0) {
             // The staging this tile's dQ reductions will use has been read: tile it - 1's
             // (overlaid on its Q and dO, whose stage is released here) or it - 2's.
@@ -1611,8 +1614,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             fence_acc(s);
             fence_acc(dp);
             wg_fence();
-            issue_scores_t(s, sK + wg * BN * 64, sQ);
-            issue_scores_t(dp, sV + wg * BN * 64, sO);
+            issue_scores_t(s, sK + wg * BN * 64, qs.q());
+            issue_scores_t(dp, sV + wg * BN * 64, qs.o());
             wg_commit();
             if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             wg_wait<0>();
@@ -1627,8 +1630,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 kpos[r] = pos_of(k_axis(p), row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h));
             }
             mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,
-                          kpos, kseg, q0, sP, t);
-            probs_t(p, s, dp, sL, sD, t);
+                          kpos, kseg, q0, qs.pos(), t);
+            probs_t(p, s, dp, qs.lse2(), qs.delta(), t);
             pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
         } else {
             if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
@@ -1652,8 +1655,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             fence_acc(dv);
             fence_acc(dk);
             wg_fence();
-            issue_pv(dv, pa[0], sO);
-            issue_pv(dk, da[0], sQ);
+            issue_pv(dv, pa[0], qs.o());
+            issue_pv(dk, da[0], qs.q());
             wg_commit();
         }
         bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sS
@@ -1671,7 +1674,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         if (WB_WGS > 1) mbar_arrive(ds_free);
         if (box) {
             // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
-            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(const_cast<u16*>(sQ))
+            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(qs.q())
                                            : sDQ + (it & 1) * BM * D + wg * BM * 64;
             #pragma unroll
             for (int i = 0; i < 8; ++i)
@@ -1694,7 +1697,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         } else {
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = sR[warp * 16 + g + 8 * r];
+                const int row = qs.row()[warp * 16 + g + 8 * r];
                 if (row < 0) continue;
                 float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + wg * 64 + 2 * t;
                 #pragma unroll

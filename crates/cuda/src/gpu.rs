@@ -7,7 +7,9 @@ use crate::plan::IndexMap;
 use crate::spec::GpuSpec;
 use crate::tma::{Elem, TensorMap, TensorPair};
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -338,8 +340,10 @@ impl Gpu {
         let (qp, _a) = q.data.device_ptr(st);
         let (kp, _b) = k.data.device_ptr(st);
         let (vp, _c) = v.data.device_ptr(st);
-        let (op, _d) = out.out.device_ptr(st);
-        let (lp, _e) = out.lse.device_ptr(st);
+        // Written by the kernel: `_mut`, so that cudarc records a write that another stream
+        // (a ring's NCCL stream) waits for before it reads the buffer.
+        let (op, _d) = out.out.device_ptr_mut(st);
+        let (lp, _e) = out.lse.device_ptr_mut(st);
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let params = Params {
@@ -532,9 +536,10 @@ impl Gpu {
             let (lp, _e) = fwd.lse.device_ptr(st);
             let (dop, _f) = dout.data.device_ptr(st);
             let (dlp, _g) = prep.delta.device_ptr(st);
-            let (dqp, _h) = grads.dq.device_ptr(st);
-            let (dkp, _i) = grads.dk.device_ptr(st);
-            let (dvp, _j) = grads.dv.device_ptr(st);
+            // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
+            let (dqp, _h) = grads.dq.device_ptr_mut(st);
+            let (dkp, _i) = grads.dk.device_ptr_mut(st);
+            let (dvp, _j) = grads.dv.device_ptr_mut(st);
             let base = Params {
                 q: qp,
                 k: kp,

@@ -23,6 +23,8 @@ static PTX_CACHE: OnceLock<Mutex<HashMap<PtxKey, Ptx>>> = OnceLock::new();
 /// The kernels of one (element type, head dim), loaded into a context.
 struct Kernels {
     fwd: CudaFunction,
+    /// wgmma only: the forward with 128-row tiles ([`LaunchSpec::fwd_q_tile`]).
+    fwd_128: Option<CudaFunction>,
     bwd: CudaFunction,
     merge: CudaFunction,
     fill: CudaFunction,
@@ -178,6 +180,10 @@ impl Gpu {
         };
         let k = Arc::new(Kernels {
             fwd: load("attn_fwd", self.family.forward_smem(head_dim))?,
+            fwd_128: match self.family {
+                Family::Wgmma => Some(load("attn_fwd_128", self.family.forward_smem(head_dim))?),
+                Family::Mma => None,
+            },
             bwd: load("attn_bwd", self.family.backward_smem(head_dim))?,
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
@@ -211,7 +217,7 @@ impl Gpu {
 
     /// Validate a call, build its tile plans and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
-        let specs = launch::launches_tiled(shape, spec, chunk, self.family.forward_q_tile())?;
+        let specs = launch::launches_for(shape, spec, chunk, self.family)?;
         let kernels = self.kernels(dtype, shape.head_dim)?;
         let launches = specs
             .into_iter()
@@ -364,7 +370,11 @@ impl Gpu {
             block_dim: (self.family.forward_threads(), 1, 1),
             shared_mem_bytes: self.family.forward_smem(prep.shape.head_dim),
         };
-        let mut launch = st.launch_builder(&prep.kernels.fwd);
+        let kernel = match &prep.kernels.fwd_128 {
+            Some(narrow) if l.fwd_q_tile != self.family.forward_q_tile() => narrow,
+            _ => &prep.kernels.fwd,
+        };
+        let mut launch = st.launch_builder(kernel);
         launch.arg(&params);
         let maps = self.tile_maps(l, kp, vp, k.dims)?;
         if let Some(maps) = &maps {

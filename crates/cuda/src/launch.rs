@@ -139,7 +139,10 @@ unsafe impl cudarc::driver::DeviceRepr for Params {}
 pub struct LaunchSpec {
     pub params: Params,
     pub map: IndexMap,
-    /// Forward: query tile (of the family's [`Family::forward_q_tile`] rows) -> key tiles.
+    /// Query rows per forward block ([`Family::forward_q_tile_for`]); it picks the forward
+    /// kernel (wgmma: `attn_fwd`, or `attn_fwd_128` for 128 rows).
+    pub fwd_q_tile: usize,
+    /// Forward: query tile (of `fwd_q_tile` rows) -> key tiles.
     pub fwd: TilePlan,
     /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
     /// produces dK, dV and dQ from it).
@@ -218,6 +221,24 @@ impl Family {
         match self {
             Family::Wgmma => 3 * TILE,
             Family::Mma => FWD_Q_TILE,
+        }
+    }
+
+    /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
+    /// the wgmma family runs a compact dilated launch whose segments keep `m` rows, `m` not
+    /// a multiple of its 192, with 128-row tiles (two of its three consumer warpgroups).
+    /// Compact launch indices start at a segment boundary, so such a tile never straddles
+    /// two segments when `m` is a multiple of 128 (LongNet's powers of two); a 192-row tile
+    /// would, every few tiles, and visit both segments' keys under the generic mask. (v12
+    /// with 192 rows everywhere: a LongNet branch (8192, 8) took 3.4x v11's time.)
+    pub fn forward_q_tile_for(self, map: &IndexMap) -> usize {
+        match *map {
+            IndexMap::Compact { segment, dilation, .. }
+                if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
+            {
+                2 * TILE
+            }
+            _ => self.forward_q_tile(),
         }
     }
 
@@ -324,12 +345,12 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
 /// Validate and build every launch of a call (host side only), with forward query tiles of
 /// [`FWD_Q_TILE`] rows (what a launch visits does not depend on the tile size).
 pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<LaunchSpec>> {
-    launches_tiled(shape, spec, chunk, FWD_Q_TILE)
+    launches_for(shape, spec, chunk, Family::Mma)
 }
 
-/// [`launches`] with forward query tiles of `fwd_q_tile` rows: a kernel family's
-/// [`Family::forward_q_tile`].
-pub fn launches_tiled(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, fwd_q_tile: usize) -> Result<Vec<LaunchSpec>> {
+/// [`launches`] with the forward query tiles of a kernel family
+/// ([`Family::forward_q_tile_for`], per launch).
+pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<Vec<LaunchSpec>> {
     validate(shape, spec, chunk)?;
     let scale = spec.scale_for(shape.head_dim);
     let base = Params {
@@ -349,6 +370,7 @@ pub fn launches_tiled(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, fwd_q_tile: 
     let identity = IndexMap::Identity { q: qa, k: ka };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
+        let fwd_q_tile = family.forward_q_tile_for(&map);
         let fwd = plan(&spec.pattern, branch, spec.causal, map, fwd_q_tile);
         let cols = plan(&spec.pattern, branch, spec.causal, map, TILE).transpose();
         // The kernels' block order (`block_coords`) indexes (tile, head, batch) linearly.
@@ -366,7 +388,7 @@ pub fn launches_tiled(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, fwd_q_tile: 
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        Ok(LaunchSpec { params, map, fwd, cols })
+        Ok(LaunchSpec { params, map, fwd_q_tile, fwd, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
@@ -531,9 +553,10 @@ mod tests {
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
         assert_eq!(Family::Wgmma.forward_smem(64), 88 * 1024 + 72 + 1024);
-        // Three consumer warpgroups at d = 64: 192-row forward tiles.
-        let l = launches_tiled(&shape, &dense().causal(true), &Chunk::whole(&shape), 192).unwrap();
+        // Three consumer warpgroups: 192-row forward tiles.
+        let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
         assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
+        assert_eq!(l[0].fwd_q_tile, 192);
         assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
@@ -563,6 +586,8 @@ mod tests {
         assert!(src.contains("#define WG_THREADS (WG_CONSUMERS + 128) "));
         assert!(src.contains("#define WG_CONSUMERS (128 * FWD_WGS) "));
         assert_eq!((Family::Wgmma.forward_threads(), Family::Wgmma.forward_q_tile()), (512, 192));
+        // forward_q_tile_for's 128-row tiles: the kernel instantiated with two warpgroups.
+        assert!(src.contains("attn_fwd_128(const Params p") && src.contains("attn_fwd_body<2>(p, maps)"));
         assert_eq!((Family::Mma.forward_threads(), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
@@ -604,6 +629,28 @@ mod tests {
         assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_stride == 2 && l.params.k_stride == 2));
         let e = launches(&Shape { q_rows: 2049, k_rows: 2048, ..shape }, &spec, &striped).unwrap_err();
         assert_eq!(e.to_string(), "query chunk: 2049 rows at positions 1 + i * 2 pass the global sequence length 4096");
+    }
+
+    #[test]
+    fn wgmma_forward_tiles_do_not_straddle_dilated_segments() {
+        // Kept rows per segment: 512 / 1 = 512 and 1024 / 4 = 256 (not multiples of 192),
+        // 768 / 4 = 192 (one is), and a dense launch.
+        let d = Dilated::longnet(&[(512, 1), (1024, 4), (768, 4)]);
+        let shape = Shape::square(1, 3072, 8, 128);
+        let l = launches_for(&shape, &GpuSpec::new(GpuPattern::Dilated(d)), &Chunk::whole(&shape), Family::Wgmma);
+        let l = l.unwrap();
+        let tiles: Vec<usize> = l.iter().map(|l| l.fwd_q_tile).collect();
+        assert_eq!(tiles, [128, 128, 192]);
+        for l in &l {
+            let (m, q) = (l.params.dil_per_seg as usize, l.fwd_q_tile);
+            assert_eq!(m % q, 0, "a {q}-row tile would straddle segments of {m} kept rows");
+            assert_eq!(l.grid_fwd().0 as usize, (l.params.nq as usize).div_ceil(q));
+        }
+        let dense = launches_for(&shape, &dense(), &Chunk::whole(&shape), Family::Wgmma).unwrap();
+        assert_eq!(dense[0].fwd_q_tile, 192);
+        let mma =
+            launches(&shape, &GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(768, 4)]))), &Chunk::whole(&shape));
+        assert_eq!(mma.unwrap()[0].fwd_q_tile, FWD_Q_TILE);
     }
 
     #[test]

@@ -1270,6 +1270,10 @@ struct QueryStage {
     __device__ int* row() const { return reinterpret_cast<int*>(lse2() + 3 * BM); }
 };
 
+__device__ __forceinline__ float delta_of(const Params& p, int b, int h, int row) {
+    return row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
+}
+
 // The lse2, delta, global position and tensor row of query tile q0's row `i` (one thread
 // per row) into its stage.
 __device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, int q0, int i, const QueryStage& qs) {
@@ -1277,7 +1281,24 @@ __device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, i
     qs.pos()[i] = pos_of(q_axis(p), row);
     qs.row()[i] = row;
     qs.lse2()[i] = lse2_of(p, b, h, row);
-    qs.delta()[i] = row >= 0 ? p.delta[((size_t)b * p.heads + h) * p.q_rows + row] : 0.f;
+    qs.delta()[i] = delta_of(p, b, h, row);
+}
+// The same in two parts, so that the wgmma backward can issue the global loads a softmax
+// ahead of the stores (WB_LATE_FETCH). (stage_query_row stays one piece: written as these
+// two, the d = 64 kernel compiles differently and its causal n = 4096 row ran 6-11% slower.)
+struct QueryRow {
+    float lse2, delta;
+    int pos, row;
+};
+__device__ __forceinline__ QueryRow query_row(const Params& p, int b, int h, int q0, int i) {
+    const int row = row_of(p, q_axis(p), q0 + i, h);
+    return {lse2_of(p, b, h, row), delta_of(p, b, h, row), pos_of(q_axis(p), row), row};
+}
+__device__ __forceinline__ void stage_query_row(const QueryRow& r, int i, const QueryStage& qs) {
+    qs.pos()[i] = r.pos;
+    qs.row()[i] = r.row;
+    qs.lse2()[i] = r.lse2;
+    qs.delta()[i] = r.delta;
 }
 
 // dK (scaled) and dV rows of this thread: written, or added with `accumulate`.
@@ -1479,10 +1500,12 @@ static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63
 // a separate staging area (the other's dK may still read Q), double-buffered so that a
 // tile's dQ reductions have a whole tile's time to read theirs.
 #define WB_DQ_OVERLAY (WB_WGS == 1)
-// Where warpgroup 0 starts the next tile's loads. Its threads wait there for the per-query
-// lse and delta (global loads) before arriving: with two warpgroups, after issuing the
-// tile's S^T / dP^T MMAs, which run meanwhile (1-2% faster at d = 128); with one, before
-// them (at d = 64 the later place was 1-2.5% slower; v10b in docs/benchmarks/gpu-bench.md).
+// Where warpgroup 0 starts the next tile's loads. With two warpgroups, after its softmax,
+// with the per-query lse and delta loaded into registers at the top of the iteration: the
+// global loads' latency then hides behind the S^T / dP^T MMAs and the softmax, instead of
+// holding warpgroup 0 (and, at the barrier before dQ, warpgroup 1) every tile; 9-13%
+// faster at d = 128 (v13b in docs/benchmarks/gpu-bench.md). With one, before the tile's
+// MMAs, loads included (the same change made the causal d = 64 n = 4096 row 6-20% slower).
 #define WB_LATE_FETCH (WB_WGS > 1)
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
@@ -1589,7 +1612,9 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
 
     // Warpgroup 0 brings query tile `qt` into the stage of the block's visit `it`, once
     // every thread is done with the stage's previous tile: the TMA's boxes (one thread) or
-    // its own cp.async gather, waited for, and the per-query rows (threads < BM).
+    // its own cp.async gather, waited for, and the per-query rows (threads < BM; with
+    // WB_LATE_FETCH, loaded into `qr_next` earlier, except for the first visit).
+    QueryRow qr_next;
     auto fetch = [&](int it, int qt) {
         const int q0 = qt * BM, st = it % WB_STAGES;
         const QueryStage qs{sStage + st * QSTAGE};
@@ -1603,7 +1628,12 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             cp_wait<0>();
             fence_async_smem();
         }
-        if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, qs);
+        if (threadIdx.x < BM) {
+            if (WB_LATE_FETCH && it > 0)
+                stage_query_row(qr_next, threadIdx.x, qs);
+            else
+                stage_query_row(p, b, h, q0, threadIdx.x, qs);
+        }
         if (box && threadIdx.x == 0) {
             mbar_expect_bytes(full(st), 2 * BM * D * 2);  // this thread's arrival
             #pragma unroll
@@ -1625,6 +1655,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
         qt_next = next_query_tile(p, walk, vis_next);
         const QueryStage qs{sStage + st * QSTAGE};
+        if (WB_LATE_FETCH && wg == 0 && threadIdx.x < BM && qt_next >= 0)
+            qr_next = query_row(p, b, h, qt_next * BM, threadIdx.x);
         if (it > 0) {
             // The staging this tile's dQ reductions will use has been read: tile it - 1's
             // (overlaid on its Q and dO, whose stage is released here) or it - 2's.
@@ -1650,7 +1682,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             issue_scores_t(s, sK + wg * BN * 64, qs.q());
             issue_scores_t(dp, sV + wg * BN * 64, qs.o());
             wg_commit();
-            if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             wg_wait<0>();
             fence_acc(s);
             fence_acc(dp);
@@ -1667,12 +1698,12 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             probs_t(p, s, dp, qs.lse2(), qs.delta(), t);
             pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
         } else {
-            if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
                 #pragma unroll
                 for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
         }
+        if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
         // The other warpgroup's dQ MMA of tile it - 1 has read sS.
         if (WB_WGS > 1 && it > 0) mbar_wait(ds_free, (it - 1) & 1);
         #pragma unroll

@@ -1236,21 +1236,29 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
     }
 }
 
-// s <- P^T = 2^(s*scale*log2e - lse2) and dp <- dS^T = P^T o (dP^T - delta), with the query
-// tile's lse2 (sL) and delta (sD) per column.
-__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], float (&dp)[BM / 8][4],
-                                        const float* sL, const float* sD, int t) {
+// s <- P^T = 2^(s*scale*log2e - lse2), with the query tile's lse2 (sL) per column.
+__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], const float* sL, int t) {
     #pragma unroll
     for (int nb = 0; nb < BM / 8; ++nb)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int qc = nb * 8 + 2 * t + e;
+            const float l2 = sL[nb * 8 + 2 * t + e];
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float pe = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -sL[qc]));
-                s[nb][2 * r + e] = pe;
-                dp[nb][2 * r + e] = pe * (dp[nb][2 * r + e] - sD[qc]);
-            }
+            for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
+        }
+}
+// dp <- dS^T = P^T o (dP^T - delta), with P^T from probs_t and the query tile's delta (sD)
+// per column. (Separate from probs_t: the wgmma backward computes P^T while the tensor
+// cores still compute dP^T.)
+__device__ __forceinline__ void dscores_t(float (&dp)[BM / 8][4], const float (&s)[BM / 8][4], const float* sD,
+                                          int t) {
+    #pragma unroll
+    for (int nb = 0; nb < BM / 8; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float dl = sD[nb * 8 + 2 * t + e];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * (dp[nb][2 * r + e] - dl);
         }
 }
 
@@ -1399,7 +1407,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
         mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
                       kseg, q0, qs.pos(), t);
-        probs_t(p, s, dp, qs.lse2(), qs.delta(), t);
+        probs_t(p, s, qs.lse2(), t);
+        dscores_t(dp, s, qs.delta(), t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
         // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
         // 16 kk + 8 (j >> 1) + 2t, +1.
@@ -1676,15 +1685,15 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         float s[BM / 8][4], dp[BM / 8][4];
         u32 da[1][BM / 16][4];
         if (mine) {
+            // S^T and dP^T as two MMA groups, so that P^T (which needs S^T only) is
+            // computed while the tensor cores compute dP^T.
             fence_acc(s);
             fence_acc(dp);
             wg_fence();
             issue_scores_t(s, sK + wg * BN * 64, qs.q());
+            wg_commit();
             issue_scores_t(dp, sV + wg * BN * 64, qs.o());
             wg_commit();
-            wg_wait<0>();
-            fence_acc(s);
-            fence_acc(dp);
             // This thread's key rows' positions and segments, recomputed per tile (cheap)
             // rather than held in registers across the loop.
             int kpos[2], kseg[2];
@@ -1693,10 +1702,23 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 kseg[r] = seg_of(p, k_axis(p), kw + warp * 16 + g + 8 * r);
                 kpos[r] = pos_of(k_axis(p), row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h));
             }
+            wg_wait<1>();  // S^T is done; dP^T may still run
+            fence_acc(s);
             mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,
                           kpos, kseg, q0, qs.pos(), t);
-            probs_t(p, s, dp, qs.lse2(), qs.delta(), t);
+            probs_t(p, s, qs.lse2(), t);
+            wg_wait<0>();  // dP^T is done
+            fence_acc(dp);
+            dscores_t(dp, s, qs.delta(), t);
             pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
+            u32 pa[1][BM / 16][4];
+            pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
+            fence_acc(dv);
+            fence_acc(dk);
+            wg_fence();
+            issue_pv(dv, pa[0], qs.o());
+            issue_pv(dk, da[0], qs.q());
+            wg_commit();
         } else {
             #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
@@ -1713,16 +1735,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 *reinterpret_cast<u32*>(sS + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
                                         2 * t) = da[0][kk][j];
         fence_async_smem();
-        if (mine) {
-            u32 pa[1][BM / 16][4];
-            pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
-            fence_acc(dv);
-            fence_acc(dk);
-            wg_fence();
-            issue_pv(dv, pa[0], qs.o());
-            issue_pv(dk, da[0], qs.q());
-            wg_commit();
-        }
         bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sS
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
         // in shared memory; other tiles (a compact tile with holes) reduce element by element.

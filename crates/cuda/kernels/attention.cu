@@ -344,11 +344,6 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 // where the softmax work per MMA flop is twice that of d = 128; d = 128 1.01-1.06x; v11,
 // v12 in docs/benchmarks/gpu-bench.md).
 #define FWD_WGS 3
-// S = Q K^T reads Q from shared memory at d = 128 (Q in registers, 32 per thread, would not
-// fit in the consumers' 152 with O and S) and from registers at d = 64 (5-7% faster there;
-// v12 in docs/benchmarks/gpu-bench.md). The Q tile is in the wgmma operand layout either
-// way (at d = 64 it is also ldmatrix's `swz` layout).
-#define FWD_Q_SMEM (D == 128)
 #define FBM (64 * FWD_WGS)  // query rows per forward block
 #else
 #define FBM 128  // query rows per forward block
@@ -706,8 +701,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 // warpgroup holds rows 16w.. of the 64; accumulator block i (8 columns) is d[i][0..3] =
 // (row g, cols 8i + 2t, +1), (row g + 8, same cols). So mask_scores, softmax_step, pack_p
 // and store_forward serve both kernels unchanged (with one m16 tile per warp).
-#define WG_CONSUMERS (128 * FWD_WGS)  // FBM query rows per block
-#define WG_THREADS (WG_CONSUMERS + 128)  // and one producer warpgroup
 #define WG_STAGES 4       // K/V stages: up to 3 tiles load while one computes
 
 // Descriptor of a shared-memory operand in that layout (PTX ISA, "matrix descriptor"):
@@ -807,12 +800,13 @@ __device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u32 (&qf)
     for (int k = 0; k < D / 16; ++k) wgmma_n64<0>(s, qf[k], desc_step(dk, (k >> 2) * BN * 64 + (k & 3) * 16), k > 0);
 }
 // The same with A from shared memory too: the warpgroup's 64 rows of the block's Q tile
-// (`sQ`, inside the FBM-row tile), K-major.
+// (`sQ`, inside the QROWS-row tile), K-major.
+template <int QROWS>
 __device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u16* sQ, const u16* sK) {
     const Desc dq = smem_desc(sQ, 16, 1024), dk = smem_desc(sK, 16, 1024);
     #pragma unroll
     for (int k = 0; k < D / 16; ++k)
-        wgmma_ss_n64<0, 0>(s, desc_step(dq, (k >> 2) * FBM * 64 + (k & 3) * 16),
+        wgmma_ss_n64<0, 0>(s, desc_step(dq, (k >> 2) * QROWS * 64 + (k & 3) * 16),
                            desc_step(dk, (k >> 2) * BN * 64 + (k & 3) * 16), k > 0);
 }
 // O += P V for one 64-key tile: BN / 16 steps over the keys.
@@ -852,13 +846,7 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// Registers move from the producer warpgroup (which needs few) to the consumers: the
-// block's 512 threads would get 128 each, below what a consumer holds (O, S, P; Q too at
-// d = 64) without spilling. 128 * 56 + 384 * 152 = 65536; ptxas allocates each side of a
-// setmaxnreg to its own count (the consumers use up to 148 at d = 128).
-#define WG_PRODUCERS (WG_THREADS - WG_CONSUMERS)
-#define WG_PRODUCER_REGS 56
-#define WG_CONSUMER_REGS 152
+#define WG_PRODUCERS 128  // threads of the producer warpgroup
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -960,12 +948,31 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
 //   issue S(j+1) = Q K(j+1)^T;  issue O += P(j) V(j);
 //   wait for S(j+1) -> mask + softmax -> P(j+1)   (tensor cores busy with P(j) V(j));
 //   wait for P(j) V(j) -> release tile j's stage -> rescale O by the new maxima.
-// WGS consumer warpgroups have rows: FWD_WGS (`attn_fwd`, FBM-row tiles), or 2 (`attn_fwd_128`,
-// 128-row tiles for compact launches whose segments are not a multiple of FBM rows; see
-// launch.rs, Family::forward_q_tile_for); the other warpgroups return at once. Separate
-// instantiations rather than a run-time tile: one measured 6% slower on dense rows.
+// Two instantiations, by consumer warpgroups WGS (64 rows each, plus the producer):
+// FWD_WGS (`attn_fwd`, FBM-row tiles) and 2 (`attn_fwd_128`, 128-row tiles for compact
+// launches whose segments are not a multiple of FBM rows; see launch.rs,
+// Family::forward_q_tile_for). Separate kernels rather than a run-time tile: one measured 6%
+// slower on dense rows, and a block of 128 rows is 384 threads, not 512 with one idle
+// warpgroup, so its consumers get the registers to hold Q (v14 in gpu-bench.md).
+template <int WGS>
+struct FwdBlock {
+    static constexpr int ROWS = 64 * WGS, CONSUMERS = 128 * WGS, THREADS = CONSUMERS + WG_PRODUCERS;
+    // Registers move from the producer warpgroup (which needs few) to the consumers: the
+    // block's threads would get 65536 / THREADS each (128 for 512), below what a consumer
+    // holds (O, S, P; Q too where it is in registers) without spilling. Three consumer
+    // warpgroups: 128 * 56 + 384 * 152 = 65536; two: 128 * 120 + 256 * 192 = 64512.
+    // ptxas allocates each side of a setmaxnreg to its own count.
+    static constexpr int PRODUCER_REGS = WGS == 3 ? 56 : 120, CONSUMER_REGS = WGS == 3 ? 152 : 192;
+    // S = Q K^T reads Q from shared memory with three consumer warpgroups at d = 128 (Q in
+    // registers, 32 per thread, would not fit in 152 with O and S) and from registers
+    // otherwise (5-7% faster at d = 64; v12 in docs/benchmarks/gpu-bench.md). The Q tile is
+    // in the wgmma operand layout either way.
+    static constexpr bool Q_SMEM = D == 128 && WGS == 3;
+};
+
 template <int WGS>
 __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair& maps) {
+    typedef FwdBlock<WGS> B;
     extern __shared__ __align__(1024) u16 smem_wg[];
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
@@ -990,12 +997,12 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     if (threadIdx.x == 0) mbar_init(q_bar, WG_PRODUCERS);
     __syncthreads();
 
-    if (threadIdx.x >= WG_CONSUMERS) {  // the producer warpgroup
-        setmaxnreg_dec<WG_PRODUCER_REGS>();
+    if (threadIdx.x >= B::CONSUMERS) {  // the producer warpgroup
+        setmaxnreg_dec<B::PRODUCER_REGS>();
         if (n == 0) return;
-        load_tile<FBM, WG_PRODUCERS, true>(sQ, p.q, p, q_axis(p), b, h, q0);
+        load_tile<B::ROWS, WG_PRODUCERS, true>(sQ, p.q, p, q_axis(p), b, h, q0);
         mbar_arrive_cp_async(q_bar);
-        const bool leader = threadIdx.x == WG_CONSUMERS;
+        const bool leader = threadIdx.x == B::CONSUMERS;
         if (!p.compact && !leader) {  // every tile is a box: one thread issues them all
             cp_wait<0>();
             return;
@@ -1026,18 +1033,16 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         cp_wait<0>();
         return;
     }
-    if ((warp >> 2) >= WGS) return;  // a warpgroup without rows in this tile
-    setmaxnreg_inc<WG_CONSUMER_REGS>();
+    setmaxnreg_inc<B::CONSUMER_REGS>();
 
     float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
     #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
     u32 pa[1][BN / 16][4], pn[1][BN / 16][4];
-#if FWD_Q_SMEM
-    const u16* qa = sQ + warp_uniform(warp >> 2) * 64 * 64;  // A of S: this warpgroup's rows of the Q tile
-#else
-    u32 qa[D / 16][4];  // A of S: this warp's Q fragments, loaded once
-#endif
+    // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments,
+    // loaded once.
+    const u16* qs = sQ + warp_uniform(warp >> 2) * 64 * 64;
+    u32 qf[B::Q_SMEM ? 1 : D / 16][4];
     // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
     auto acquire = [&](int j) {
@@ -1055,7 +1060,10 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
         fence_acc(s[0]);
         wg_fence();
-        issue_scores(s[0], qa, stage(j));
+        if constexpr (B::Q_SMEM)
+            issue_scores<B::ROWS>(s[0], qs, stage(j));
+        else
+            issue_scores(s[0], qf, stage(j));
         wg_commit();
     };
     auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
@@ -1068,10 +1076,10 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     if (n > 0) {
         mbar_wait(q_bar, 0);
         acquire(0);  // its proxy fence also covers Q (copied by cp.async, read by wgmma)
-#if !FWD_Q_SMEM
-        #pragma unroll
-        for (int k = 0; k < D / 16; ++k) frag_a(qa[k], sQ, warp * 16, k, lane);
-#endif
+        if constexpr (!B::Q_SMEM)
+            #pragma unroll
+            for (int k = 0; k < D / 16; ++k)
+                ldsm4(qf[k], sQ + swz_blocks<B::ROWS>(warp * 16 + (lane & 15), k * 2 + (lane >> 4)));
         issue_s(0);
         wg_wait<0>();
         fence_acc(s[0]);
@@ -1098,11 +1106,11 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     }
     store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
 }
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(FwdBlock<FWD_WGS>::THREADS, 1)
     attn_fwd(const Params p, const __grid_constant__ TensorPair maps) {
     attn_fwd_body<FWD_WGS>(p, maps);
 }
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(FwdBlock<2>::THREADS, 1)
     attn_fwd_128(const Params p, const __grid_constant__ TensorPair maps) {
     attn_fwd_body<2>(p, maps);
 }
@@ -1161,7 +1169,11 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, float* d
 // ---------------------------------------------------------------- backward
 
 // P_ij = exp(s_ij - lse_i) as exp2(s*scale*log2e - lse2_i): lse2 = lse*log2e, +inf for a
-// row that saw no key (then P = 0, never inf * 0).
+// row that saw no key or no row (lse = -inf; then P = 0, never inf * 0).
+__device__ __forceinline__ float lse2_from(float lse) { return lse == NEG_INF ? POS_INF : lse * LOG2E; }
+__device__ __forceinline__ float lse_of(const Params& p, int b, int h, int row) {
+    return row >= 0 ? p.lse[((size_t)b * p.heads + h) * p.q_rows + row] : NEG_INF;
+}
 __device__ __forceinline__ float lse2_of(const Params& p, int b, int h, int row) {
     if (row < 0) return POS_INF;
     float L = p.lse[((size_t)b * p.heads + h) * p.q_rows + row];
@@ -1292,20 +1304,24 @@ __device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, i
     qs.delta()[i] = delta_of(p, b, h, row);
 }
 // The same in two parts, so that the wgmma backward can issue the global loads a softmax
-// ahead of the stores (WB_LATE_FETCH). (stage_query_row stays one piece: written as these
-// two, the d = 64 kernel compiles differently and its causal n = 4096 row ran 6-11% slower.)
+// ahead of the stores (WB_LATE_FETCH). The loaded values are used only by the stores (the
+// lse -> lse2 conversion is there too): a use right after the load held warpgroup 0 for
+// the load's latency at the top of every iteration (2% of the stall samples, v14 profile).
+// (stage_query_row stays one piece, with lse2_of: written as these two, or with
+// lse2_from(lse_of(..)), the d = 64 kernel compiles differently and its causal n = 4096 row
+// ran 6-23% slower, its other rows 5-6% faster; v13b, v14 in gpu-bench.md.)
 struct QueryRow {
-    float lse2, delta;
+    float lse, delta;
     int pos, row;
 };
 __device__ __forceinline__ QueryRow query_row(const Params& p, int b, int h, int q0, int i) {
     const int row = row_of(p, q_axis(p), q0 + i, h);
-    return {lse2_of(p, b, h, row), delta_of(p, b, h, row), pos_of(q_axis(p), row), row};
+    return {lse_of(p, b, h, row), delta_of(p, b, h, row), pos_of(q_axis(p), row), row};
 }
 __device__ __forceinline__ void stage_query_row(const QueryRow& r, int i, const QueryStage& qs) {
     qs.pos()[i] = r.pos;
     qs.row()[i] = r.row;
-    qs.lse2()[i] = r.lse2;
+    qs.lse2()[i] = lse2_from(r.lse);
     qs.delta()[i] = r.delta;
 }
 

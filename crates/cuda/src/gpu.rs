@@ -367,7 +367,7 @@ impl Gpu {
         };
         let cfg = LaunchConfig {
             grid_dim: l.grid_fwd(),
-            block_dim: (self.family.forward_threads(), 1, 1),
+            block_dim: (self.family.forward_threads(l.fwd_q_tile), 1, 1),
             shared_mem_bytes: self.family.forward_smem(prep.shape.head_dim),
         };
         let kernel = match &prep.kernels.fwd_128 {

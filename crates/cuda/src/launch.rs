@@ -242,12 +242,13 @@ impl Family {
         }
     }
 
-    /// Threads per forward block: 4 warps (mma); one warpgroup per 64 query rows and a
-    /// producer warpgroup (wgmma).
-    pub fn forward_threads(self) -> u32 {
+    /// Threads per forward block of a launch with `q_tile`-row tiles
+    /// ([`Family::forward_q_tile_for`]): 4 warps (mma); one warpgroup per 64 query rows and a
+    /// producer warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
+    pub fn forward_threads(self, q_tile: usize) -> u32 {
         match self {
             Family::Mma => 128,
-            Family::Wgmma => (2 * self.forward_q_tile() + 128) as u32,
+            Family::Wgmma => (2 * q_tile + 128) as u32,
         }
     }
 
@@ -583,20 +584,24 @@ mod tests {
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
         assert!(src.contains("#define FWD_WGS 3\n"));
-        assert!(src.contains("#define WG_THREADS (WG_CONSUMERS + 128) "));
-        assert!(src.contains("#define WG_CONSUMERS (128 * FWD_WGS) "));
-        assert_eq!((Family::Wgmma.forward_threads(), Family::Wgmma.forward_q_tile()), (512, 192));
+        // Block threads: CONSUMERS = 128 WGS plus the producer warpgroup.
+        assert!(src.contains("CONSUMERS = 128 * WGS, THREADS = CONSUMERS + WG_PRODUCERS;"));
+        assert!(src.contains("#define WG_PRODUCERS 128 "));
+        assert!(src.contains("__launch_bounds__(FwdBlock<FWD_WGS>::THREADS, 1)\n    attn_fwd(const Params p"));
+        assert_eq!((Family::Wgmma.forward_threads(192), Family::Wgmma.forward_q_tile()), (512, 192));
         // forward_q_tile_for's 128-row tiles: the kernel instantiated with two warpgroups.
-        assert!(src.contains("attn_fwd_128(const Params p") && src.contains("attn_fwd_body<2>(p, maps)"));
-        assert_eq!((Family::Mma.forward_threads(), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
-        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads())));
+        assert!(src.contains("__launch_bounds__(FwdBlock<2>::THREADS, 1)\n    attn_fwd_128(const Params p"));
+        assert!(src.contains("attn_fwd_body<2>(p, maps)"));
+        assert_eq!(Family::Wgmma.forward_threads(128), 384);
+        assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
+        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
         assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
         assert!(src.contains("#define WB_THREADS (128 * WB_WGS)\n"));
         assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
         assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (256, 128));
         for d in [64, 128] {
-            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads());
+            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads(FWD_Q_TILE));
             assert_eq!(Family::Mma.backward_key_tiles(d), 1);
         }
     }

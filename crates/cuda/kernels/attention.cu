@@ -1529,8 +1529,9 @@ static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63
 // with the per-query lse and delta loaded into registers at the top of the iteration: the
 // global loads' latency then hides behind the S^T / dP^T MMAs and the softmax, instead of
 // holding warpgroup 0 (and, at the barrier before dQ, warpgroup 1) every tile; 9-13%
-// faster at d = 128 (v13b in docs/benchmarks/gpu-bench.md). With one, before the tile's
-// MMAs, loads included (the same change made the causal d = 64 n = 4096 row 6-20% slower).
+// faster at d = 128 (v13b in docs/benchmarks/gpu-bench.md). With one, right after issuing
+// the tile's S^T / dP^T MMAs, loads included (the same change made the causal d = 64
+// n = 4096 row 6-20% slower).
 #define WB_LATE_FETCH (WB_WGS > 1)
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
@@ -1694,7 +1695,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             mbar_arrive(empty((it - 1) % WB_STAGES));
         }
         mbar_wait(full(st), (it / WB_STAGES) & 1);
-        if (!WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
 
         // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sS, for dQ:
         // zeros where the warpgroup's keys do not visit the tile.
@@ -1718,6 +1718,10 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 kseg[r] = seg_of(p, k_axis(p), kw + warp * 16 + g + 8 * r);
                 kpos[r] = pos_of(k_axis(p), row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h));
             }
+            // One warpgroup (d = 64): the next tile's fill, its lse / delta loads included,
+            // while the tensor cores compute this tile's S^T and dP^T (before them, the
+            // loads' latency held the MMAs every tile; 1% faster, v14 in gpu-bench.md).
+            if (!WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             wg_wait<1>();  // S^T is done; dP^T may still run
             fence_acc(s);
             mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,

@@ -1248,30 +1248,33 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
     }
 }
 
-// s <- P^T = 2^(s*scale*log2e - lse2), with the query tile's lse2 (sL) per column.
-__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], const float* sL, int t) {
+// f(qc, nb, e) for each query column qc = 8 nb + 2t + e of a warp's transposed scores
+// s[nb][2 r + e] (the layout of mask_scores_t).
+template <class F>
+__device__ __forceinline__ void each_column_t(int t, F f) {
     #pragma unroll
     for (int nb = 0; nb < BM / 8; ++nb)
         #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float l2 = sL[nb * 8 + 2 * t + e];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
-        }
+        for (int e = 0; e < 2; ++e) f(nb * 8 + 2 * t + e, nb, e);
+}
+// s <- P^T = 2^(s*scale*log2e - lse2), with the query tile's lse2 (sL) per column.
+__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], const float* sL, int t) {
+    each_column_t(t, [&](int qc, int nb, int e) {
+        const float l2 = sL[qc];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
+    });
 }
 // dp <- dS^T = P^T o (dP^T - delta), with P^T from probs_t and the query tile's delta (sD)
 // per column. (Separate from probs_t: the wgmma backward computes P^T while the tensor
 // cores still compute dP^T.)
 __device__ __forceinline__ void dscores_t(float (&dp)[BM / 8][4], const float (&s)[BM / 8][4], const float* sD,
                                           int t) {
-    #pragma unroll
-    for (int nb = 0; nb < BM / 8; ++nb)
+    each_column_t(t, [&](int qc, int nb, int e) {
+        const float dl = sD[qc];
         #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float dl = sD[nb * 8 + 2 * t + e];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * (dp[nb][2 * r + e] - dl);
-        }
+        for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * (dp[nb][2 * r + e] - dl);
+    });
 }
 
 // One query stage of the backward (double-buffered in both kernels): the query tile's Q and

@@ -1170,10 +1170,6 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, float* d
 
 // P_ij = exp(s_ij - lse_i) as exp2(s*scale*log2e - lse2_i): lse2 = lse*log2e, +inf for a
 // row that saw no key or no row (lse = -inf; then P = 0, never inf * 0).
-__device__ __forceinline__ float lse2_from(float lse) { return lse == NEG_INF ? POS_INF : lse * LOG2E; }
-__device__ __forceinline__ float lse_of(const Params& p, int b, int h, int row) {
-    return row >= 0 ? p.lse[((size_t)b * p.heads + h) * p.q_rows + row] : NEG_INF;
-}
 __device__ __forceinline__ float lse2_of(const Params& p, int b, int h, int row) {
     if (row < 0) return POS_INF;
     float L = p.lse[((size_t)b * p.heads + h) * p.q_rows + row];
@@ -1305,27 +1301,6 @@ __device__ __forceinline__ void stage_query_row(const Params& p, int b, int h, i
     qs.row()[i] = row;
     qs.lse2()[i] = lse2_of(p, b, h, row);
     qs.delta()[i] = delta_of(p, b, h, row);
-}
-// The same in two parts, so that the wgmma backward can issue the global loads a softmax
-// ahead of the stores (WB_LATE_FETCH). The loaded values are used only by the stores (the
-// lse -> lse2 conversion is there too): a use right after the load held warpgroup 0 for
-// the load's latency at the top of every iteration (2% of the stall samples, v14 profile).
-// (stage_query_row stays one piece, with lse2_of: written as these two, or with
-// lse2_from(lse_of(..)), the d = 64 kernel compiles differently and its causal n = 4096 row
-// ran 6-23% slower, its other rows 5-6% faster; v13b, v14 in gpu-bench.md.)
-struct QueryRow {
-    float lse, delta;
-    int pos, row;
-};
-__device__ __forceinline__ QueryRow query_row(const Params& p, int b, int h, int q0, int i) {
-    const int row = row_of(p, q_axis(p), q0 + i, h);
-    return {lse_of(p, b, h, row), delta_of(p, b, h, row), pos_of(q_axis(p), row), row};
-}
-__device__ __forceinline__ void stage_query_row(const QueryRow& r, int i, const QueryStage& qs) {
-    qs.pos()[i] = r.pos;
-    qs.row()[i] = r.row;
-    qs.lse2()[i] = lse2_from(r.lse);
-    qs.delta()[i] = r.delta;
 }
 
 // dK (scaled) and dV rows of this thread: written, or added with `accumulate`.
@@ -1511,15 +1486,28 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 //                                   TMA reductions (per-element red.global.add cost 30%).
 // At d = 128 a block has two warpgroups (128 keys): the Q / dO tile each query tile brings
 // in serves twice the keys, and the dQ reductions into global memory, one 64 x d box per
-// (block, query tile), are halved against 64-key blocks (v10 in docs/benchmarks/gpu-bench.md).
-// At d = 64 a block is one warpgroup and three blocks share an SM (WB_BLOCKS below).
-// Q and dO tiles come by TMA into WB_STAGES stages, issued by warpgroup 0 (gathered by its
-// cp.async where a compact tile is not evenly spaced) and handed over by mbarriers:
-// full[s] (warpgroup 0's 128 arrivals, plus the TMA's bytes), empty[s] (every thread, once
-// done with the tile, and once the tile's dQ reductions have read their staging). K and V
-// are loaded once.
+// (block, query tile), are halved against 64-key blocks (v10 in docs/benchmarks/gpu-bench.md);
+// a third, producer warpgroup fills the query stages (WB_PRODUCER). At d = 64 a block is one
+// warpgroup, which fills them itself, and three blocks share an SM (WB_BLOCKS below).
+// Q and dO tiles come by TMA into WB_STAGES stages (gathered by the filling warpgroup's
+// cp.async where a compact tile is not evenly spaced), handed over by mbarriers: full[s]
+// (the filling warpgroup's 128 arrivals, plus the TMA's bytes), empty[s] (every consumer
+// thread, once done with the tile, and once the tile's dQ reductions have read their
+// staging). K and V are loaded once, by the consumers.
 #define WB_WGS (D == 128 ? 2 : 1)
-#define WB_THREADS (128 * WB_WGS)
+// Who fills the query stages (Q, dO by TMA; each query's lse, delta, position and row by
+// its loads). Two warpgroups (d = 128): a producer warpgroup of its own, running ahead of
+// the consumers by the stages, so that neither consumer waits for those loads nor for the
+// other at the barrier before dQ while it fills (v14: 3-4% faster forward + backward than
+// warpgroup 0 filling after its softmax, with the lse / delta loaded a softmax ahead, which
+// v13b had made 9-13% faster than filling before the MMAs). Registers: 128 * 40 + 256 * 232
+// = 64512 (setmaxnreg; the consumers need 234 without the fill). One warpgroup (d = 64,
+// three blocks per SM): itself, right after issuing a tile's S^T / dP^T MMAs.
+#define WB_PRODUCER (WB_WGS > 1)
+#define WB_CONSUMERS (128 * WB_WGS)
+#define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)
+#define WB_PRODUCER_REGS 40
+#define WB_CONSUMER_REGS 232
 #define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
 static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
@@ -1528,14 +1516,6 @@ static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63
 // a separate staging area (the other's dK may still read Q), double-buffered so that a
 // tile's dQ reductions have a whole tile's time to read theirs.
 #define WB_DQ_OVERLAY (WB_WGS == 1)
-// Where warpgroup 0 starts the next tile's loads. With two warpgroups, after its softmax,
-// with the per-query lse and delta loaded into registers at the top of the iteration: the
-// global loads' latency then hides behind the S^T / dP^T MMAs and the softmax, instead of
-// holding warpgroup 0 (and, at the barrier before dQ, warpgroup 1) every tile; 9-13%
-// faster at d = 128 (v13b in docs/benchmarks/gpu-bench.md). With one, right after issuing
-// the tile's S^T / dP^T MMAs, loads included (the same change made the causal d = 64
-// n = 4096 row 6-20% slower).
-#define WB_LATE_FETCH (WB_WGS > 1)
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
 // tile), B = the query tile's 64 rows, both K-major over the head dimension.
@@ -1611,7 +1591,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : 2 * BM * D));
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
-    const u32 ds_free = bars + 16 * WB_STAGES;  // every thread's dQ MMA of the last tile is done
+    const u32 ds_free = bars + 16 * WB_STAGES;  // every consumer's dQ MMA of the last tile is done
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kb = bc.tile, h = bc.h, b = bc.b;
     const int wg = warp_uniform(threadIdx.x >> 7), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
@@ -1623,11 +1603,13 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     if (threadIdx.x == 0)
         for (int st = 0; st < WB_STAGES; ++st) {
             mbar_init(full(st), 128);
-            mbar_init(empty(st), WB_THREADS);
+            mbar_init(empty(st), WB_CONSUMERS);
         }
-    if (threadIdx.x == 0) mbar_init(ds_free, WB_THREADS);
-    load_tile<WB_KEYS, WB_THREADS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
-    load_tile<WB_KEYS, WB_THREADS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
+    if (threadIdx.x == 0) mbar_init(ds_free, WB_CONSUMERS);
+    if (!WB_PRODUCER || threadIdx.x < WB_CONSUMERS) {
+        load_tile<WB_KEYS, WB_CONSUMERS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
+        load_tile<WB_KEYS, WB_CONSUMERS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
+    }
     cp_commit();
 
     float dk[D / 8][4], dv[D / 8][4];
@@ -1639,13 +1621,13 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     fence_async_smem();
     __syncthreads();  // K, V and the barriers are ready
 
-    // Warpgroup 0 brings query tile `qt` into the stage of the block's visit `it`, once
-    // every thread is done with the stage's previous tile: the TMA's boxes (one thread) or
-    // its own cp.async gather, waited for, and the per-query rows (threads < BM; with
-    // WB_LATE_FETCH, loaded into `qr_next` earlier, except for the first visit).
-    QueryRow qr_next;
+    // The filling warpgroup (WB_PRODUCER) brings query tile `qt` into the stage of the
+    // block's visit `it`, once every consumer is done with the stage's previous tile: the
+    // TMA's boxes (one thread) or its own cp.async gather, waited for, and the per-query
+    // rows (its threads ft < BM).
     auto fetch = [&](int it, int qt) {
         const int q0 = qt * BM, st = it % WB_STAGES;
+        const unsigned ft = WB_PRODUCER ? threadIdx.x - WB_CONSUMERS : threadIdx.x;  // filling thread
         const QueryStage qs{sStage + st * QSTAGE};
         if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
         int row0;
@@ -1657,13 +1639,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             cp_wait<0>();
             fence_async_smem();
         }
-        if (threadIdx.x < BM) {
-            if (WB_LATE_FETCH && it > 0)
-                stage_query_row(qr_next, threadIdx.x, qs);
-            else
-                stage_query_row(p, b, h, q0, threadIdx.x, qs);
-        }
-        if (box && threadIdx.x == 0) {
+        if (ft < BM) stage_query_row(p, b, h, q0, ft, qs);
+        if (box && ft == 0) {
             mbar_expect_bytes(full(st), 2 * BM * D * 2);  // this thread's arrival
             #pragma unroll
             for (int cb = 0; cb < D / 64; ++cb) {
@@ -1678,14 +1655,24 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     QueryWalk walk = query_walk(p, kb, klimit);
     u32 vis_next;
     int qt_next = next_query_tile(p, walk, vis_next);
+#if WB_PRODUCER
+    if (threadIdx.x >= WB_CONSUMERS) {  // the producer warpgroup: every visit's fill, in order
+        setmaxnreg_dec<WB_PRODUCER_REGS>();
+        for (int it = 0; qt_next >= 0; ++it) {
+            fetch(it, qt_next);
+            qt_next = next_query_tile(p, walk, vis_next);
+        }
+        return;
+    }
+    setmaxnreg_inc<WB_CONSUMER_REGS>();
+#else
     if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
+#endif
     for (int it = 0; qt_next >= 0; ++it) {
         const int q0 = qt_next * BM, st = it % WB_STAGES;
         const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
         qt_next = next_query_tile(p, walk, vis_next);
         const QueryStage qs{sStage + st * QSTAGE};
-        if (WB_LATE_FETCH && wg == 0 && threadIdx.x < BM && qt_next >= 0)
-            qr_next = query_row(p, b, h, qt_next * BM, threadIdx.x);
         if (it > 0) {
             // The staging this tile's dQ reductions will use has been read: tile it - 1's
             // (overlaid on its Q and dO, whose stage is released here) or it - 2's.
@@ -1724,7 +1711,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             // One warpgroup (d = 64): the next tile's fill, its lse / delta loads included,
             // while the tensor cores compute this tile's S^T and dP^T (before them, the
             // loads' latency held the MMAs every tile; 1% faster, v14 in gpu-bench.md).
-            if (!WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
+            if (!WB_PRODUCER && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
             wg_wait<1>();  // S^T is done; dP^T may still run
             fence_acc(s);
             mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,
@@ -1748,7 +1735,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 #pragma unroll
                 for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
         }
-        if (WB_LATE_FETCH && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
         // The other warpgroup's dQ MMA of tile it - 1 has read sS.
         if (WB_WGS > 1 && it > 0) mbar_wait(ds_free, (it - 1) & 1);
         #pragma unroll
@@ -1758,7 +1744,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 *reinterpret_cast<u32*>(sS + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
                                         2 * t) = da[0][kk][j];
         fence_async_smem();
-        bar_sync<1, WB_THREADS>();  // every warpgroup's dS^T rows are in sS
+        bar_sync<1, WB_CONSUMERS>();  // every warpgroup's dS^T rows are in sS
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
         // in shared memory; other tiles (a compact tile with holes) reduce element by element.
         int qrow0;

@@ -264,9 +264,11 @@ impl Family {
         }
     }
 
-    /// Threads per block of the backward kernel: 4 warps per key tile.
+    /// Threads per block of the backward kernel: 4 warps per key tile, and with two key
+    /// tiles (wgmma, d = 128) a producer warpgroup that fills the query stages.
     pub fn backward_threads(self, head_dim: usize) -> u32 {
-        128 * self.backward_key_tiles(head_dim) as u32
+        let tiles = self.backward_key_tiles(head_dim) as u32;
+        128 * tiles + if tiles > 1 { 128 } else { 0 }
     }
 
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
@@ -597,9 +599,11 @@ mod tests {
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
         assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
-        assert!(src.contains("#define WB_THREADS (128 * WB_WGS)\n"));
+        assert!(src.contains("#define WB_CONSUMERS (128 * WB_WGS)\n"));
+        assert!(src.contains("#define WB_PRODUCER (WB_WGS > 1)\n"));
+        assert!(src.contains("#define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)\n"));
         assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
-        assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (256, 128));
+        assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (384, 128));
         for d in [64, 128] {
             assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads(FWD_Q_TILE));
             assert_eq!(Family::Mma.backward_key_tiles(d), 1);

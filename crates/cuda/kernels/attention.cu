@@ -1666,6 +1666,9 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     }
     setmaxnreg_inc<WB_CONSUMER_REGS>();
 #else
+    // (wg is always 0 without a producer; the redundant test keeps the d = 64 kernel's SASS,
+    // which is sensitive: an equivalent rewrite of its fill made the causal n = 4096 row 20%
+    // slower, v14 in docs/benchmarks/gpu-bench.md.)
     if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
 #endif
     for (int it = 0; qt_next >= 0; ++it) {

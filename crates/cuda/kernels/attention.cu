@@ -1492,8 +1492,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // Q and dO tiles come by TMA into WB_STAGES stages (gathered by the filling warpgroup's
 // cp.async where a compact tile is not evenly spaced), handed over by mbarriers: full[s]
 // (the filling warpgroup's 128 arrivals, plus the TMA's bytes), empty[s] (every consumer
-// thread, once done with the tile, and once the tile's dQ reductions have read their
-// staging). K and V are loaded once, by the consumers.
+// thread, once done with the tile). K and V are loaded once, by the consumers.
 #define WB_WGS (D == 128 ? 2 : 1)
 // Who fills the query stages (Q, dO by TMA; each query's lse, delta, position and row by
 // its loads). Two warpgroups (d = 128): a producer warpgroup of its own, running ahead of
@@ -1511,11 +1510,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 #define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
 static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
-// One warpgroup stages its dQ over the tile's own Q and dO (their readers, its dK and dV
-// MMAs, are done by then: no extra shared memory, three blocks per SM at d = 64). Two need
-// a separate staging area (the other's dK may still read Q), double-buffered so that a
-// tile's dQ reductions have a whole tile's time to read theirs.
-#define WB_DQ_OVERLAY (WB_WGS == 1)
+// dQ staging buffers (f32 [BM][D] each): two warpgroups double-buffer theirs, so that a
+// tile's dQ reductions have a whole tile's time to read it. One warpgroup (d = 64, three
+// blocks per SM) has room for one only, which the last tile's reductions have read by the
+// time this tile's dS^T is stored. (Before, d = 64 staged over the tile's own Q and dO,
+// whose stage could then be handed back only once the reductions had read them: the
+// leader waited for that at the top of every tile.)
+#define WB_DQ_BUFFERS (WB_WGS == 1 ? 1 : 2)
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
 // tile), B = the query tile's 64 rows, both K-major over the head dimension.
@@ -1583,12 +1584,16 @@ __device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u3
 extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     attn_bwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap dq_map) {
     extern __shared__ __align__(1024) u16 smem_wb[];
-    u16* sK = smem_wb + ((1024 - ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) & 1023) / 2;
+    // The swizzled operands need a 1024-byte aligned base. Dynamic shared memory starts
+    // there on sm_90 (0x400, after the 1 KB the system reserves), and the host requests no
+    // slack to round up into (three d = 64 blocks fill an SM's 228 KB exactly): checked.
+    if (threadIdx.x == 0 && ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) __trap();
+    u16* sK = smem_wb;
     u16* sV = sK + WB_KEYS * D;
     u16* sStage = sV + WB_KEYS * D;         // WB_STAGES query stages (Q, dO: swz_blocks layout)
     u16* sS = sStage + WB_STAGES * QSTAGE;  // dS^T, [WB_KEYS][BM], swz_s
-    float* sDQ = reinterpret_cast<float*>(sS + WB_KEYS * BM);  // 2 x [BM][D] f32 staging
-    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + (WB_DQ_OVERLAY ? 0 : 2 * BM * D));
+    float* sDQ = reinterpret_cast<float*>(sS + WB_KEYS * BM);  // WB_DQ_BUFFERS x [BM][D] f32 staging
+    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + WB_DQ_BUFFERS * BM * D);
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
     const u32 ds_free = bars + 16 * WB_STAGES;  // every consumer's dQ MMA of the last tile is done
@@ -1677,14 +1682,9 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         qt_next = next_query_tile(p, walk, vis_next);
         const QueryStage qs{sStage + st * QSTAGE};
         if (it > 0) {
-            // The staging this tile's dQ reductions will use has been read: tile it - 1's
-            // (overlaid on its Q and dO, whose stage is released here) or it - 2's.
-            if (leader) {
-                if (WB_DQ_OVERLAY)
-                    bulk_wait_read<0>();
-                else
-                    bulk_wait_read<1>();
-            }
+            // Two buffers: the staging this tile's dQ reductions will use (tile it - 2's)
+            // has been read.
+            if (WB_DQ_BUFFERS == 2 && leader) bulk_wait_read<1>();
             mbar_arrive(empty((it - 1) % WB_STAGES));
         }
         mbar_wait(full(st), (it / WB_STAGES) & 1);
@@ -1746,6 +1746,9 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             for (int j = 0; j < 4; ++j)
                 *reinterpret_cast<u32*>(sS + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
                                         2 * t) = da[0][kk][j];
+        // One buffer: the last tile's reductions have read it (long since; the barrier orders
+        // this wait before every thread's staging below).
+        if (WB_DQ_BUFFERS == 1 && leader && it > 0) bulk_wait_read<0>();
         fence_async_smem();
         bar_sync<1, WB_CONSUMERS>();  // every warpgroup's dS^T rows are in sS
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
@@ -1757,13 +1760,12 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         wg_fence();
         issue_dq(c, sS, sK, wg);
         wg_commit();
-        wg_wait<0>();  // and dK, dV: the overlaid staging below may overwrite Q and dO
+        wg_wait<0>();
         fence_acc(c);
         if (WB_WGS > 1) mbar_arrive(ds_free);
         if (box) {
             // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
-            float* stage_f = WB_DQ_OVERLAY ? reinterpret_cast<float*>(qs.q())
-                                           : sDQ + (it & 1) * BM * D + wg * BM * 64;
+            float* stage_f = sDQ + (it % WB_DQ_BUFFERS) * BM * D + wg * BM * 64;
             #pragma unroll
             for (int i = 0; i < 8; ++i)
                 #pragma unroll

@@ -175,6 +175,11 @@ impl Gpu {
             let f = module.load_function(name)?;
             if smem > 48 * 1024 {
                 f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                // All of the SM's unified L1 / shared memory as shared memory (the default
+                // carveout is only a preference): the d = 64 wgmma backward runs three blocks
+                // of 75 KB per SM. These kernels read their tiles through TMA / cp.async,
+                // not the L1 cache.
+                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)?;
             }
             Ok(f)
         };

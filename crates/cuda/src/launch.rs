@@ -286,9 +286,10 @@ impl Family {
     /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
     /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
     /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
-    /// wgmma adds a full and an empty mbarrier per stage, one for the dS^T tile, and 1 KB to
-    /// align the base; with two warpgroups also two f32 staging tiles for the dQ reductions
-    /// (one warpgroup stages dQ over the tile's Q and dO instead).
+    /// wgmma adds the f32 staging tiles of the dQ reductions (two per warpgroup pair, one
+    /// for a lone warpgroup) and a full and an empty mbarrier per stage and one for the dS^T
+    /// tile; no slack to align the base (the kernel checks that it starts 1 KB-aligned, as
+    /// sm_90 places it), so that three d = 64 blocks fit in an SM.
     pub fn backward_smem(self, head_dim: usize) -> u32 {
         let row = head_dim * 2;
         let stages = WB_STAGES * (2 * TILE * row + 4 * TILE * 4);
@@ -297,8 +298,8 @@ impl Family {
         match self {
             Family::Mma => tiles as u32,
             Family::Wgmma => {
-                let dq_staging = if keys > TILE { 2 * TILE * head_dim * 4 } else { 0 };
-                (tiles + dq_staging + (2 * WB_STAGES + 1) * 8 + 1024) as u32
+                let dq_staging = if keys > TILE { 2 } else { 1 } * TILE * head_dim * 4;
+                (tiles + dq_staging + (2 * WB_STAGES + 1) * 8) as u32
             }
         }
     }
@@ -564,11 +565,12 @@ mod tests {
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), dS^T (16 KB), two dQ
-        // staging tiles (64 KB): within sm_90's 227 KB per block. d = 64: three blocks (and
-        // the 1 KB each that the system reserves) fit in an H100 SM's 228 KB.
-        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 16 + 64 + 1) * 1024 + 40);
+        // staging tiles (64 KB): within sm_90's 227 KB per block. d = 64 (K, V, stages,
+        // dS^T, one staging tile): three blocks (and the 1 KB each that the system reserves)
+        // fit in an H100 SM's 228 KB.
+        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 16 + 64) * 1024 + 40);
         assert!(Family::Wgmma.backward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 1) * 1024 + 40);
+        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 16) * 1024 + 40);
         assert!(3 * (Family::Wgmma.backward_smem(64) + 1024) <= 228 * 1024, "WB_BLOCKS = 3 at d = 64");
     }
 

@@ -87,6 +87,8 @@ pub struct Prepared {
     kernels: Arc<Kernels>,
     /// delta = rowsum(d_out * out) of the backward pass.
     delta: CudaSlice<f32>,
+    /// The forward's lse as the backward reads it: lse * log2(e), +inf for -inf.
+    lse2: CudaSlice<f32>,
 }
 
 struct DevicePlan {
@@ -252,6 +254,7 @@ impl Gpu {
             block_mask,
             kernels,
             delta: self.filled(shape.lse_len(), 0.0)?,
+            lse2: self.filled(shape.lse_len(), 0.0)?,
         };
         Ok(prep)
     }
@@ -524,11 +527,11 @@ impl Gpu {
             }
         }
         let st = &self.stream;
-        let delta = &mut prep.delta;
         {
             let (batch, rows, heads) = (s.batch as i32, s.q_rows as i32, s.heads as i32);
             let mut l = st.launch_builder(&prep.kernels.delta);
-            l.arg(&dout.data).arg(&fwd.out).arg(&mut *delta).arg(&batch).arg(&rows).arg(&heads);
+            l.arg(&dout.data).arg(&fwd.out).arg(&fwd.lse).arg(&mut prep.delta).arg(&mut prep.lse2);
+            l.arg(&batch).arg(&rows).arg(&heads);
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len())) }?;
         }
@@ -551,6 +554,7 @@ impl Gpu {
             let (lp, _e) = fwd.lse.device_ptr(st);
             let (dop, _f) = dout.data.device_ptr(st);
             let (dlp, _g) = prep.delta.device_ptr(st);
+            let (l2p, _k) = prep.lse2.device_ptr(st);
             // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
             let (dqp, _h) = grads.dq.device_ptr_mut(st);
             let (dkp, _i) = grads.dk.device_ptr_mut(st);
@@ -563,6 +567,7 @@ impl Gpu {
                 lse: lp,
                 dout: dop,
                 delta: dlp,
+                lse2: l2p,
                 dq: dqp,
                 dk: dkp,
                 dv: dvp,

@@ -90,6 +90,7 @@ pub struct Params {
     pub lse: u64,
     pub dout: u64,
     pub delta: u64,
+    pub lse2: u64,
     pub dq: u64,
     pub dk: u64,
     pub dv: u64,
@@ -471,10 +472,10 @@ mod tests {
 
     #[test]
     fn params_layout_matches_the_cuda_struct() {
-        // 14 pointers, 29 ints, 2 floats, padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<Params>(), 14 * 8 + 29 * 4 + 2 * 4 + 4);
-        assert_eq!(std::mem::offset_of!(Params, batch), 112);
-        assert_eq!(std::mem::offset_of!(Params, scale), 112 + 29 * 4);
+        // 15 pointers, 29 ints, 2 floats, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 29 * 4 + 2 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(Params, batch), 120);
+        assert_eq!(std::mem::offset_of!(Params, scale), 120 + 29 * 4);
         // The CUDA source declares the same fields in the same order.
         let src = crate::KERNEL_SOURCE;
         let body = &src[src.find("struct Params {").unwrap()..];
@@ -494,6 +495,7 @@ mod tests {
             "lse",
             "dout",
             "delta",
+            "lse2",
             "dq",
             "dk",
             "dv",

@@ -1186,8 +1186,9 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, const fl
         size_t bi = row / heads;
         int i = (int)(bi % rows), bb = (int)(bi / rows);
         const size_t at = ((size_t)bb * heads + hh) * rows + i;
+        const float L = lse[at];
         delta[at] = acc;
-        lse2[at] = lse[at] == NEG_INF ? POS_INF : lse[at] * LOG2E;
+        lse2[at] = L == NEG_INF ? POS_INF : L * LOG2E;
     }
 }
 
@@ -1307,9 +1308,10 @@ struct QueryStage {
 };
 
 // The lse2, delta, global position and tensor row of query tile q0's row `i` (one thread
-// per row) into its stage. A live row's lse2 and delta come by cp.async (the thread does
-// not wait for the loads; the stage's hand-over does: true, which the caller must cover);
-// a missing row (-1) gets lse2 = +inf (P = 0) and delta = 0 by stores.
+// per row) into its stage. A live row's lse2 and delta come by cp.async, which the thread
+// does not wait for: it returns true, and the caller's hand-over of the stage must wait for
+// the copies (cp.async.mbarrier.arrive, or a cp.async wait). A missing row (-1) gets lse2 =
+// +inf (P = 0) and delta = 0 by stores.
 __device__ __forceinline__ bool stage_query_row(const Params& p, int b, int h, int q0, int i, const QueryStage& qs) {
     const int row = row_of(p, q_axis(p), q0 + i, h);
     qs.pos()[i] = pos_of(q_axis(p), row);
@@ -1517,14 +1519,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // delta made by cp.async once the copies land, plus the TMA's bytes), empty[s] (every
 // consumer thread, once done with the tile). K and V are loaded once, by the consumers.
 #define WB_WGS (D == 128 ? 2 : 1)
-// Who fills the query stages (Q, dO by TMA; each query's lse, delta, position and row by
-// its loads). Two warpgroups (d = 128): a producer warpgroup of its own, running ahead of
-// the consumers by the stages, so that neither consumer waits for those loads nor for the
-// other at the barrier before dQ while it fills (v14: 3-4% faster forward + backward than
-// warpgroup 0 filling after its softmax, with the lse / delta loaded a softmax ahead, which
-// v13b had made 9-13% faster than filling before the MMAs). Registers: 128 * 40 + 256 * 232
-// = 64512 (setmaxnreg; the consumers need 234 without the fill). One warpgroup (d = 64,
-// three blocks per SM): itself, right after issuing a tile's S^T / dP^T MMAs.
+// Who fills the query stages (Q, dO by TMA; each query's lse2 and delta by cp.async, its
+// position and row by stores). Two warpgroups (d = 128): a producer warpgroup of its own,
+// running ahead of the consumers by the stages, so that neither consumer waits for the fill
+// nor for the other at the barrier before dQ while it fills (v15: 3-4% faster forward +
+// backward than warpgroup 0 filling after its softmax, with the lse / delta loaded a
+// softmax ahead, which v13b had made 9-13% faster than filling before the MMAs). Registers:
+// 128 * 40 + 256 * 232 = 64512 (setmaxnreg; the consumers need 234 without the fill). One
+// warpgroup (d = 64, three blocks per SM): itself, at the top of each tile (v18).
 #define WB_PRODUCER (WB_WGS > 1)
 #define WB_CONSUMERS (128 * WB_WGS)
 #define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)
@@ -1697,9 +1699,9 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     }
     setmaxnreg_inc<WB_CONSUMER_REGS>();
 #else
-    // (wg is always 0 without a producer; the redundant test keeps the d = 64 kernel's SASS,
-    // which is sensitive: an equivalent rewrite of its fill made the causal n = 4096 row 20%
-    // slower, v14 in docs/benchmarks/gpu-bench.md.)
+    // (wg is always 0 without a producer. The redundant test stays because the kernel was
+    // measured with it: the causal n = 4096 row once moved 20% with equivalent rewrites of
+    // the fill, which v17's block order traced to L2 thrash, docs/benchmarks/gpu-bench.md.)
     if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
 #endif
     for (int it = 0; qt_next >= 0; ++it) {

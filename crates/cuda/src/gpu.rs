@@ -550,11 +550,9 @@ impl Gpu {
             let (qp, _a) = q.data.device_ptr(st);
             let (kp, _b) = k.data.device_ptr(st);
             let (vp, _c) = v.data.device_ptr(st);
-            let (op, _d) = fwd.out.device_ptr(st);
-            let (lp, _e) = fwd.lse.device_ptr(st);
             let (dop, _f) = dout.data.device_ptr(st);
             let (dlp, _g) = prep.delta.device_ptr(st);
-            let (l2p, _k) = prep.lse2.device_ptr(st);
+            let (l2p, _e) = prep.lse2.device_ptr(st);
             // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
             let (dqp, _h) = grads.dq.device_ptr_mut(st);
             let (dkp, _i) = grads.dk.device_ptr_mut(st);
@@ -563,8 +561,7 @@ impl Gpu {
                 q: qp,
                 k: kp,
                 v: vp,
-                out: op,
-                lse: lp,
+                // No out / lse: the backward reads them through bwd_delta's delta and lse2.
                 dout: dop,
                 delta: dlp,
                 lse2: l2p,

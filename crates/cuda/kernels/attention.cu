@@ -559,6 +559,14 @@ __device__ __forceinline__ int plan_end(const Params& p, int qt, int klimit) {
     return kend;
 }
 
+// Do the keys from launch index k0 on come after every query up to launch index qlast (so
+// that a causal mask hides them all)? Positions (and compact indices, which order positions
+// across segments too) grow with the launch index: the first key and the last query decide.
+__device__ __forceinline__ bool keys_after(const Params& p, int k0, int qlast) {
+    const Axis qa = q_axis(p), ka = k_axis(p);
+    return p.compact ? k0 + ka.cbase > qlast + qa.cbase : ka.offset + k0 * ka.stride > qa.offset + qlast * qa.stride;
+}
+
 #if !WGMMA
 // ---------------------------------------------------------------- forward, mma.sync
 
@@ -931,7 +939,6 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Does launch index tile k0.. map to BN rows R apart, all inside the TMA view? Always for
 // plain launches (rows = indices; rows past the tensor read as the zeros a hole needs).
@@ -1009,10 +1016,15 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     const int q0 = qt * 64 * WGS, wq0 = q0 + warp * 16;
     const int klimit = key_limit(p, b);
     const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
+    // Consumer warpgroups with a query row in the launch. The others (the last tile of a
+    // launch whose rows are not a multiple of B::ROWS) leave at once rather than compute
+    // scores for rows that are never stored: the stages wait for the live ones only, and
+    // they have the tensor cores to themselves.
+    const int live = min(WGS, (p.nq - q0 + 63) / 64);
     if (threadIdx.x == 0)
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(full(s), 1);
-            mbar_init(empty(s), 128 * WGS);
+            mbar_init(empty(s), 128 * live);
         }
     if (threadIdx.x == 0) mbar_init(q_bar, WG_PRODUCERS);
     __syncthreads();
@@ -1053,7 +1065,18 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         cp_wait<0>();
         return;
     }
+    const int wg = warp_uniform(warp >> 2);
+    if (wg >= live) return;
     setmaxnreg_inc<B::CONSUMER_REGS>();
+    // The block's key tiles that this warpgroup computes: under a causal mask the plan ends
+    // at the block's diagonal, and the tiles past this warpgroup's last row (up to two of
+    // them on the diagonal) are hidden from all its rows. Their stages are waited for and
+    // released, not computed: the other warpgroups get the tensor cores.
+    int nw = n;
+    if (p.causal) {
+        const int qlast = min(q0 + 64 * (wg + 1), p.nq) - 1;
+        while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * BN, qlast)) --nw;
+    }
 
     float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
     #pragma unroll
@@ -1061,7 +1084,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     u32 pa[1][BN / 16][4], pn[1][BN / 16][4];
     // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments,
     // loaded once.
-    const u16* qs = sQ + warp_uniform(warp >> 2) * 64 * 64;
+    const u16* qs = sQ + wg * 64 * 64;
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];
     // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
@@ -1093,7 +1116,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         wg_commit();
     };
 
-    if (n > 0) {
+    if (nw > 0) {
         mbar_wait(q_bar, 0);
         acquire(0);  // its proxy fence also covers Q (copied by cp.async, read by wgmma)
         if constexpr (!B::Q_SMEM)
@@ -1106,7 +1129,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         softmax_tile(0);
         hand_over(pa[0], pn[0]);
     }
-    for (int j = 0; j + 1 < n; ++j) {
+    for (int j = 0; j + 1 < nw; ++j) {
         acquire(j + 1);
         issue_s(j + 1);
         issue_o(j);
@@ -1119,10 +1142,17 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         if (grew) rescale<1>(o, alpha);
         hand_over(pa[0], pn[0]);
     }
-    if (n > 0) {
-        issue_o(n - 1);
+    if (nw > 0) {
+        issue_o(nw - 1);
         wg_wait<0>();
         fence_acc(o[0]);
+    }
+    if (nw < n) {  // release this warpgroup's last computed stage and the skipped ones
+        if (nw > 0) mbar_arrive(empty(nw - 1));
+        for (int j = nw; j < n; ++j) {
+            mbar_wait(full(j), (j / WG_STAGES) & 1);
+            mbar_arrive(empty(j));
+        }
     }
     store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
 }
@@ -1502,12 +1532,15 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // its key tiles' plan rows. Per visited query tile, each warpgroup:
 //   S^T = K Q^T, dP^T = V dO^T      16 (d = 128) wgmma, A and B from shared memory;
 //   mask, P^T, dS^T                 the mma.sync kernel's per-warp steps (same layout);
-//   dV += P^T dO, dK += dS^T Q      8 wgmma, A (P^T, dS^T) from registers, B transposed;
+//   dV += P^T dO                    4 wgmma, A (P^T) from registers, B transposed;
 // then, with every warpgroup's dS^T in shared memory, warpgroup w computes dQ's columns
-// 64 w.. over all of the block's keys:
+// 64 w.. over all of the block's keys, and its dK:
 //   dQ = dS K                       dS^T as an M-major A operand, K as an N-major B,
 //                                   staged in shared memory as f32 and added into dq by
-//                                   TMA reductions (per-element red.global.add cost 30%).
+//                                   TMA reductions (per-element red.global.add cost 30%);
+//   dK += dS^T Q                    4 wgmma, A (dS^T) from registers, issued after dQ so
+//                                   that it runs while dQ is staged (v19), as
+//                                   flash-attention 3 orders them.
 // At d = 128 a block has two warpgroups (128 keys): the Q / dO tile each query tile brings
 // in serves twice the keys, and the dQ reductions into global memory, one 64 x d box per
 // (block, query tile), are halved against 64-key blocks (v10 in docs/benchmarks/gpu-bench.md);
@@ -1525,13 +1558,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // nor for the other at the barrier before dQ while it fills (v15: 3-4% faster forward +
 // backward than warpgroup 0 filling after its softmax, with the lse / delta loaded a
 // softmax ahead, which v13b had made 9-13% faster than filling before the MMAs). Registers:
-// 128 * 40 + 256 * 232 = 64512 (setmaxnreg; the consumers need 234 without the fill). One
-// warpgroup (d = 64, three blocks per SM): itself, at the top of each tile (v18).
+// 128 * 24 + 256 * 240 = 64512 (setmaxnreg). The consumers need 240 to keep dK's operand
+// and the dQ accumulator live while dK runs (with 232 ptxas serialises every wgmma); the
+// producer's 24 spill a few values in the gather of compact tiles with holes (44 bytes),
+// never in the TMA path of every other tile. One warpgroup (d = 64, three blocks per
+// SM): itself, at the top of each tile (v18).
 #define WB_PRODUCER (WB_WGS > 1)
 #define WB_CONSUMERS (128 * WB_WGS)
 #define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)
-#define WB_PRODUCER_REGS 40
-#define WB_CONSUMER_REGS 232
+#define WB_PRODUCER_REGS 24
+#define WB_CONSUMER_REGS 240
 #define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
 static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
@@ -1636,20 +1672,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             mbar_init(empty(st), WB_CONSUMERS);
         }
     if (threadIdx.x == 0) mbar_init(ds_free, WB_CONSUMERS);
-    if (!WB_PRODUCER || threadIdx.x < WB_CONSUMERS) {
-        load_tile<WB_KEYS, WB_CONSUMERS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
-        load_tile<WB_KEYS, WB_CONSUMERS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
-    }
-    cp_commit();
-
-    float dk[D / 8][4], dv[D / 8][4];
-    #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
-    cp_wait<0>();
-    fence_async_smem();
-    __syncthreads();  // K, V and the barriers are ready
+    __syncthreads();  // the barriers are ready
 
     // The filling warpgroup (WB_PRODUCER) brings query tile `qt` into the stage of the
     // block's visit `it`, once every consumer is done with the stage's previous tile: the
@@ -1688,6 +1711,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     QueryWalk walk = query_walk(p, kb, klimit);
     u32 vis_next;
     int qt_next = next_query_tile(p, walk, vis_next);
+    // The first query tiles load while the consumers load K and V: a block's start waits
+    // for one round trip to memory, not two in a row (v19 in docs/benchmarks/gpu-bench.md).
 #if WB_PRODUCER
     if (threadIdx.x >= WB_CONSUMERS) {  // the producer warpgroup: every visit's fill, in order
         setmaxnreg_dec<WB_PRODUCER_REGS>();
@@ -1698,12 +1723,24 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         return;
     }
     setmaxnreg_inc<WB_CONSUMER_REGS>();
-#else
+#endif
+    load_tile<WB_KEYS, WB_CONSUMERS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
+    load_tile<WB_KEYS, WB_CONSUMERS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
+    cp_commit();
+#if !WB_PRODUCER
     // (wg is always 0 without a producer. The redundant test stays because the kernel was
     // measured with it: the causal n = 4096 row once moved 20% with equivalent rewrites of
     // the fill, which v17's block order traced to L2 thrash, docs/benchmarks/gpu-bench.md.)
     if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
 #endif
+    float dk[D / 8][4], dv[D / 8][4];
+    #pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+    cp_wait<0>();
+    fence_async_smem();
+    bar_sync<1, WB_CONSUMERS>();  // K and V are in shared memory, visible to the tensor cores
     for (int it = 0; qt_next >= 0; ++it) {
         const int q0 = qt_next * BM, st = it % WB_STAGES;
         const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
@@ -1757,10 +1794,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             u32 pa[1][BM / 16][4];
             pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
             fence_acc(dv);
-            fence_acc(dk);
             wg_fence();
             issue_pv(dv, pa[0], qs.o());
-            issue_pv(dk, da[0], qs.q());
             wg_commit();
         } else {
             #pragma unroll
@@ -1787,10 +1822,17 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         const bool box = tile_is_box(p, q_axis(p), q0, h, qrow0);
         float c[8][4];
         fence_acc(c);
+        fence_acc(dk);
         wg_fence();
         issue_dq(c, sS, sK, wg);
         wg_commit();
-        wg_wait<0>();
+        if (mine) {
+            issue_pv(dk, da[0], qs.q());
+            wg_commit();
+            wg_wait<1>();  // dV and dQ are done; dK runs while dQ is staged
+        } else {
+            wg_wait<0>();
+        }
         fence_acc(c);
         if (WB_WGS > 1) mbar_arrive(ds_free);
         if (box) {
@@ -1824,10 +1866,13 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
             }
         }
+        wg_wait<0>();  // dK is done with the stage's Q and with da
         fence_acc(dv);
         fence_acc(dk);
     }
-    if (leader) bulk_wait();
+    // The reductions must have read their staging before the block's shared memory goes;
+    // their writes complete with the grid.
+    if (leader) bulk_wait_read<0>();
     int krow[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) krow[r] = row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h);

@@ -1578,6 +1578,12 @@ static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63
 // whose stage could then be handed back only once the reductions had read them: the
 // leader waited for that at the top of every tile.)
 #define WB_DQ_BUFFERS (WB_WGS == 1 ? 1 : 2)
+// dS^T buffers ([WB_KEYS][BM] bf16 each). Two warpgroups alternate two, so that a tile's
+// dS^T stores need not wait for the other warpgroup's dQ MMA of the last tile to have read
+// its buffer: that MMA read the other one, and the one this tile writes was read by the
+// dQ MMAs of tile it - 2, which both warpgroups waited for before the barrier of tile
+// it - 1. A lone warpgroup (d = 64) waited for its own last dQ MMA; one buffer.
+#define WB_DS_BUFFERS WB_WGS
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
 // tile), B = the query tile's 64 rows, both K-major over the head dimension.
@@ -1652,12 +1658,11 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     u16* sK = smem_wb;
     u16* sV = sK + WB_KEYS * D;
     u16* sStage = sV + WB_KEYS * D;         // WB_STAGES query stages (Q, dO: swz_blocks layout)
-    u16* sS = sStage + WB_STAGES * QSTAGE;  // dS^T, [WB_KEYS][BM], swz_s
-    float* sDQ = reinterpret_cast<float*>(sS + WB_KEYS * BM);  // WB_DQ_BUFFERS x [BM][D] f32 staging
+    u16* sS = sStage + WB_STAGES * QSTAGE;  // WB_DS_BUFFERS x dS^T, [WB_KEYS][BM], swz_s
+    float* sDQ = reinterpret_cast<float*>(sS + WB_DS_BUFFERS * WB_KEYS * BM);  // WB_DQ_BUFFERS x [BM][D] f32
     const u32 bars = (u32)__cvta_generic_to_shared(sDQ + WB_DQ_BUFFERS * BM * D);
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
-    const u32 ds_free = bars + 16 * WB_STAGES;  // every consumer's dQ MMA of the last tile is done
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kb = bc.tile, h = bc.h, b = bc.b;
     const int wg = warp_uniform(threadIdx.x >> 7), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
@@ -1671,7 +1676,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             mbar_init(full(st), 128);
             mbar_init(empty(st), WB_CONSUMERS);
         }
-    if (threadIdx.x == 0) mbar_init(ds_free, WB_CONSUMERS);
     __syncthreads();  // the barriers are ready
 
     // The filling warpgroup (WB_PRODUCER) brings query tile `qt` into the stage of the
@@ -1803,19 +1807,18 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
                 #pragma unroll
                 for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
         }
-        // The other warpgroup's dQ MMA of tile it - 1 has read sS.
-        if (WB_WGS > 1 && it > 0) mbar_wait(ds_free, (it - 1) & 1);
+        u16* const sSt = sS + (it % WB_DS_BUFFERS) * WB_KEYS * BM;  // this tile's dS^T
         #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
             #pragma unroll
             for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<u32*>(sS + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
+                *reinterpret_cast<u32*>(sSt + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
                                         2 * t) = da[0][kk][j];
         // One buffer: the last tile's reductions have read it (long since; the barrier orders
         // this wait before every thread's staging below).
         if (WB_DQ_BUFFERS == 1 && leader && it > 0) bulk_wait_read<0>();
         fence_async_smem();
-        bar_sync<1, WB_CONSUMERS>();  // every warpgroup's dS^T rows are in sS
+        bar_sync<1, WB_CONSUMERS>();  // every warpgroup's dS^T rows are in sSt
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
         // in shared memory; other tiles (a compact tile with holes) reduce element by element.
         int qrow0;
@@ -1824,7 +1827,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         fence_acc(c);
         fence_acc(dk);
         wg_fence();
-        issue_dq(c, sS, sK, wg);
+        issue_dq(c, sSt, sK, wg);
         wg_commit();
         if (mine) {
             issue_pv(dk, da[0], qs.q());
@@ -1834,7 +1837,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             wg_wait<0>();
         }
         fence_acc(c);
-        if (WB_WGS > 1) mbar_arrive(ds_free);
         if (box) {
             // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
             float* stage_f = sDQ + (it % WB_DQ_BUFFERS) * BM * D + wg * BM * 64;

@@ -287,20 +287,21 @@ impl Family {
     /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
     /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
     /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
-    /// wgmma adds the f32 staging tiles of the dQ reductions (two per warpgroup pair, one
-    /// for a lone warpgroup) and a full and an empty mbarrier per stage and one for the dS^T
-    /// tile; no slack to align the base (the kernel checks that it starts 1 KB-aligned, as
+    /// wgmma keeps two dS^T tiles and two f32 staging tiles of the dQ reductions per
+    /// warpgroup pair (one each for a lone warpgroup) and a full and an empty mbarrier per
+    /// stage; no slack to align the base (the kernel checks that it starts 1 KB-aligned, as
     /// sm_90 places it), so that three d = 64 blocks fit in an SM.
     pub fn backward_smem(self, head_dim: usize) -> u32 {
         let row = head_dim * 2;
         let stages = WB_STAGES * (2 * TILE * row + 4 * TILE * 4);
         let keys = TILE * self.backward_key_tiles(head_dim);
-        let tiles = 2 * keys * row + stages + keys * TILE * 2;
+        let kv_and_stages = 2 * keys * row + stages;
+        let ds = keys * TILE * 2;
         match self {
-            Family::Mma => tiles as u32,
+            Family::Mma => (kv_and_stages + ds) as u32,
             Family::Wgmma => {
-                let dq_staging = if keys > TILE { 2 } else { 1 } * TILE * head_dim * 4;
-                (tiles + dq_staging + (2 * WB_STAGES + 1) * 8) as u32
+                let buffers = if keys > TILE { 2 } else { 1 };
+                (kv_and_stages + buffers * (ds + TILE * head_dim * 4) + 2 * WB_STAGES * 8) as u32
             }
         }
     }
@@ -566,13 +567,13 @@ mod tests {
         assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
-        // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), dS^T (16 KB), two dQ
-        // staging tiles (64 KB): within sm_90's 227 KB per block. d = 64 (K, V, stages,
-        // dS^T, one staging tile): three blocks (and the 1 KB each that the system reserves)
-        // fit in an H100 SM's 228 KB.
-        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 16 + 64) * 1024 + 40);
+        // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), two dS^T tiles (32 KB), two
+        // dQ staging tiles (64 KB): within sm_90's 227 KB per block. d = 64 (K, V, stages,
+        // one dS^T tile, one staging tile): three blocks (and the 1 KB each that the system
+        // reserves) fit in an H100 SM's 228 KB.
+        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 32);
         assert!(Family::Wgmma.backward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 16) * 1024 + 40);
+        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 16) * 1024 + 32);
         assert!(3 * (Family::Wgmma.backward_smem(64) + 1024) <= 228 * 1024, "WB_BLOCKS = 3 at d = 64");
     }
 

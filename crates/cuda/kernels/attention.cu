@@ -302,15 +302,26 @@ __device__ __forceinline__ int query_cut(const Params& p, int qc) {
 struct Coords {
     int tile, h, b;
 };
+// Coordinates of work item `lin` (in start order) of tiles x heads x batch.
+__device__ __forceinline__ Coords coords_of(const Params& p, unsigned lin, unsigned tiles, bool heavy_last) {
+    const unsigned heads = p.heads, hb = heads * p.batch;  // (head, batch) pairs, head fastest
+    unsigned tile, pair;
+    if (!LPT_ORDER || !p.causal) {
+        tile = lin % tiles;
+        pair = lin / tiles;
+    } else {
+        const unsigned per = LPT_GROUP * tiles, group = lin / per, first = group * LPT_GROUP;
+        const unsigned size = min((unsigned)LPT_GROUP, hb - first), r = lin - group * per;  // the last may be short
+        tile = r / size;
+        pair = first + r % size;
+    }
+    return {heavy_last ? (int)(tiles - 1 - tile) : (int)tile, (int)(pair % heads), (int)(pair / heads)};
+}
+// A block's coordinates in a grid of (tiles, heads, batch) blocks.
 __device__ __forceinline__ Coords block_coords(const Params& p, bool heavy_last) {
     if (!LPT_ORDER || !p.causal)
         return {heavy_last ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
-    const unsigned lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned hb = gridDim.y * gridDim.z;  // (head, batch) pairs, head fastest
-    const unsigned per = LPT_GROUP * gridDim.x, group = lin / per, first = group * LPT_GROUP;
-    const unsigned size = min((unsigned)LPT_GROUP, hb - first), r = lin - group * per;  // the last may be short
-    const unsigned tile = r / size, pair = first + r % size;
-    return {heavy_last ? (int)(gridDim.x - 1 - tile) : (int)tile, (int)(pair % gridDim.y), (int)(pair / gridDim.y)};
+    return coords_of(p, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x, heavy_last);
 }
 
 // Are all keys of the tile starting at launch index k0 past the padding limit? Positions
@@ -954,19 +965,26 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
     return row0 >= 0 && last >= 0 && last - row0 == (BN - 1) * R && last < (a.rows / R) * R;
 }
 
-// One block: FBM query rows of one (batch, head). Warp specialised (flash-attention 3's
-// structure): the first FWD_WGS warpgroups consume (warpgroup wg owns rows 64 wg.., warp w
-// rows 16 w..); the last one, the producer warpgroup, alone streams K/V tiles through
-// WG_STAGES shared-memory stages. A tile whose rows are evenly spaced (every tile of a
-// plain launch; the tiles of a compact dilated branch inside one segment, rows a dilation
-// apart) is copied by the TMA unit: one thread issues D / 64 boxes per tensor, no per-row
-// address work. Other tiles (a segment's end, holes at a ring chunk's edge) are gathered
-// with cp.async by all 128 producer threads, which wait for their copies and meet at a
-// named barrier before one of them arrives. Stage s has two mbarriers: full[s] completes
-// when its tile has landed (one arrival, plus the TMA's bytes), empty[s] when all
-// consumer threads are done with it. Q is copied once by the producers (cp.async),
-// signalled by q_bar. No block-wide barrier after the start, so the consumer warpgroups
-// drift freely and their MMAs and softmax interleave on the SM.
+// One block per multiprocessor, working through items of FBM query rows of one
+// (batch, head) (see fwd_next_item below; Family::forward_grid on the host). Warp
+// specialised (flash-attention 3's structure): the first FWD_WGS warpgroups consume
+// (warpgroup wg owns rows 64 wg.., warp w rows 16 w..); the last one, the producer
+// warpgroup, alone streams Q tiles (two buffers) and K/V tiles (WG_STAGES shared-memory
+// stages, counted over the block's whole run), so that the next item's Q and first K/V
+// tiles load while the consumers finish the last one: a block start (Q and the first
+// K/V tile from memory, 4 us at d = 128, and the next block's launch, 1.4 us) cost 5-7%
+// of an n = 4096 forward (v21 in docs/benchmarks/gpu-bench.md). A tile whose rows are
+// evenly spaced (every tile of a plain launch; the tiles of a compact dilated branch
+// inside one segment, rows a dilation apart) is copied by the TMA unit: one thread issues
+// D / 64 boxes per tensor, no per-row address work. Other tiles (a segment's end, holes at
+// a ring chunk's edge) are gathered with cp.async by all 128 producer threads, which wait
+// for their copies and meet at a named barrier before one of them arrives. K/V stage s
+// has two mbarriers: full[s] completes when its tile has landed (one arrival, plus the
+// TMA's bytes), empty[s] when all consumer threads are done with it; Q buffer b has
+// q_full[b] (its item's slot written, its tile landed), q_empty[b] (every consumer past
+// the item's last S) and slot_free[b] (every consumer has read the item's slot). No
+// block-wide barrier after the start, so the consumer warpgroups drift freely and their
+// MMAs and softmax interleave on the SM.
 // (Measured on H100 with two consumer warpgroups: with all 256 threads copying and one
 // barrier per tile, the copies and the barrier cost 60% of the time; with producers copying
 // by cp.async, issuing the copies still halved the speed at d = 128. See
@@ -988,7 +1006,9 @@ struct FwdBlock {
     // block's threads would get 65536 / THREADS each (128 for 512), below what a consumer
     // holds (O, S, P; Q too where it is in registers) without spilling. Three consumer
     // warpgroups: 128 * 56 + 384 * 152 = 65536; two: 128 * 120 + 256 * 192 = 64512.
-    // ptxas allocates each side of a setmaxnreg to its own count.
+    // ptxas allocates each side of a setmaxnreg to its own count. (At d = 128 the 56
+    // producer registers spill about 100 bytes around the item claim and the cp.async
+    // gather of a Q tile's rows: once per item, not per K/V tile.)
     static constexpr int PRODUCER_REGS = WGS == 3 ? 56 : 120, CONSUMER_REGS = WGS == 3 ? 152 : 192;
     // S = Q K^T reads Q from shared memory with three consumer warpgroups at d = 128 (Q in
     // registers, 32 per thread, would not fit in 152 with O and S) and from registers
@@ -997,172 +1017,280 @@ struct FwdBlock {
     static constexpr bool Q_SMEM = D == 128 && WGS == 3;
 };
 
+// Forward work items are claimed from a counter of the module, in the order blocks of a
+// grid of items would start (blocks that finish first take the next: the hardware's own
+// order and balance). The last block to find no item left resets it for the next launch,
+// which the stream orders after this one (a Gpu launches on one stream; a kernel that
+// faults leaves the context unusable anyway). Indexed by the instantiation (WGS - 2).
+__device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
+#define LOOKAHEAD 4  // the next item is claimed this many K/V tiles before an item's last
+
 template <int WGS>
-__device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair& maps) {
+__device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair& maps, const TensorMap& q_map) {
     typedef FwdBlock<WGS> B;
     extern __shared__ __align__(1024) u16 smem_wg[];
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
     u16* sQ = smem_wg + ((1024 - ((u32)__cvta_generic_to_shared(smem_wg) & 1023)) & 1023) / 2;
-    u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
+    u16* sKV = sQ + 2 * FBM * D;  // two Q tiles; stage s: K at sKV + 2*s*BN*D, V right after it
     const u32 bars = (u32)__cvta_generic_to_shared(sKV + WG_STAGES * 2 * BN * D);
-    auto full = [&](int j) { return bars + 8 * (j % WG_STAGES); };  // of tile j's stage
-    auto empty = [&](int j) { return bars + 8 * (WG_STAGES + j % WG_STAGES); };
-    const u32 q_bar = bars + 16 * WG_STAGES;
-    auto stage = [&](int j) { return sKV + (j % WG_STAGES) * 2 * BN * D; };
-    const Coords bc = block_coords(p, true);
-    const int qt = bc.tile, h = bc.h, b = bc.b;
+    // K/V tiles are counted over the block's whole run (j), Q tiles by the block's items (u).
+    auto full = [&](int j) { return bars + 8 * ((unsigned)j % WG_STAGES); };  // of tile j's stage
+    auto empty = [&](int j) { return bars + 8 * (WG_STAGES + (unsigned)j % WG_STAGES); };
+    auto q_full = [&](int u) { return bars + 16 * WG_STAGES + 8 * (u & 1); };
+    auto q_empty = [&](int u) { return bars + 16 * WG_STAGES + 16 + 8 * (u & 1); };
+    auto slot_free = [&](int u) { return bars + 16 * WG_STAGES + 32 + 8 * (u & 1); };  // every consumer read it
+    // Item u's slot (of two): its number, first plan entry, key tiles, key limit and the
+    // key tiles each consumer warpgroup computes, written by the producer's leader.
+    volatile int* slots = reinterpret_cast<volatile int*>(smem_wg) +
+                          (bars + 16 * WG_STAGES + 48 - (u32)__cvta_generic_to_shared(smem_wg)) / 4;
+    auto slot = [&](int u) { return slots + 8 * (u & 1); };
+    // Tile j's first key (launch index), next to its stage, written by the producer's
+    // leader: the consumers' mask needs it (a global load of the plan per tile measured
+    // 1-2% slower at d = 128, v21 notes).
+    volatile int* stage_keys = slots + 16;
+    auto stage_key = [&](int j) -> volatile int& { return stage_keys[(unsigned)j % WG_STAGES]; };
+    auto stage = [&](int j) { return sKV + ((unsigned)j % WG_STAGES) * 2 * BN * D; };
+    auto q_tile = [&](int u) { return sQ + (u & 1) * FBM * D; };
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * 64 * WGS, wq0 = q0 + warp * 16;
-    const int klimit = key_limit(p, b);
-    const int kbeg = p.plan_ptr[qt], n = plan_end(p, qt, klimit) - kbeg;
-    // Consumer warpgroups with a query row in the launch. The others (the last tile of a
-    // launch whose rows are not a multiple of B::ROWS) leave at once rather than compute
-    // scores for rows that are never stored: the stages wait for the live ones only, and
-    // they have the tensor cores to themselves.
-    const int live = min(WGS, (p.nq - q0 + 63) / 64);
-    if (threadIdx.x == 0)
+    const unsigned tiles = (p.nq + B::ROWS - 1) / B::ROWS, items = tiles * p.heads * p.batch;
+    if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(full(s), 1);
-            mbar_init(empty(s), 128 * live);
+            mbar_init(empty(s), B::CONSUMERS);
         }
-    if (threadIdx.x == 0) mbar_init(q_bar, WG_PRODUCERS);
+        for (int u = 0; u < 2; ++u) {
+            mbar_init(q_full(u), WG_PRODUCERS + 1);  // each producer's Q copies, and the slot
+            mbar_init(q_empty(u), B::CONSUMERS);
+            mbar_init(slot_free(u), B::CONSUMERS);
+        }
+    }
     __syncthreads();
 
     if (threadIdx.x >= B::CONSUMERS) {  // the producer warpgroup
         setmaxnreg_dec<B::PRODUCER_REGS>();
-        if (n == 0) return;
-        load_tile<B::ROWS, WG_PRODUCERS, true>(sQ, p.q, p, q_axis(p), b, h, q0);
-        mbar_arrive_cp_async(q_bar);
         const bool leader = threadIdx.x == B::CONSUMERS;
-        if (!p.compact && !leader) {  // every tile is a box: one thread issues them all
-            cp_wait<0>();
-            return;
-        }
         const Axis ka = k_axis(p);
         const int R = p.compact ? p.dil_rate : 1;
-        for (int j = 0; j < n; ++j) {
-            if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
-            const int k0 = p.plan_idx[kbeg + j] * BN;
-            int row0;
-            if (tile_is_box(p, ka, k0, h, row0)) {
-                if (!leader) continue;
-                mbar_expect_bytes(full(j), 2 * BN * D * 2);
+        // The leader claims the block's item u into slot(u) and looks up its plan there: the
+        // key tiles, the key limit, and the key tiles each consumer warpgroup computes (none
+        // if it has no query row in the launch, as in the last tile of a launch whose rows
+        // are not a multiple of B::ROWS; under a causal mask, not the tiles past its last
+        // row, up to two at the block's diagonal). It does so LOOKAHEAD tiles before it has
+        // issued the last item's K/V, so that the atomic and the dependent plan loads are not
+        // between the consumers' items; once every consumer has read the slot's last item.
+        auto claim = [&](int u) {
+            if (u >= 2) mbar_wait(slot_free(u), ((u - 2) >> 1) & 1);
+            const unsigned item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
+            volatile int* sl = slot(u);
+            sl[0] = (int)item;
+            if (item >= items) return;
+            const Coords c = coords_of(p, item, tiles, true);
+            const int q0 = c.tile * B::ROWS, klimit = key_limit(p, c.b);
+            const int kbeg = p.plan_ptr[c.tile], n = plan_end(p, c.tile, klimit) - kbeg;
+            sl[1] = kbeg;
+            sl[2] = n;
+            sl[3] = klimit;
+            for (int w = 0; w < WGS; ++w) {
+                int nw = q0 + 64 * w < p.nq ? n : 0;
+                if (p.causal) {
+                    const int qlast = min(q0 + 64 * (w + 1), p.nq) - 1;
+                    while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * BN, qlast)) --nw;
+                }
+                sl[4 + w] = nw;
+            }
+        };
+        if (leader) claim(0);
+        for (int u = 0, j0 = 0;; ++u) {
+            asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // slot(u) is written
+            if (leader) mbar_arrive(q_full(u));  // for the consumers too
+            const unsigned item = (unsigned)slot(u)[0];
+            if (item >= items) {
+                mbar_arrive(q_full(u));
+                if (leader && atomicAdd(&fwd_blocks_done[WGS - 2], 1u) == gridDim.x - 1) {
+                    fwd_next_item[WGS - 2] = 0;
+                    fwd_blocks_done[WGS - 2] = 0;
+                }
+                break;
+            }
+            const Coords c = coords_of(p, item, tiles, true);
+            const int kbeg = slot(u)[1], n = slot(u)[2];
+            // The Q tile of item u - 2 is free: every consumer is past its last S.
+            if (u >= 2) mbar_wait(q_empty(u), ((u - 2) >> 1) & 1);
+            if (n > 0) {
+                // By TMA where each of its 64-row parts is evenly spaced (as a K/V tile), else
+                // gathered: with every Q tile gathered by the producers (per-row address
+                // work while the consumers compute) the consumers waited 8.6 us for each
+                // item's Q at d = 128 (timeline in the v21 notes), 0.5 us by TMA.
+                const int q0 = c.tile * B::ROWS;
+                int qrow[B::ROWS / 64];
+                bool box = true;
                 #pragma unroll
-                for (int cb = 0; cb < D / 64; ++cb) {
-                    tma_box(stage(j) + cb * BN * 64, &maps.a, cb * 64, h, row0, R, b, full(j));
-                    tma_box(stage(j) + BN * D + cb * BN * 64, &maps.b, cb * 64, h, row0, R, b, full(j));
+                for (int r = 0; r < B::ROWS / 64; ++r) box = box && tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]);
+                if (box) {
+                    if (leader) {
+                        mbar_expect_tx(q_full(u), B::ROWS * D * 2);
+                        #pragma unroll
+                        for (int cb = 0; cb < D / 64; ++cb)
+                            #pragma unroll
+                            for (int r = 0; r < B::ROWS / 64; ++r)
+                                tma_box(q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, qrow[r], R,
+                                        c.b, q_full(u));
+                    }
+                    mbar_arrive(q_full(u));
+                } else {
+                    load_tile<B::ROWS, WG_PRODUCERS, true>(q_tile(u), p.q, p, q_axis(p), c.b, c.h, q0);
+                    mbar_arrive_cp_async(q_full(u));
                 }
             } else {
-                load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, b, h, k0);
-                load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, b, h, k0);
-                cp_wait<0>();
-                fence_async_smem();
-                asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // producers only
-                if (leader) mbar_arrive(full(j));
+                mbar_arrive(q_full(u));
             }
+            const int claim_at = j0 + max(n - LOOKAHEAD, 0);
+            if (leader && n == 0) claim(u + 1);
+            // Every K/V tile of a plain launch is a box, issued by the leader: the other
+            // producer warps wait at the next item's barrier rather than poll the stages'
+            // mbarriers with it. Its own warp stays with it: bar.sync is warp-aligned.
+            if (!p.compact && threadIdx.x - B::CONSUMERS >= 32) {
+                j0 += n;
+                continue;
+            }
+            for (int j = j0; j < j0 + n; ++j) {
+                if (leader && j == claim_at) claim(u + 1);
+                if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
+                const int k0 = p.plan_idx[kbeg + j - j0] * BN;
+                int row0;
+                if (tile_is_box(p, ka, k0, c.h, row0)) {
+                    if (!leader) continue;
+                    stage_key(j) = k0;
+                    mbar_expect_bytes(full(j), 2 * BN * D * 2);
+                    #pragma unroll
+                    for (int cb = 0; cb < D / 64; ++cb) {
+                        tma_box(stage(j) + cb * BN * 64, &maps.a, cb * 64, c.h, row0, R, c.b, full(j));
+                        tma_box(stage(j) + BN * D + cb * BN * 64, &maps.b, cb * 64, c.h, row0, R, c.b, full(j));
+                    }
+                } else {
+                    load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, c.b, c.h, k0);
+                    load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, c.b, c.h, k0);
+                    cp_wait<0>();
+                    fence_async_smem();
+                    asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // producers only
+                    if (leader) {
+                        stage_key(j) = k0;
+                        mbar_arrive(full(j));
+                    }
+                }
+            }
+            j0 += n;
         }
         cp_wait<0>();
         return;
     }
-    const int wg = warp_uniform(warp >> 2);
-    if (wg >= live) return;
     setmaxnreg_inc<B::CONSUMER_REGS>();
-    // The block's key tiles that this warpgroup computes: under a causal mask the plan ends
-    // at the block's diagonal, and the tiles past this warpgroup's last row (up to two of
-    // them on the diagonal) are hidden from all its rows. Their stages are waited for and
-    // released, not computed: the other warpgroups get the tensor cores.
-    int nw = n;
-    if (p.causal) {
-        const int qlast = min(q0 + 64 * (wg + 1), p.nq) - 1;
-        while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * BN, qlast)) --nw;
-    }
+    const int wg = warp_uniform(warp >> 2);
 
-    float o[1][D / 8][4], s[1][NKB][4], m[1][2] = {{NEG_INF, NEG_INF}}, l[1][2] = {{0.f, 0.f}}, alpha[1][2];
-    #pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+    float o[1][D / 8][4], s[1][NKB][4], m[1][2], l[1][2], alpha[1][2];
     u32 pa[1][BN / 16][4], pn[1][BN / 16][4];
-    // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments,
-    // loaded once.
-    const u16* qs = sQ + wg * 64 * 64;
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];
     // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
     auto acquire = [&](int j) {
-        mbar_wait(full(j), (j / WG_STAGES) & 1);
+        mbar_wait(full(j), ((unsigned)j / WG_STAGES) & 1);
         fence_async_smem();
     };
-    // Mask + softmax of the complete S of tile j into pn, alpha; did a row maximum grow?
-    auto softmax_tile = [&](int j) {
-        const int k0 = p.plan_idx[kbeg + j] * BN;
-        mask_scores<1>(p, h, mask_kind(p, tile_full(p, h, wq0, 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
-        const bool grew = softmax_step<1>(p, s, m, l, alpha);
-        pack_p<1>(pn, s);
-        return grew;
-    };
-    auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
-        fence_acc(s[0]);
-        wg_fence();
-        if constexpr (B::Q_SMEM)
-            issue_scores<B::ROWS>(s[0], qs, stage(j));
-        else
-            issue_scores(s[0], qf, stage(j));
-        wg_commit();
-    };
-    auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
-        fence_acc(o[0]);
-        wg_fence();
-        issue_pv(o[0], pa[0], stage(j) + BN * D);
-        wg_commit();
-    };
+    for (int u = 0, j0 = 0;; ++u) {
+        mbar_wait(q_full(u), (u >> 1) & 1);
+        const volatile int* sl = slot(u);
+        const unsigned item = (unsigned)sl[0];
+        if (item >= items) break;
+        const Coords c = coords_of(p, item, tiles, true);
+        const int h = c.h, b = c.b, q0 = c.tile * B::ROWS, wq0 = q0 + warp * 16;
+        const int n = sl[2], klimit = sl[3];
+        // The key tiles this warpgroup computes (see the producer); the stages of the others
+        // are waited for and released, not computed: the other warpgroups get the tensor
+        // cores.
+        const int nw = sl[4 + wg];
+        mbar_arrive(slot_free(u));
+        m[0][0] = m[0][1] = NEG_INF;
+        l[0][0] = l[0][1] = 0.f;
+        #pragma unroll
+        for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+        // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
+        const u16* qs = q_tile(u) + wg * 64 * 64;
+        // Mask + softmax of the complete S of tile j (of the block's run) into pn, alpha;
+        // did a row maximum grow?
+        auto softmax_tile = [&](int j) {
+            const int k0 = stage_key(j);
+            mask_scores<1>(p, h, mask_kind(p, tile_full(p, h, wq0, 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
+            const bool grew = softmax_step<1>(p, s, m, l, alpha);
+            pack_p<1>(pn, s);
+            return grew;
+        };
+        auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
+            fence_acc(s[0]);
+            wg_fence();
+            if constexpr (B::Q_SMEM)
+                issue_scores<B::ROWS>(s[0], qs, stage(j));
+            else
+                issue_scores(s[0], qf, stage(j));
+            wg_commit();
+        };
+        auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
+            fence_acc(o[0]);
+            wg_fence();
+            issue_pv(o[0], pa[0], stage(j) + BN * D);
+            wg_commit();
+        };
 
-    if (nw > 0) {
-        mbar_wait(q_bar, 0);
-        acquire(0);  // its proxy fence also covers Q (copied by cp.async, read by wgmma)
-        if constexpr (!B::Q_SMEM)
-            #pragma unroll
-            for (int k = 0; k < D / 16; ++k)
-                ldsm4(qf[k], sQ + swz_blocks<B::ROWS>(warp * 16 + (lane & 15), k * 2 + (lane >> 4)));
-        issue_s(0);
-        wg_wait<0>();
-        fence_acc(s[0]);
-        softmax_tile(0);
-        hand_over(pa[0], pn[0]);
-    }
-    for (int j = 0; j + 1 < nw; ++j) {
-        acquire(j + 1);
-        issue_s(j + 1);
-        issue_o(j);
-        wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
-        fence_acc(s[0]);
-        const bool grew = softmax_tile(j + 1);
-        wg_wait<0>();
-        fence_acc(o[0]);
-        mbar_arrive(empty(j));
-        if (grew) rescale<1>(o, alpha);
-        hand_over(pa[0], pn[0]);
-    }
-    if (nw > 0) {
-        issue_o(nw - 1);
-        wg_wait<0>();
-        fence_acc(o[0]);
-    }
-    if (nw < n) {  // release this warpgroup's last computed stage and the skipped ones
-        if (nw > 0) mbar_arrive(empty(nw - 1));
-        for (int j = nw; j < n; ++j) {
-            mbar_wait(full(j), (j / WG_STAGES) & 1);
+        const int jw = j0 + nw, jn = j0 + n;  // this warpgroup's computed tiles end at jw, the item's at jn
+        if (nw > 0) {
+            acquire(j0);  // its proxy fence also covers Q (copied by cp.async, read by wgmma)
+            if constexpr (!B::Q_SMEM)
+                #pragma unroll
+                for (int k = 0; k < D / 16; ++k)
+                    ldsm4(qf[k], q_tile(u) + swz_blocks<B::ROWS>(warp * 16 + (lane & 15), k * 2 + (lane >> 4)));
+            issue_s(j0);
+            wg_wait<0>();
+            fence_acc(s[0]);
+            softmax_tile(j0);
+            hand_over(pa[0], pn[0]);
+        }
+        // Q in registers: the tile is free once loaded.
+        if (!B::Q_SMEM || nw == 0) mbar_arrive(q_empty(u));
+        for (int j = j0; j + 1 < jw; ++j) {
+            acquire(j + 1);
+            issue_s(j + 1);
+            issue_o(j);
+            wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
+            fence_acc(s[0]);
+            const bool grew = softmax_tile(j + 1);
+            wg_wait<0>();
+            fence_acc(o[0]);
+            mbar_arrive(empty(j));
+            if (grew) rescale<1>(o, alpha);
+            hand_over(pa[0], pn[0]);
+        }
+        if (B::Q_SMEM && nw > 0) mbar_arrive(q_empty(u));  // every S of the item is done
+        if (nw > 0) {
+            issue_o(jw - 1);
+            wg_wait<0>();
+            fence_acc(o[0]);
+            mbar_arrive(empty(jw - 1));
+        }
+        for (int j = jw; j < jn; ++j) {  // the stages this warpgroup skips
+            acquire(j);
             mbar_arrive(empty(j));
         }
+        if (q0 + 64 * wg < p.nq) store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
+        j0 += n;
     }
-    store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
 }
 extern "C" __global__ void __launch_bounds__(FwdBlock<FWD_WGS>::THREADS, 1)
-    attn_fwd(const Params p, const __grid_constant__ TensorPair maps) {
-    attn_fwd_body<FWD_WGS>(p, maps);
+    attn_fwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap q_map) {
+    attn_fwd_body<FWD_WGS>(p, maps, q_map);
 }
 extern "C" __global__ void __launch_bounds__(FwdBlock<2>::THREADS, 1)
-    attn_fwd_128(const Params p, const __grid_constant__ TensorPair maps) {
-    attn_fwd_body<2>(p, maps);
+    attn_fwd_128(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap q_map) {
+    attn_fwd_body<2>(p, maps, q_map);
 }
 #endif  // WGMMA
 

@@ -38,6 +38,8 @@ pub struct Gpu {
     /// NVRTC's target, e.g. `sm_90a` (see [`Family::target`]).
     arch: String,
     family: Family,
+    /// Multiprocessors: the wgmma forward's grid ([`Family::forward_grid`]).
+    sms: u32,
     kernels: Mutex<HashMap<(Dtype, usize), Arc<Kernels>>>,
 }
 
@@ -135,7 +137,9 @@ impl Gpu {
         let stream = ctx.default_stream();
         let family = Family::for_device(major, minor, std::env::var(launch::FAMILY_ENV).ok().as_deref());
         let arch = family.target(major, minor);
-        Ok(Some(Gpu { ctx, stream, arch, family, kernels: Mutex::new(HashMap::new()) }))
+        let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let sms = u32::try_from(sms).unwrap_or(1);
+        Ok(Some(Gpu { ctx, stream, arch, family, sms, kernels: Mutex::new(HashMap::new()) }))
     }
 
     /// Device name, NVRTC target and kernel family, e.g.
@@ -374,7 +378,7 @@ impl Gpu {
             ..l.params
         };
         let cfg = LaunchConfig {
-            grid_dim: l.grid_fwd(),
+            grid_dim: self.family.forward_grid(l.grid_fwd(), self.sms),
             block_dim: (self.family.forward_threads(l.fwd_q_tile), 1, 1),
             shared_mem_bytes: self.family.forward_smem(prep.shape.head_dim),
         };
@@ -385,8 +389,13 @@ impl Gpu {
         let mut launch = st.launch_builder(kernel);
         launch.arg(&params);
         let maps = self.tile_maps(l, kp, vp, k.dims)?;
-        if let Some(maps) = &maps {
-            launch.arg(maps);
+        // wgmma: the query tiles come by TMA too, through a map of Q.
+        let q_map = match maps {
+            Some(_) => Some(TensorMap::new(qp, Elem::U16, q.dims, Self::row_stride(l))?),
+            None => None,
+        };
+        if let (Some(maps), Some(q_map)) = (&maps, &q_map) {
+            launch.arg(maps).arg(q_map);
         }
         // SAFETY: params and maps describe live buffers of the validated shapes.
         unsafe { launch.launch(cfg) }?;

@@ -273,14 +273,35 @@ impl Family {
     }
 
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
-    /// the K/V stages (2 for mma; [`WG_STAGES`] for wgmma, with a full and an empty 8-byte
-    /// mbarrier per stage and one for Q, and its base rounded up to 1 KB in the kernel: the
-    /// swizzle of its operands is a function of address bits).
+    /// the K/V stages (2 for mma; [`WG_STAGES`] for wgmma). wgmma's blocks run several work
+    /// items each ([`Family::forward_grid`]): two Q tiles (the next item's loads while the
+    /// last one computes), a full and an empty 8-byte mbarrier per K/V stage and per Q tile,
+    /// the two items' slots (32 bytes: number, plan, key limit), each stage's first key, and its base rounded up to 1 KB in the kernel (the swizzle of
+    /// its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
         let (row, q_tile) = (head_dim * 2, self.forward_q_tile());
         match self {
             Family::Mma => ((q_tile + 4 * TILE) * row) as u32,
-            Family::Wgmma => ((q_tile + 2 * WG_STAGES * TILE) * row + (2 * WG_STAGES + 1) * 8 + 1024) as u32,
+            Family::Wgmma => {
+                ((2 * q_tile + 2 * WG_STAGES * TILE) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 4 + 1024)
+                    as u32
+            }
+        }
+    }
+
+    /// Launch grid of a forward whose work items (query tile, head, batch) form `items`
+    /// ([`LaunchSpec::grid_fwd`]) on a device of `sms` multiprocessors. mma: one block per
+    /// item. wgmma: one block per multiprocessor (at most one per item) that claims items
+    /// until none is left, so that an item's Q and first K/V tiles load while the block's
+    /// last item computes (a block start cost 5-7% of an n = 4096 forward: v21 in
+    /// docs/benchmarks/gpu-bench.md).
+    pub fn forward_grid(self, items: (u32, u32, u32), sms: u32) -> (u32, u32, u32) {
+        match self {
+            Family::Mma => items,
+            Family::Wgmma => {
+                let total = items.0 as u64 * items.1 as u64 * items.2 as u64;
+                (total.min(sms.max(1) as u64) as u32, 1, 1)
+            }
         }
     }
 
@@ -556,10 +577,15 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
         assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 176 * 1024 + 72 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 192 + 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(64), 88 * 1024 + 72 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(64), 112 * 1024 + 192 + 1024);
+        // One block per multiprocessor, at most one per item; mma keeps one per item.
+        assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));
+        assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
+        assert_eq!(Family::Wgmma.forward_grid((u32::MAX, 65535, 65535), 132), (132, 1, 1));
+        assert_eq!(Family::Mma.forward_grid((22, 16, 4), 132), (22, 16, 4));
         // Three consumer warpgroups: 192-row forward tiles.
         let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
         assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
@@ -598,7 +624,7 @@ mod tests {
         assert_eq!((Family::Wgmma.forward_threads(192), Family::Wgmma.forward_q_tile()), (512, 192));
         // forward_q_tile_for's 128-row tiles: the kernel instantiated with two warpgroups.
         assert!(src.contains("__launch_bounds__(FwdBlock<2>::THREADS, 1)\n    attn_fwd_128(const Params p"));
-        assert!(src.contains("attn_fwd_body<2>(p, maps)"));
+        assert!(src.contains("attn_fwd_body<2>(p, maps, q_map)"));
         assert_eq!(Family::Wgmma.forward_threads(128), 384);
         assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));

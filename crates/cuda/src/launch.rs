@@ -275,9 +275,10 @@ impl Family {
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
     /// the K/V stages (2 for mma; [`WG_STAGES`] for wgmma). wgmma's blocks run several work
     /// items each ([`Family::forward_grid`]): two Q tiles (the next item's loads while the
-    /// last one computes), a full and an empty 8-byte mbarrier per K/V stage and per Q tile,
-    /// the two items' slots (32 bytes: number, plan, key limit), each stage's first key, and its base rounded up to 1 KB in the kernel (the swizzle of
-    /// its operands is a function of address bits).
+    /// last one computes); 8-byte mbarriers, full and empty per K/V stage, full, empty and
+    /// slot-read per Q tile; the two items' slots (32 bytes: number, plan, key limit); each
+    /// stage's first key (4 bytes); and its base rounded up to 1 KB in the kernel (the
+    /// swizzle of its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
         let (row, q_tile) = (head_dim * 2, self.forward_q_tile());
         match self {

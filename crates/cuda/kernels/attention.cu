@@ -827,6 +827,22 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], Desc da, Desc db,
         : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc), "n"(TA), "n"(TB));
 }
 
+// d[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory, K-major (the d = 64
+// backward's S^T and dP^T over a 128-query tile).
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], Desc da, Desc db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %68, 0;\n"
+        "mov.b64 da, {%64, %65};\nmov.b64 db, {%66, %67};\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "da, db, p, 1, 1, 0, 0;\n}\n"
+        : WG_ACC8(d, 0), WG_ACC8(d, 8)
+        : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc));
+}
+
 // S = Q K^T for one 64-key tile: D / 16 steps over the head dimension, A = this warp's Q
 // fragments (registers), B = the 64 key rows (shared memory, K-major).
 __device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
@@ -1381,9 +1397,10 @@ __device__ __forceinline__ int swz_s(int r, int ch) { return r * BM + ((ch ^ (r 
 
 // The backward's per-warp steps, shared by both backward kernels. A warp holds the
 // transposed scores s[nb][e] of key rows kidx + 8 (e / 2) (launch indices; kidx includes
-// the lane's g) and query columns q0 + 8 nb + 2t + e % 2; sP holds the query tile's global
-// positions (-1: none). Masked pairs get -inf.
-__device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, int klimit, float (&s)[BM / 8][4],
+// the lane's g) and query columns q0 + 8 nb + 2t + e % 2, NB blocks of 8 (a query tile of
+// 8 NB rows); sP holds the query tile's global positions (-1: none). Masked pairs get -inf.
+template <int NB>
+__device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, int klimit, float (&s)[NB][4],
                                               int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
                                               const int* sP, int t) {
     if (kind == MASK_AFFINE) {
@@ -1391,7 +1408,7 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
         #pragma unroll
         for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, kidx + 8 * r, klimit);
         #pragma unroll
-        for (int nb = 0; nb < BM / 8; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qp = sP[nb * 8 + 2 * t + e];
@@ -1402,16 +1419,17 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
+        static_assert(2 * NB <= 32, "one bit per column of the thread");
         u32 vis[2] = {0, 0};
         #pragma unroll 1
-        for (int col = 0; col < BM / 4; ++col) {
+        for (int col = 0; col < 2 * NB; ++col) {
             const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
             const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
             #pragma unroll
             for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
         }
         #pragma unroll
-        for (int nb = 0; nb < BM / 8; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
                 #pragma unroll
@@ -1422,16 +1440,17 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
 
 // f(qc, nb, e) for each query column qc = 8 nb + 2t + e of a warp's transposed scores
 // s[nb][2 r + e] (the layout of mask_scores_t).
-template <class F>
+template <int NB, class F>
 __device__ __forceinline__ void each_column_t(int t, F f) {
     #pragma unroll
-    for (int nb = 0; nb < BM / 8; ++nb)
+    for (int nb = 0; nb < NB; ++nb)
         #pragma unroll
         for (int e = 0; e < 2; ++e) f(nb * 8 + 2 * t + e, nb, e);
 }
 // s <- P^T = 2^(s*scale*log2e - lse2), with the query tile's lse2 (sL) per column.
-__device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], const float* sL, int t) {
-    each_column_t(t, [&](int qc, int nb, int e) {
+template <int NB>
+__device__ __forceinline__ void probs_t(const Params& p, float (&s)[NB][4], const float* sL, int t) {
+    each_column_t<NB>(t, [&](int qc, int nb, int e) {
         const float l2 = sL[qc];
         #pragma unroll
         for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
@@ -1440,29 +1459,30 @@ __device__ __forceinline__ void probs_t(const Params& p, float (&s)[BM / 8][4], 
 // dp <- dS^T = P^T o (dP^T - delta), with P^T from probs_t and the query tile's delta (sD)
 // per column. (Separate from probs_t: the wgmma backward computes P^T while the tensor
 // cores still compute dP^T.)
-__device__ __forceinline__ void dscores_t(float (&dp)[BM / 8][4], const float (&s)[BM / 8][4], const float* sD,
-                                          int t) {
-    each_column_t(t, [&](int qc, int nb, int e) {
+template <int NB>
+__device__ __forceinline__ void dscores_t(float (&dp)[NB][4], const float (&s)[NB][4], const float* sD, int t) {
+    each_column_t<NB>(t, [&](int qc, int nb, int e) {
         const float dl = sD[qc];
         #pragma unroll
         for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * (dp[nb][2 * r + e] - dl);
     });
 }
 
-// One query stage of the backward (double-buffered in both kernels): the query tile's Q and
-// dO, then per query row its lse2, delta, global position (-1: none) and tensor row (-1:
-// none). QSTAGE is its size in u16 units, a multiple of 512 (1 KB).
-#define QSTAGE (2 * BM * D + 4 * BM * 2)
+// One query stage of the backward (double-buffered in both kernels): the ROWS-row query
+// tile's Q and dO, then per query row its lse2, delta, global position (-1: none) and
+// tensor row (-1: none). SIZE is its size in u16 units, a multiple of 512 (1 KB).
 // (A view of one base pointer: the parts are fixed offsets from it, which the loads and
 // stores take as immediates, and only the base is live across the loop.)
+template <int ROWS>
 struct QueryStage {
+    static constexpr int SIZE = 2 * ROWS * D + 4 * ROWS * 2;
     u16* base;
     __device__ u16* q() const { return base; }
-    __device__ u16* o() const { return base + BM * D; }
-    __device__ float* lse2() const { return reinterpret_cast<float*>(base + 2 * BM * D); }
-    __device__ float* delta() const { return lse2() + BM; }
-    __device__ int* pos() const { return reinterpret_cast<int*>(lse2() + 2 * BM); }
-    __device__ int* row() const { return reinterpret_cast<int*>(lse2() + 3 * BM); }
+    __device__ u16* o() const { return base + ROWS * D; }
+    __device__ float* lse2() const { return reinterpret_cast<float*>(base + 2 * ROWS * D); }
+    __device__ float* delta() const { return lse2() + ROWS; }
+    __device__ int* pos() const { return reinterpret_cast<int*>(lse2() + 2 * ROWS); }
+    __device__ int* row() const { return reinterpret_cast<int*>(lse2() + 3 * ROWS); }
 };
 
 // The lse2, delta, global position and tensor row of query tile q0's row `i` (one thread
@@ -1470,7 +1490,8 @@ struct QueryStage {
 // does not wait for: it returns true, and the caller's hand-over of the stage must wait for
 // the copies (cp.async.mbarrier.arrive, or a cp.async wait). A missing row (-1) gets lse2 =
 // +inf (P = 0) and delta = 0 by stores.
-__device__ __forceinline__ bool stage_query_row(const Params& p, int b, int h, int q0, int i, const QueryStage& qs) {
+template <class Stage>
+__device__ __forceinline__ bool stage_query_row(const Params& p, int b, int h, int q0, int i, const Stage& qs) {
     const int row = row_of(p, q_axis(p), q0 + i, h);
     qs.pos()[i] = pos_of(q_axis(p), row);
     qs.row()[i] = row;
@@ -1516,7 +1537,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     u16* sK = smem;
     u16* sV = sK + BN * D;
     u16* sStage = sV + BN * D;
-    u16* sS = sStage + 2 * QSTAGE;  // dS^T of the current pair, [BN][BM]
+    u16* sS = sStage + 2 * QueryStage<BM>::SIZE;  // dS^T of the current pair, [BN][BM]
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1541,7 +1562,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     // Issue the loads of query tile `it` into its stage.
     auto fetch = [&](int it) {
         const int q0 = p.plan_idx[it] * BM;
-        const QueryStage qs{sStage + ((it - qbeg) & 1) * QSTAGE};
+        const QueryStage<BM> qs{sStage + ((it - qbeg) & 1) * QueryStage<BM>::SIZE};
         load_tile(qs.q(), p.q, p, q_axis(p), b, h, q0);
         load_tile(qs.o(), p.dout, p, q_axis(p), b, h, q0);
         if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, qs);
@@ -1552,7 +1573,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     cp_commit();
     for (int it = qbeg; it < qend; ++it) {
         const int q0 = p.plan_idx[it] * BM;
-        const QueryStage qs{sStage + ((it - qbeg) & 1) * QSTAGE};
+        const QueryStage<BM> qs{sStage + ((it - qbeg) & 1) * QueryStage<BM>::SIZE};
         cp_wait<0>();     // query tile `it` (and K, V) landed for this thread
         __syncthreads();  // for everyone, and every warp is done with tile it - 1 (and sS)
         if (it + 1 < qend) fetch(it + 1);
@@ -1655,81 +1676,104 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 #if WGMMA
 // ---------------------------------------------------------------- backward, wgmma (sm_90a)
 
-// Flash-attention 2's backward on warpgroup MMAs: a block owns WB_KEYS key rows, 64 per
-// warpgroup (warp w of a warpgroup: keys 16 w..), and visits the query tiles (64 rows) of
-// its key tiles' plan rows. Per visited query tile, each warpgroup:
-//   S^T = K Q^T, dP^T = V dO^T      16 (d = 128) wgmma, A and B from shared memory;
+// Flash-attention 2's backward on warpgroup MMAs: a block owns WB_KEYS = 128 key rows, 64
+// per consumer warpgroup (warp w of a warpgroup: keys 16 w..), and visits the query tiles
+// (QB rows: WB_QSUB plan tiles of 64) of its key tiles' plan rows. Per visited query tile,
+// each consumer warpgroup:
+//   S^T = K Q^T, dP^T = V dO^T      64 keys x QB queries, A and B from shared memory;
 //   mask, P^T, dS^T                 the mma.sync kernel's per-warp steps (same layout);
-//   dV += P^T dO                    4 wgmma, A (P^T) from registers, B transposed;
-// then, with every warpgroup's dS^T in shared memory, warpgroup w computes dQ's columns
-// 64 w.. over all of the block's keys, and its dK:
+//   dV += P^T dO                    QB / 16 wgmma, A (P^T) from registers, B transposed;
+// then, with both warpgroups' dS^T in shared memory, warpgroup w computes 64 x 64 of dQ over
+// all of the block's keys, and its dK:
 //   dQ = dS K                       dS^T as an M-major A operand, K as an N-major B,
 //                                   staged in shared memory as f32 and added into dq by
 //                                   TMA reductions (per-element red.global.add cost 30%);
-//   dK += dS^T Q                    4 wgmma, A (dS^T) from registers, issued after dQ so
-//                                   that it runs while dQ is staged (v19), as
+//                                   d = 128: columns 64 w.. of the 64 rows; d = 64: rows
+//                                   64 w.. of the 128, every column;
+//   dK += dS^T Q                    QB / 16 wgmma, A (dS^T) from registers, issued after dQ
+//                                   so that it runs while dQ is staged (v19), as
 //                                   flash-attention 3 orders them.
-// At d = 128 a block has two warpgroups (128 keys): the Q / dO tile each query tile brings
-// in serves twice the keys, and the dQ reductions into global memory, one 64 x d box per
-// (block, query tile), are halved against 64-key blocks (v10 in docs/benchmarks/gpu-bench.md);
-// a third, producer warpgroup fills the query stages (WB_PRODUCER). At d = 64 a block is one
-// warpgroup, which fills them itself, and three blocks share an SM (WB_BLOCKS below).
-// Q and dO tiles come by TMA into WB_STAGES stages (gathered by the filling warpgroup's
-// cp.async where a compact tile is not evenly spaced), handed over by mbarriers: full[s]
-// (the filling warpgroup's 128 arrivals, those of the threads that copy a row's lse2 and
-// delta made by cp.async once the copies land, plus the TMA's bytes), empty[s] (every
-// consumer thread, once done with the tile). K and V are loaded once, by the consumers.
-#define WB_WGS (D == 128 ? 2 : 1)
-// Who fills the query stages (Q, dO by TMA; each query's lse2 and delta by cp.async, its
-// position and row by stores). Two warpgroups (d = 128): a producer warpgroup of its own,
-// running ahead of the consumers by the stages, so that neither consumer waits for the fill
-// nor for the other at the barrier before dQ while it fills (v15: 3-4% faster forward +
-// backward than warpgroup 0 filling after its softmax, with the lse / delta loaded a
-// softmax ahead, which v13b had made 9-13% faster than filling before the MMAs). Registers:
-// 128 * 24 + 256 * 240 = 64512 (setmaxnreg). The consumers need 240 to keep dK's operand
-// and the dQ accumulator live while dK runs (with 232 ptxas serialises every wgmma); the
-// producer's 24 spill a few values in the gather of compact tiles with holes (44 bytes),
-// never in the TMA path of every other tile. One warpgroup (d = 64, three blocks per
-// SM): itself, at the top of each tile (v18).
-#define WB_PRODUCER (WB_WGS > 1)
+// Per FLOP, the L2 traffic of a visit (the Q / dO tiles it loads, the dQ tile it adds) falls
+// with both the keys and the queries it covers; it is what bounds the d = 64 backward (83.6%
+// of L2 throughput with 64 x 64 visits: "After v21" in docs/benchmarks/gpu-bench.md). So
+// d = 64 visits 128 queries x 128 keys, flash-attention 3's tile at that head dimension,
+// and d = 128 64 x 128 (its registers hold no more). A third, producer warpgroup fills the
+// query stages.
+// Q and dO tiles come by TMA into WB_STAGES stages (gathered by the producer's cp.async
+// where a compact tile is not evenly spaced), handed over by mbarriers: full[s] (the
+// producer's 128 arrivals, those of the threads that copy a row's lse2 and delta made by
+// cp.async once the copies land, plus the TMA's bytes), empty[s] (every consumer thread,
+// once done with the tile). K and V are loaded once, by the consumers.
+#define WB_WGS 2
+#define WB_QSUB (D == 64 ? 2 : 1)  // plan tiles (64 query rows) per visited query tile
+#define QB (BM * WB_QSUB)          // query rows per visited tile
+#define QNB (QB / 8)               // 8-query column blocks of a warpgroup's S^T
+// The producer warpgroup fills the query stages (Q, dO by TMA; each query's lse2 and delta
+// by cp.async, its position and row by stores), running ahead of the consumers by the
+// stages, so that neither consumer waits for the fill nor for the other at the barrier
+// before dQ while it fills (v15: 3-4% faster forward + backward than warpgroup 0 filling
+// after its softmax). Registers: 128 * 24 + 256 * 240 = 64512 (setmaxnreg). The consumers
+// need 240 to keep dK's operand and the dQ accumulator live while dK runs (with 232 ptxas
+// serialises every wgmma at d = 128); the producer's 24 spill a few values in the gather of
+// compact tiles with holes, never in the TMA path of every other tile.
 #define WB_CONSUMERS (128 * WB_WGS)
-#define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)
+#define WB_THREADS (WB_CONSUMERS + 128)
 #define WB_PRODUCER_REGS 24
 #define WB_CONSUMER_REGS 240
 #define WB_KEYS (BN * WB_WGS)
 #define WB_STAGES 2
-static_assert(D == 64 * WB_WGS, "warpgroup w computes dQ columns 64 w..64 w + 63");
-// dQ staging buffers (f32 [BM][D] each): two warpgroups double-buffer theirs, so that a
-// tile's dQ reductions have a whole tile's time to read it. One warpgroup (d = 64, three
-// blocks per SM) has room for one only, which the last tile's reductions have read by the
-// time this tile's dS^T is stored. (Before, d = 64 staged over the tile's own Q and dO,
-// whose stage could then be handed back only once the reductions had read them: the
-// leader waited for that at the top of every tile.)
-#define WB_DQ_BUFFERS (WB_WGS == 1 ? 1 : 2)
-// dS^T buffers ([WB_KEYS][BM] bf16 each). Two warpgroups alternate two, so that a tile's
+static_assert(D * QB == 64 * 64 * WB_WGS, "warpgroup w computes a 64 x 64 block of the tile's dQ");
+// dQ staging buffers (f32 [QB][D] each). d = 128 double-buffers them, so that a tile's dQ
+// reductions have a whole tile's time to read theirs; d = 64 has room for one only (its
+// 128-query stages and dS^T tiles take twice the space), which the last tile's reductions
+// have read by the time this tile's dS^T is stored.
+#define WB_DQ_BUFFERS (D == 64 ? 1 : 2)
+// dS^T buffers ([WB_KEYS][QB] bf16 each): the warpgroups alternate two, so that a tile's
 // dS^T stores need not wait for the other warpgroup's dQ MMA of the last tile to have read
 // its buffer: that MMA read the other one, and the one this tile writes was read by the
 // dQ MMAs of tile it - 2, which both warpgroups waited for before the barrier of tile
-// it - 1. A lone warpgroup (d = 64) waited for its own last dQ MMA; one buffer.
-#define WB_DS_BUFFERS WB_WGS
+// it - 1 (v20).
+#define WB_DS_BUFFERS 2
 
 // S^T (or dP^T) = A B^T with A = 64 key rows (from `sA`, inside the block's WB_KEYS-row
-// tile), B = the query tile's 64 rows, both K-major over the head dimension.
-__device__ __forceinline__ void issue_scores_t(float (&s)[BM / 8][4], const u16* sA, const u16* sB) {
+// tile), B = the query tile's QB rows, both K-major over the head dimension.
+__device__ __forceinline__ void issue_scores_t(float (&s)[QNB][4], const u16* sA, const u16* sB) {
     const Desc da = smem_desc(sA, 16, 1024), db = smem_desc(sB, 16, 1024);
     #pragma unroll
-    for (int k = 0; k < D / 16; ++k)
-        wgmma_ss_n64<0, 0>(s, desc_step(da, (k >> 2) * WB_KEYS * 64 + (k & 3) * 16),
-                           desc_step(db, (k >> 2) * BM * 64 + (k & 3) * 16), k > 0);
+    for (int k = 0; k < D / 16; ++k) {
+        const Desc a = desc_step(da, (k >> 2) * WB_KEYS * 64 + (k & 3) * 16);
+        const Desc b = desc_step(db, (k >> 2) * QB * 64 + (k & 3) * 16);
+#if QB == 64
+        wgmma_ss_n64<0, 0>(s, a, b, k > 0);
+#else
+        wgmma_ss_n128(s, a, b, k > 0);
+#endif
+    }
 }
-// dQ columns 64 cb.. = dS K over the block's keys: A = dS^T stored [key][query] (M-major:
-// queries contiguous), B = K's column block cb (N-major), 16 keys per step.
-__device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const u16* sK, int cb) {
+// acc += A B over the query tile's QB rows: A = a warpgroup's P^T or dS^T fragments
+// (registers, 16 queries per step), B = the stage's dO or Q (MN-major: the head dimension
+// contiguous).
+__device__ __forceinline__ void issue_over_queries(float (&acc)[D / 8][4], const u32 (&a)[QB / 16][4], const u16* sB) {
+    const Desc db = smem_desc(sB, QB * 128, 1024);
+    #pragma unroll
+    for (int k = 0; k < QB / 16; ++k) {
+        const Desc desc = desc_step(db, k * 16 * 64);
+#if D == 128
+        wgmma_n128t(acc, a[k], desc);
+#else
+        wgmma_n64<1>(acc, a[k], desc, 1);
+#endif
+    }
+}
+// 64 x 64 of dQ = dS K over the block's keys: A = 64 query columns of dS^T stored
+// [key][query] (`sS`, M-major: queries contiguous), B = 64 columns of K (`sK`, N-major), 16
+// keys per step.
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const u16* sK) {
     const Desc da = smem_desc(sS, WB_KEYS * 128, 1024);
-    const Desc db = smem_desc(sK + cb * WB_KEYS * 64, WB_KEYS * 128, 1024);
+    const Desc db = smem_desc(sK, WB_KEYS * 128, 1024);
     #pragma unroll
     for (int k = 0; k < WB_KEYS / 16; ++k)
-        wgmma_ss_n64<1, 1>(c, desc_step(da, k * 16 * BM), desc_step(db, k * 16 * 64), k > 0);
+        wgmma_ss_n64<1, 1>(c, desc_step(da, k * 16 * 64), desc_step(db, k * 16 * 64), k > 0);
 }
 
 // Named barrier ID among THREADS threads (immediate operands: a register ID would make
@@ -1740,8 +1784,9 @@ __device__ __forceinline__ void bar_sync() {
 }
 
 // The query tiles a block visits: the union of its warpgroups' key tiles' plan rows (each
-// ascending), merged on the fly. A key tile past the launch, or whose keys are all past
-// the padding limit, visits nothing (its dK, dV are zeros).
+// ascending), merged on the fly, in visits of WB_QSUB consecutive plan tiles. A key tile
+// past the launch, or whose keys are all past the padding limit, visits nothing (its dK,
+// dV are zeros).
 struct QueryWalk {
     int pos[WB_WGS], end[WB_WGS];
 };
@@ -1757,38 +1802,41 @@ __device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int kli
     }
     return w;
 }
-// The next query tile (-1: none left); bit i of `vis`: warpgroup i's key tile visits it.
+// The next visited query tile (QB rows; -1: none left). Bit WB_QSUB i + j of `vis`:
+// warpgroup i's key tile visits plan tile j of it (its other plan tiles are masked: a
+// plan row lists every tile with a visible pair).
 __device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u32& vis) {
     int q = CUT_MAX;
     #pragma unroll
     for (int i = 0; i < WB_WGS; ++i)
-        if (w.pos[i] < w.end[i]) q = min(q, p.plan_idx[w.pos[i]]);
+        if (w.pos[i] < w.end[i]) q = min(q, p.plan_idx[w.pos[i]] / WB_QSUB);
     vis = 0;
     #pragma unroll
     for (int i = 0; i < WB_WGS; ++i)
-        if (w.pos[i] < w.end[i] && p.plan_idx[w.pos[i]] == q) {
-            vis |= 1u << i;
-            ++w.pos[i];
-        }
+        #pragma unroll
+        for (int j = 0; j < WB_QSUB; ++j)
+            if (w.pos[i] < w.end[i] && p.plan_idx[w.pos[i]] / WB_QSUB == q) {
+                vis |= 1u << (WB_QSUB * i + p.plan_idx[w.pos[i]] % WB_QSUB);
+                ++w.pos[i];
+            }
     return q == CUT_MAX ? -1 : q;
 }
 
-// Blocks per SM: one at d = 128 (two warpgroups of up to 255 registers); three at d = 64
-// (168 registers; fwd+bwd 1.2x faster than with two, docs/benchmarks/gpu-bench.md, v9c).
-#define WB_BLOCKS (D == 64 ? 3 : 1)
-extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
+// One block per SM: two consumer warpgroups of up to 240 registers.
+extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
     attn_bwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap dq_map) {
+    using Stage = QueryStage<QB>;
     extern __shared__ __align__(1024) u16 smem_wb[];
     // The swizzled operands need a 1024-byte aligned base. Dynamic shared memory starts
     // there on sm_90 (0x400, after the 1 KB the system reserves), and the host requests no
-    // slack to round up into (three d = 64 blocks fill an SM's 228 KB exactly): checked.
+    // slack to round up into: checked.
     if (threadIdx.x == 0 && ((u32)__cvta_generic_to_shared(smem_wb) & 1023)) __trap();
     u16* sK = smem_wb;
     u16* sV = sK + WB_KEYS * D;
-    u16* sStage = sV + WB_KEYS * D;         // WB_STAGES query stages (Q, dO: swz_blocks layout)
-    u16* sS = sStage + WB_STAGES * QSTAGE;  // WB_DS_BUFFERS x dS^T, [WB_KEYS][BM], swz_s
-    float* sDQ = reinterpret_cast<float*>(sS + WB_DS_BUFFERS * WB_KEYS * BM);  // WB_DQ_BUFFERS x [BM][D] f32
-    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + WB_DQ_BUFFERS * BM * D);
+    u16* sStage = sV + WB_KEYS * D;           // WB_STAGES query stages (Q, dO: swz_blocks layout)
+    u16* sS = sStage + WB_STAGES * Stage::SIZE;  // WB_DS_BUFFERS x dS^T, [WB_KEYS][QB], swz_blocks
+    float* sDQ = reinterpret_cast<float*>(sS + WB_DS_BUFFERS * WB_KEYS * QB);  // WB_DQ_BUFFERS x [QB][D] f32
+    const u32 bars = (u32)__cvta_generic_to_shared(sDQ + WB_DQ_BUFFERS * QB * D);
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
@@ -1806,67 +1854,57 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         }
     __syncthreads();  // the barriers are ready
 
-    // The filling warpgroup (WB_PRODUCER) brings query tile `qt` into the stage of the
-    // block's visit `it`, once every consumer is done with the stage's previous tile: the
-    // TMA's boxes (one thread) or its own cp.async gather, waited for, and the per-query
-    // rows (its threads ft < BM).
-    auto fetch = [&](int it, int qt) {
-        const int q0 = qt * BM, st = it % WB_STAGES;
-        const unsigned ft = WB_PRODUCER ? threadIdx.x - WB_CONSUMERS : threadIdx.x;  // filling thread
-        const QueryStage qs{sStage + st * QSTAGE};
-        if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
-        int row0;
-        const bool box = tile_is_box(p, q_axis(p), q0, h, row0);
-        if (!box) {
-            load_tile<BM, 128, true>(qs.q(), p.q, p, q_axis(p), b, h, q0);
-            load_tile<BM, 128, true>(qs.o(), p.dout, p, q_axis(p), b, h, q0);
-            cp_commit();
-            cp_wait<0>();
-            fence_async_smem();
-        }
-        const bool copies = ft < BM && stage_query_row(p, b, h, q0, ft, qs);
-        if (box && ft == 0) {
-            mbar_expect_tx(full(st), 2 * BM * D * 2);
-            #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb) {
-                tma_box(qs.q() + cb * BM * 64, &maps.a, cb * 64, h, row0, R, b, full(st));
-                tma_box(qs.o() + cb * BM * 64, &maps.b, cb * 64, h, row0, R, b, full(st));
-            }
-        }
-        // This thread's arrival: once its lse2 / delta copies have landed, if it made any.
-        if (copies)
-            mbar_arrive_cp_async(full(st));
-        else
-            mbar_arrive(full(st));
-    };
-
     QueryWalk walk = query_walk(p, kb, klimit);
     u32 vis_next;
     int qt_next = next_query_tile(p, walk, vis_next);
-    // The first query tiles load while the consumers load K and V: a block's start waits
-    // for one round trip to memory, not two in a row (v19 in docs/benchmarks/gpu-bench.md:
-    // within noise of the whole backward; the start it shortens was 5.4 us of a 238 us
-    // block at d = 128, n = 4096).
-#if WB_PRODUCER
-    if (threadIdx.x >= WB_CONSUMERS) {  // the producer warpgroup: every visit's fill, in order
+    // The producer warpgroup: every visit's fill, in order, starting while the consumers
+    // load K and V (a block's start waits for one round trip to memory, not two in a row:
+    // v19 in docs/benchmarks/gpu-bench.md). Query tile `qt` goes into the stage of visit
+    // `it` once every consumer is done with the stage's previous tile: the TMA's boxes (one
+    // thread) or a cp.async gather, waited for, and the per-query rows (thread ft, row ft).
+    if (threadIdx.x >= WB_CONSUMERS) {
         setmaxnreg_dec<WB_PRODUCER_REGS>();
+        const unsigned ft = threadIdx.x - WB_CONSUMERS;
         for (int it = 0; qt_next >= 0; ++it) {
-            fetch(it, qt_next);
+            const int q0 = qt_next * QB, st = it % WB_STAGES;
+            const Stage qs{sStage + st * Stage::SIZE};
+            if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
+            int row0[WB_QSUB];
+            bool box = true;
+            #pragma unroll
+            for (int r = 0; r < WB_QSUB; ++r) box = box && tile_is_box(p, q_axis(p), q0 + BM * r, h, row0[r]);
+            if (!box) {
+                load_tile<QB, 128, true>(qs.q(), p.q, p, q_axis(p), b, h, q0);
+                load_tile<QB, 128, true>(qs.o(), p.dout, p, q_axis(p), b, h, q0);
+                cp_commit();
+                cp_wait<0>();
+                fence_async_smem();
+            }
+            const bool copies = ft < QB && stage_query_row(p, b, h, q0, ft, qs);
+            if (box && ft == 0) {
+                mbar_expect_tx(full(st), 2 * QB * D * 2);
+                #pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb)
+                    #pragma unroll
+                    for (int r = 0; r < WB_QSUB; ++r) {
+                        const int at = cb * QB * 64 + r * BM * 64;
+                        tma_box(qs.q() + at, &maps.a, cb * 64, h, row0[r], R, b, full(st));
+                        tma_box(qs.o() + at, &maps.b, cb * 64, h, row0[r], R, b, full(st));
+                    }
+            }
+            // This thread's arrival: once its lse2 / delta copies have landed, if it made any.
+            if (copies)
+                mbar_arrive_cp_async(full(st));
+            else
+                mbar_arrive(full(st));
             qt_next = next_query_tile(p, walk, vis_next);
         }
         return;
     }
     setmaxnreg_inc<WB_CONSUMER_REGS>();
-#endif
     load_tile<WB_KEYS, WB_CONSUMERS, true>(sK, p.k, p, k_axis(p), b, h, kb * WB_KEYS);
     load_tile<WB_KEYS, WB_CONSUMERS, true>(sV, p.v, p, k_axis(p), b, h, kb * WB_KEYS);
     cp_commit();
-#if !WB_PRODUCER
-    // (wg is always 0 without a producer. The redundant test stays because the kernel was
-    // measured with it: the causal n = 4096 row once moved 20% with equivalent rewrites of
-    // the fill, which v17's block order traced to L2 thrash, docs/benchmarks/gpu-bench.md.)
-    if (wg == 0 && qt_next >= 0) fetch(0, qt_next);
-#endif
     float dk[D / 8][4], dv[D / 8][4];
     #pragma unroll
     for (int i = 0; i < D / 8; ++i)
@@ -1875,29 +1913,31 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
     cp_wait<0>();
     fence_async_smem();
     bar_sync<1, WB_CONSUMERS>();  // K and V are in shared memory, visible to the tensor cores
+    // This warpgroup's 64 x 64 block of dQ: rows 64 w.. of the query tile (d = 64), or its
+    // columns 64 w.. (d = 128). A and B operands of its MMA, the block's first row in the
+    // tile and first column in dq.
+    const int dq_row = WB_QSUB > 1 ? 64 * wg : 0, dq_col = WB_QSUB > 1 ? 0 : 64 * wg;
+    const u16* const sKdq = sK + (dq_col / 64) * WB_KEYS * 64;
     for (int it = 0; qt_next >= 0; ++it) {
-        const int q0 = qt_next * BM, st = it % WB_STAGES;
-        const bool mine = WB_WGS == 1 || ((vis_next >> wg) & 1);  // this warpgroup's keys visit the tile
+        const int q0 = qt_next * QB, st = it % WB_STAGES;
+        // The plan tiles of this query tile that this warpgroup's keys visit (none: it
+        // only helps with dQ).
+        const u32 halves = (vis_next >> (WB_QSUB * wg)) & ((1u << WB_QSUB) - 1);
+        const bool mine = halves != 0;
         qt_next = next_query_tile(p, walk, vis_next);
-        const QueryStage qs{sStage + st * QSTAGE};
+        const Stage qs{sStage + st * Stage::SIZE};
         if (it > 0) {
             // Two buffers: the staging this tile's dQ reductions will use (tile it - 2's)
             // has been read.
             if (WB_DQ_BUFFERS == 2 && leader) bulk_wait_read<1>();
             mbar_arrive(empty((it - 1) % WB_STAGES));
         }
-        // One warpgroup (d = 64) fills the next tile's stage here, before this tile's MMAs:
-        // its TMA boxes and lse2 / delta copies are only issued, and only the stage's
-        // mbarrier waits for them, a tile later. (v18: 4-6% faster forward + backward at
-        // d = 64 than filling after issuing S^T / dP^T with synchronous lse / delta loads,
-        // which each filling thread waited for.)
-        if (!WB_PRODUCER && wg == 0 && qt_next >= 0) fetch(it + 1, qt_next);
         mbar_wait(full(st), (it / WB_STAGES) & 1);
 
         // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sS, for dQ:
         // zeros where the warpgroup's keys do not visit the tile.
-        float s[BM / 8][4], dp[BM / 8][4];
-        u32 da[1][BM / 16][4];
+        float s[QNB][4], dp[QNB][4];
+        u32 da[QB / 16][4];
         if (mine) {
             // S^T and dP^T as two MMA groups, so that P^T (which needs S^T only) is
             // computed while the tensor cores compute dP^T.
@@ -1918,32 +1958,43 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             }
             wg_wait<1>();  // S^T is done; dP^T may still run
             fence_acc(s);
-            mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, kw, klimit)), klimit, s, kw + warp * 16 + g,
+            mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, QB, kw, klimit)), klimit, s, kw + warp * 16 + g,
                           kpos, kseg, q0, qs.pos(), t);
+            if (WB_QSUB > 1 && halves != (1u << WB_QSUB) - 1) {
+                // A plan tile outside this warpgroup's plan row: every pair is masked.
+                #pragma unroll
+                for (int nb = 0; nb < QNB; ++nb)
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (!((halves >> (nb / NKB)) & 1)) s[nb][e] = NEG_INF;
+            }
             probs_t(p, s, qs.lse2(), t);
             wg_wait<0>();  // dP^T is done
             fence_acc(dp);
             dscores_t(dp, s, qs.delta(), t);
-            pack_p<1>(da, reinterpret_cast<float(&)[1][NKB][4]>(dp));
-            u32 pa[1][BM / 16][4];
-            pack_p<1>(pa, reinterpret_cast<float(&)[1][NKB][4]>(s));
+            pack_p<WB_QSUB>(reinterpret_cast<u32(&)[WB_QSUB][BN / 16][4]>(da),
+                            reinterpret_cast<float(&)[WB_QSUB][NKB][4]>(dp));
+            u32 pa[QB / 16][4];
+            pack_p<WB_QSUB>(reinterpret_cast<u32(&)[WB_QSUB][BN / 16][4]>(pa),
+                            reinterpret_cast<float(&)[WB_QSUB][NKB][4]>(s));
             fence_acc(dv);
             wg_fence();
-            issue_pv(dv, pa[0], qs.o());
+            issue_over_queries(dv, pa, qs.o());
             wg_commit();
         } else {
             #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
+            for (int kk = 0; kk < QB / 16; ++kk)
                 #pragma unroll
-                for (int j = 0; j < 4; ++j) da[0][kk][j] = 0;
+                for (int j = 0; j < 4; ++j) da[kk][j] = 0;
         }
-        u16* const sSt = sS + (it % WB_DS_BUFFERS) * WB_KEYS * BM;  // this tile's dS^T
+        u16* const sSt = sS + (it % WB_DS_BUFFERS) * WB_KEYS * QB;  // this tile's dS^T
         #pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
+        for (int kk = 0; kk < QB / 16; ++kk)
             #pragma unroll
             for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<u32*>(sSt + swz_s(wg * BN + warp * 16 + g + 8 * (j & 1), 2 * kk + (j >> 1)) +
-                                        2 * t) = da[0][kk][j];
+                *reinterpret_cast<u32*>(sSt + swz_blocks<WB_KEYS>(wg * BN + warp * 16 + g + 8 * (j & 1),
+                                                                 2 * kk + (j >> 1)) +
+                                        2 * t) = da[kk][j];
         // One buffer: the last tile's reductions have read it (long since; the barrier orders
         // this wait before every thread's staging below).
         if (WB_DQ_BUFFERS == 1 && leader && it > 0) bulk_wait_read<0>();
@@ -1952,15 +2003,15 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         // dQ rows of an evenly spaced query tile go out as TMA reductions of boxes staged
         // in shared memory; other tiles (a compact tile with holes) reduce element by element.
         int qrow0;
-        const bool box = tile_is_box(p, q_axis(p), q0, h, qrow0);
+        const bool box = tile_is_box(p, q_axis(p), q0 + dq_row, h, qrow0);
         float c[8][4];
         fence_acc(c);
         fence_acc(dk);
         wg_fence();
-        issue_dq(c, sSt, sK, wg);
+        issue_dq(c, sSt + (dq_row / 64) * WB_KEYS * 64, sKdq);
         wg_commit();
         if (mine) {
-            issue_pv(dk, da[0], qs.q());
+            issue_over_queries(dk, da, qs.q());
             wg_commit();
             wg_wait<1>();  // dV and dQ are done; dK runs while dQ is staged
         } else {
@@ -1969,13 +2020,13 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
         fence_acc(c);
         if (box) {
             // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
-            float* stage_f = sDQ + (it % WB_DQ_BUFFERS) * BM * D + wg * BM * 64;
+            float* stage_f = sDQ + (it % WB_DQ_BUFFERS) * QB * D + wg * 64 * 64;
             #pragma unroll
             for (int i = 0; i < 8; ++i)
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     const int row = warp * 16 + g + 8 * r, chunk = 2 * (i & 3) + (t >> 1);
-                    *reinterpret_cast<float2*>(stage_f + (i >> 2) * BM * 32 + row * 32 + ((chunk ^ (row & 7)) << 2) +
+                    *reinterpret_cast<float2*>(stage_f + (i >> 2) * 64 * 32 + row * 32 + ((chunk ^ (row & 7)) << 2) +
                                                2 * (t & 1)) = make_float2(c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
                 }
             fence_async_smem();
@@ -1984,16 +2035,16 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, WB_BLOCKS)
             else
                 bar_sync<3, 128>();
             if (leader) {
-                tma_reduce_add(&dq_map, stage_f, wg * 64, h, qrow0, R, b);
-                tma_reduce_add(&dq_map, stage_f + BM * 32, wg * 64 + 32, h, qrow0, R, b);
+                tma_reduce_add(&dq_map, stage_f, dq_col, h, qrow0, R, b);
+                tma_reduce_add(&dq_map, stage_f + 64 * 32, dq_col + 32, h, qrow0, R, b);
                 bulk_commit();
             }
         } else {
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = qs.row()[warp * 16 + g + 8 * r];
+                const int row = qs.row()[dq_row + warp * 16 + g + 8 * r];
                 if (row < 0) continue;
-                float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + wg * 64 + 2 * t;
+                float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + dq_col + 2 * t;
                 #pragma unroll
                 for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
             }

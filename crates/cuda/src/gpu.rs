@@ -182,9 +182,9 @@ impl Gpu {
             if smem > 48 * 1024 {
                 f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
                 // All of the SM's unified L1 / shared memory as shared memory (the default
-                // carveout is only a preference): the d = 64 wgmma backward runs three blocks
-                // of 75 KB per SM. These kernels read their tiles through TMA / cp.async,
-                // not the L1 cache.
+                // carveout is only a preference): the wgmma kernels take up to 226 KB per
+                // block. These kernels read their tiles through TMA / cp.async, not the L1
+                // cache.
                 f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)?;
             }
             Ok(f)
@@ -585,8 +585,8 @@ impl Gpu {
             let cols =
                 Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
             let cfg = LaunchConfig {
-                grid_dim: l.grid_cols(self.family.backward_key_tiles(s.head_dim)),
-                block_dim: (self.family.backward_threads(s.head_dim), 1, 1),
+                grid_dim: l.grid_cols(self.family.backward_key_tiles()),
+                block_dim: (self.family.backward_threads(), 1, 1),
                 shared_mem_bytes: smem,
             };
             let maps = self.tile_maps(l, qp, dop, dout.dims)?;

@@ -175,8 +175,8 @@ pub enum Family {
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 3 consumer
     /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
-    /// mbarriers. Backward: one warpgroup per 64 key rows; two warpgroups (128 keys) per
-    /// block at d = 128, one (three blocks per SM) at d = 64.
+    /// mbarriers. Backward: two consumer warpgroups of 64 key rows and a producer
+    /// warpgroup per block, visiting 128 query rows at a time at d = 64 and 64 at d = 128.
     Wgmma,
 }
 
@@ -254,22 +254,31 @@ impl Family {
     }
 
     /// Key tiles (of [`TILE`] rows) per backward block. mma: one (4 warps of 16 keys).
-    /// wgmma: one per warpgroup (`WB_WGS` in the kernel); two at d = 128, so that each query
+    /// wgmma: one per consumer warpgroup (`WB_WGS` in the kernel), two, so that each query
     /// tile's Q and dO serve 128 keys and the block adds its dQ into global memory once per
-    /// 128 keys instead of once per 64 (v10 in docs/benchmarks/gpu-bench.md); one at
-    /// d = 64, with three blocks per SM (v9c there).
-    pub fn backward_key_tiles(self, head_dim: usize) -> usize {
+    /// 128 keys instead of once per 64 (v10 in docs/benchmarks/gpu-bench.md).
+    pub fn backward_key_tiles(self) -> usize {
         match self {
-            Family::Wgmma if head_dim == 128 => 2,
-            _ => 1,
+            Family::Wgmma => 2,
+            Family::Mma => 1,
         }
     }
 
-    /// Threads per block of the backward kernel: 4 warps per key tile, and with two key
-    /// tiles (wgmma, d = 128) a producer warpgroup that fills the query stages.
-    pub fn backward_threads(self, head_dim: usize) -> u32 {
-        let tiles = self.backward_key_tiles(head_dim) as u32;
-        128 * tiles + if tiles > 1 { 128 } else { 0 }
+    /// Query rows per backward visit (`QB` in the wgmma kernel): [`TILE`], and two plan
+    /// tiles at d = 64 for wgmma (128 x 128 visits halve the L2 bytes per FLOP that bound
+    /// that backward with 64 x 64 ones: "After v21" in docs/benchmarks/gpu-bench.md).
+    pub fn backward_q_tile(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 2 * TILE,
+            _ => TILE,
+        }
+    }
+
+    /// Threads per block of the backward kernel: 4 warps per key tile, and for wgmma a
+    /// producer warpgroup that fills the query stages.
+    pub fn backward_threads(self) -> u32 {
+        let tiles = self.backward_key_tiles() as u32;
+        128 * tiles + if self == Family::Wgmma { 128 } else { 0 }
     }
 
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
@@ -309,21 +318,21 @@ impl Family {
     /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
     /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
     /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
-    /// wgmma keeps two dS^T tiles and two f32 staging tiles of the dQ reductions per
-    /// warpgroup pair (one each for a lone warpgroup) and a full and an empty mbarrier per
-    /// stage; no slack to align the base (the kernel checks that it starts 1 KB-aligned, as
-    /// sm_90 places it), so that three d = 64 blocks fit in an SM.
+    /// wgmma keeps two dS^T tiles, f32 staging tiles of the dQ reductions (two at d = 128,
+    /// one at d = 64, whose 128-row query tiles take the room) and a full and an empty
+    /// mbarrier per stage; no slack to align the base (the kernel checks that it starts
+    /// 1 KB-aligned, as sm_90 places it).
     pub fn backward_smem(self, head_dim: usize) -> u32 {
-        let row = head_dim * 2;
-        let stages = WB_STAGES * (2 * TILE * row + 4 * TILE * 4);
-        let keys = TILE * self.backward_key_tiles(head_dim);
+        let (row, q_tile) = (head_dim * 2, self.backward_q_tile(head_dim));
+        let stages = WB_STAGES * (2 * q_tile * row + 4 * q_tile * 4);
+        let keys = TILE * self.backward_key_tiles();
         let kv_and_stages = 2 * keys * row + stages;
-        let ds = keys * TILE * 2;
+        let ds = keys * q_tile * 2;
         match self {
             Family::Mma => (kv_and_stages + ds) as u32,
             Family::Wgmma => {
-                let buffers = if keys > TILE { 2 } else { 1 };
-                (kv_and_stages + buffers * (ds + TILE * head_dim * 4) + 2 * WB_STAGES * 8) as u32
+                let staging = if head_dim == 64 { 1 } else { 2 };
+                (kv_and_stages + 2 * ds + staging * q_tile * head_dim * 4 + 2 * WB_STAGES * 8) as u32
             }
         }
     }
@@ -594,14 +603,15 @@ mod tests {
         assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
-        // d = 128: K, V of 128 keys (64 KB), two stages (66 KB), two dS^T tiles (32 KB), two
-        // dQ staging tiles (64 KB): within sm_90's 227 KB per block. d = 64 (K, V, stages,
-        // one dS^T tile, one staging tile): three blocks (and the 1 KB each that the system
-        // reserves) fit in an H100 SM's 228 KB.
+        // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
+        // (32 KB), two dQ staging tiles (64 KB). d = 64: K, V (32 KB), two stages of 128
+        // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Both within
+        // sm_90's 227 KB per block.
         assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 32);
-        assert!(Family::Wgmma.backward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.backward_smem(64), (16 + 34 + 8 + 16) * 1024 + 32);
-        assert!(3 * (Family::Wgmma.backward_smem(64) + 1024) <= 228 * 1024, "WB_BLOCKS = 3 at d = 64");
+        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 32);
+        for d in [64, 128] {
+            assert!(Family::Wgmma.backward_smem(d) <= 227 * 1024, "d = {d}");
+        }
     }
 
     #[test]
@@ -630,16 +640,19 @@ mod tests {
         assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
-        assert!(src.contains("#define WB_WGS (D == 128 ? 2 : 1)\n"));
+        assert!(src.contains("#define WB_WGS 2\n"));
         assert!(src.contains("#define WB_CONSUMERS (128 * WB_WGS)\n"));
-        assert!(src.contains("#define WB_PRODUCER (WB_WGS > 1)\n"));
-        assert!(src.contains("#define WB_THREADS (WB_CONSUMERS + 128 * WB_PRODUCER)\n"));
-        assert_eq!((Family::Wgmma.backward_key_tiles(128), Family::Wgmma.backward_key_tiles(64)), (2, 1));
-        assert_eq!((Family::Wgmma.backward_threads(128), Family::Wgmma.backward_threads(64)), (384, 128));
+        assert!(src.contains("#define WB_THREADS (WB_CONSUMERS + 128)\n"));
+        assert!(src.contains("#define WB_QSUB (D == 64 ? 2 : 1) "));
+        assert!(src.contains("#define QB (BM * WB_QSUB) "));
+        assert!(src.contains("#define WB_DQ_BUFFERS (D == 64 ? 1 : 2)\n"));
+        assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
+        assert_eq!(Family::Wgmma.backward_threads(), 384);
+        assert_eq!((Family::Wgmma.backward_q_tile(64), Family::Wgmma.backward_q_tile(128)), (2 * TILE, TILE));
         for d in [64, 128] {
-            assert_eq!(Family::Mma.backward_threads(d), Family::Mma.forward_threads(FWD_Q_TILE));
-            assert_eq!(Family::Mma.backward_key_tiles(d), 1);
+            assert_eq!(Family::Mma.backward_q_tile(d), TILE);
         }
+        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads(FWD_Q_TILE));
     }
 
     #[test]

@@ -1695,10 +1695,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 //                                   flash-attention 3 orders them.
 // Per FLOP, the L2 traffic of a visit (the Q / dO tiles it loads, the dQ tile it adds) falls
 // with both the keys and the queries it covers; it is what bounds the d = 64 backward (83.6%
-// of L2 throughput with 64 x 64 visits: "After v21" in docs/benchmarks/gpu-bench.md). So
-// d = 64 visits 128 queries x 128 keys, flash-attention 3's tile at that head dimension,
-// and d = 128 64 x 128 (its registers hold no more). A third, producer warpgroup fills the
-// query stages.
+// of L2 throughput with one-warpgroup 64 x 64 visits: "After v21" in
+// docs/benchmarks/gpu-bench.md). So d = 64 visits 128 queries x 128 keys, flash-attention
+// 3's tile at that head dimension (v22: forward + backward 6-9% faster than v21's three
+// one-warpgroup blocks per SM, 3% at causal n = 4096), and d = 128 64 x 128 (its registers
+// hold no more). A third, producer warpgroup fills the query stages.
 // Q and dO tiles come by TMA into WB_STAGES stages (gathered by the producer's cp.async
 // where a compact tile is not evenly spaced), handed over by mbarriers: full[s] (the
 // producer's 128 arrivals, those of the threads that copy a row's lse2 and delta made by

@@ -860,11 +860,14 @@ __device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u16* sQ, 
         wgmma_ss_n64<0, 0>(s, desc_step(dq, (k >> 2) * QROWS * 64 + (k & 3) * 16),
                            desc_step(dk, (k >> 2) * BN * 64 + (k & 3) * 16), k > 0);
 }
-// O += P V for one 64-key tile: BN / 16 steps over the keys.
-__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[BN / 16][4], const u16* sV) {
-    const Desc dv = smem_desc(sV, BN * 128, 1024);
+// O += P V for one 64-key tile: BN / 16 steps over the keys. In general acc += A B over the
+// ROWS rows of an MN-major B tile (the head dimension contiguous), A from registers, 16
+// rows per step: the backward's dV += P^T dO and dK += dS^T Q over a query tile too.
+template <int ROWS = BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[ROWS / 16][4], const u16* sV) {
+    const Desc dv = smem_desc(sV, ROWS * 128, 1024);
     #pragma unroll
-    for (int k = 0; k < BN / 16; ++k) {
+    for (int k = 0; k < ROWS / 16; ++k) {
         const Desc desc = desc_step(dv, k * 16 * 64);
 #if D == 128
         wgmma_n128t(o, pa[k], desc);
@@ -1751,21 +1754,6 @@ __device__ __forceinline__ void issue_scores_t(float (&s)[QNB][4], const u16* sA
 #endif
     }
 }
-// acc += A B over the query tile's QB rows: A = a warpgroup's P^T or dS^T fragments
-// (registers, 16 queries per step), B = the stage's dO or Q (MN-major: the head dimension
-// contiguous).
-__device__ __forceinline__ void issue_over_queries(float (&acc)[D / 8][4], const u32 (&a)[QB / 16][4], const u16* sB) {
-    const Desc db = smem_desc(sB, QB * 128, 1024);
-    #pragma unroll
-    for (int k = 0; k < QB / 16; ++k) {
-        const Desc desc = desc_step(db, k * 16 * 64);
-#if D == 128
-        wgmma_n128t(acc, a[k], desc);
-#else
-        wgmma_n64<1>(acc, a[k], desc, 1);
-#endif
-    }
-}
 // 64 x 64 of dQ = dS K over the block's keys: A = 64 query columns of dS^T stored
 // [key][query] (`sS`, M-major: queries contiguous), B = 64 columns of K (`sK`, N-major), 16
 // keys per step.
@@ -1980,7 +1968,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
                             reinterpret_cast<float(&)[WB_QSUB][NKB][4]>(s));
             fence_acc(dv);
             wg_fence();
-            issue_over_queries(dv, pa, qs.o());
+            issue_pv<QB>(dv, pa, qs.o());
             wg_commit();
         } else {
             #pragma unroll
@@ -2012,7 +2000,7 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
         issue_dq(c, sSt + (dq_row / 64) * WB_KEYS * 64, sKdq);
         wg_commit();
         if (mine) {
-            issue_over_queries(dk, da, qs.q());
+            issue_pv<QB>(dk, da, qs.q());
             wg_commit();
             wg_wait<1>();  // dV and dQ are done; dK runs while dQ is staged
         } else {

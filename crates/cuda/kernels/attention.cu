@@ -1828,6 +1828,11 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
     const u32 bars = (u32)__cvta_generic_to_shared(sDQ + WB_DQ_BUFFERS * QB * D);
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (WB_STAGES + st); };
+    // Each stage's visit: its query tile (-1: the walk is over) and the `vis` bits of
+    // next_query_tile, written by the producer before it arrives on `full`, so that the
+    // consumers do not walk the plan (global loads at the top of every tile) themselves
+    // (v23: forward + backward 2-5% faster at both head dimensions).
+    int2* const slot = reinterpret_cast<int2*>(sDQ + WB_DQ_BUFFERS * QB * D) + WB_STAGES;
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int kb = bc.tile, h = bc.h, b = bc.b;
     const int wg = warp_uniform(threadIdx.x >> 7), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
@@ -1843,21 +1848,26 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
         }
     __syncthreads();  // the barriers are ready
 
-    QueryWalk walk = query_walk(p, kb, klimit);
-    u32 vis_next;
-    int qt_next = next_query_tile(p, walk, vis_next);
     // The producer warpgroup: every visit's fill, in order, starting while the consumers
     // load K and V (a block's start waits for one round trip to memory, not two in a row:
     // v19 in docs/benchmarks/gpu-bench.md). Query tile `qt` goes into the stage of visit
     // `it` once every consumer is done with the stage's previous tile: the TMA's boxes (one
     // thread) or a cp.async gather, waited for, and the per-query rows (thread ft, row ft).
+    // After the last visit, one more stage carries only the end of the walk.
     if (threadIdx.x >= WB_CONSUMERS) {
         setmaxnreg_dec<WB_PRODUCER_REGS>();
         const unsigned ft = threadIdx.x - WB_CONSUMERS;
-        for (int it = 0; qt_next >= 0; ++it) {
-            const int q0 = qt_next * QB, st = it % WB_STAGES;
+        QueryWalk walk = query_walk(p, kb, klimit);
+        for (int it = 0;; ++it) {
+            u32 vis;
+            const int qt = next_query_tile(p, walk, vis), q0 = qt * QB, st = it % WB_STAGES;
             const Stage qs{sStage + st * Stage::SIZE};
             if (it >= WB_STAGES) mbar_wait(empty(st), (it / WB_STAGES - 1) & 1);
+            if (ft == 0) slot[st] = make_int2(qt, (int)vis);
+            if (qt < 0) {
+                mbar_arrive(full(st));
+                break;
+            }
             int row0[WB_QSUB];
             bool box = true;
             #pragma unroll
@@ -1886,7 +1896,6 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
                 mbar_arrive_cp_async(full(st));
             else
                 mbar_arrive(full(st));
-            qt_next = next_query_tile(p, walk, vis_next);
         }
         return;
     }
@@ -1907,13 +1916,8 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
     // tile and first column in dq.
     const int dq_row = WB_QSUB > 1 ? 64 * wg : 0, dq_col = WB_QSUB > 1 ? 0 : 64 * wg;
     const u16* const sKdq = sK + (dq_col / 64) * WB_KEYS * 64;
-    for (int it = 0; qt_next >= 0; ++it) {
-        const int q0 = qt_next * QB, st = it % WB_STAGES;
-        // The plan tiles of this query tile that this warpgroup's keys visit (none: it
-        // only helps with dQ).
-        const u32 halves = (vis_next >> (WB_QSUB * wg)) & ((1u << WB_QSUB) - 1);
-        const bool mine = halves != 0;
-        qt_next = next_query_tile(p, walk, vis_next);
+    for (int it = 0;; ++it) {
+        const int st = it % WB_STAGES;
         const Stage qs{sStage + st * Stage::SIZE};
         if (it > 0) {
             // Two buffers: the staging this tile's dQ reductions will use (tile it - 2's)
@@ -1922,6 +1926,13 @@ extern "C" __global__ void __launch_bounds__(WB_THREADS, 1)
             mbar_arrive(empty((it - 1) % WB_STAGES));
         }
         mbar_wait(full(st), (it / WB_STAGES) & 1);
+        const int2 visit = slot[st];
+        if (visit.x < 0) break;
+        const int q0 = visit.x * QB;
+        // The plan tiles of this query tile that this warpgroup's keys visit (none: it
+        // only helps with dQ).
+        const u32 halves = ((u32)visit.y >> (WB_QSUB * wg)) & ((1u << WB_QSUB) - 1);
+        const bool mine = halves != 0;
 
         // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into sS, for dQ:
         // zeros where the warpgroup's keys do not visit the tile.

@@ -319,9 +319,10 @@ impl Family {
     /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
     /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
     /// wgmma keeps two dS^T tiles, f32 staging tiles of the dQ reductions (two at d = 128,
-    /// one at d = 64, whose 128-row query tiles take the room) and a full and an empty
-    /// mbarrier per stage; no slack to align the base (the kernel checks that it starts
-    /// 1 KB-aligned, as sm_90 places it).
+    /// one at d = 64, whose 128-row query tiles take the room), a full and an empty
+    /// mbarrier and the visit (query tile, warpgroups' plan tiles: 8 bytes) per stage; no
+    /// slack to align the base (the kernel checks that it starts 1 KB-aligned, as sm_90
+    /// places it).
     pub fn backward_smem(self, head_dim: usize) -> u32 {
         let (row, q_tile) = (head_dim * 2, self.backward_q_tile(head_dim));
         let stages = WB_STAGES * (2 * q_tile * row + 4 * q_tile * 4);
@@ -332,7 +333,7 @@ impl Family {
             Family::Mma => (kv_and_stages + ds) as u32,
             Family::Wgmma => {
                 let staging = if head_dim == 64 { 1 } else { 2 };
-                (kv_and_stages + 2 * ds + staging * q_tile * head_dim * 4 + 2 * WB_STAGES * 8) as u32
+                (kv_and_stages + 2 * ds + staging * q_tile * head_dim * 4 + 3 * WB_STAGES * 8) as u32
             }
         }
     }
@@ -605,10 +606,10 @@ mod tests {
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
         // (32 KB), two dQ staging tiles (64 KB). d = 64: K, V (32 KB), two stages of 128
-        // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Both within
-        // sm_90's 227 KB per block.
-        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 32);
-        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 32);
+        // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Then 48 bytes of
+        // mbarriers and visits. Both within sm_90's 227 KB per block.
+        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 48);
+        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 48);
         for d in [64, 128] {
             assert!(Family::Wgmma.backward_smem(d) <= 227 * 1024, "d = {d}");
         }

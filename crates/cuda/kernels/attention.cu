@@ -1720,7 +1720,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
 // need 240 to keep dK's operand and the dQ accumulator live while dK runs (with 232 ptxas
 // serialises every wgmma at d = 128); the producer's 24 spill 88 bytes (v23), which costs
 // little: it waits for free stages most of the time (22% of the d = 64 backward's stall
-// samples, docs/benchmarks/gpu-bench.md), and the consumers spill nothing.
+// samples in v22's profile), and the consumers spill nothing.
 #define WB_CONSUMERS (128 * WB_WGS)
 #define WB_THREADS (WB_CONSUMERS + 128)
 #define WB_PRODUCER_REGS 24

@@ -2,7 +2,11 @@
 //! (flash and cuDNN backends, timed by `bench/torch_peer.py` in the same run), and dilated
 //! branches against dense attention at the same length.
 //!
-//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT] [--forward-only]`
+//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT] [--date DATE]
+//! [--forward-only]`
+//!
+//! The report (JSON and Markdown) records the device, the date given and the command line,
+//! so that a committed table says how and when it was made.
 //!
 //! `--forward-only` times the dense forward rows alone (quick A/B runs of kernel sources
 //! through `RINGDIL_CUDA_SOURCE`).
@@ -99,6 +103,9 @@ fn main() {
         return;
     };
     let device = gpu.describe().expect("device");
+    let date = value("--date").unwrap_or_else(|| "unknown".into());
+    let command =
+        std::iter::once("gpu_bench").chain(args.iter().skip(1).map(String::as_str)).collect::<Vec<_>>().join(" ");
     let forward_only = args.iter().any(|a| a == "--forward-only");
     let host = HostInputs::new();
     let torch: Value = value("--torch")
@@ -114,6 +121,7 @@ fn main() {
     let mut rows = Vec::new();
     let mut md = String::new();
     writeln!(md, "## {} on {device}\n", value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
+    writeln!(md, "Date {date}; command `{command}`.\n").unwrap();
     writeln!(
         md,
         "torch {} (same run). TFLOP/s = 4*b*h*n^2*d (halved if causal); fwd+bwd counts 3.5x that.\n",
@@ -191,7 +199,7 @@ fn main() {
         println!("dilated {branches:?}: {ms:.3} ms = {:.4} of dense (work share {share:.4})", ms / dense_ms);
         dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms}));
     }
-    let report = json!({"device": device, "torch": torch, "rows": rows,
+    let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated}});
     if let Some(p) = value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");

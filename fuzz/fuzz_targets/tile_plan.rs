@@ -1,15 +1,16 @@
 //! The GPU tile plans on ring chunks: for any query and key axes (offset, stride, rows)
 //! of a sequence, any pattern the kernels mask (dense, window, one LongNet branch) and
 //! causality, every allowed (query, key, head) pair lies in a tile that the forward and
-//! backward plans visit, at launch indices inside the launch (`IndexMap::index_of`, the
+//! backward plans of both kernel families visit (at d = 64, where the wgmma forward plans
+//! over 192 x 128 tiles), at launch indices inside the launch (`IndexMap::index_of`, the
 //! inverse of the kernels' row map; compact bases per side for dilated branches). A
 //! chunk outside the sequence is an error, never a panic.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use ringdil_cuda::launch::{Chunk, Shape, launches};
-use ringdil_cuda::plan::{FWD_Q_TILE, Side, TILE};
+use ringdil_cuda::launch::{Chunk, Family, Shape, launches_for};
+use ringdil_cuda::plan::{Side, TILE};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Dilated, key_counts};
 
@@ -48,13 +49,15 @@ fuzz_target!(|input: Input| {
     let shape = Shape { batch: 1, heads, head_dim: 64, q_rows: qr, k_rows: kr };
     let chunk = Chunk { q_stride: qs, k_stride: ks, ..Chunk::new(qo, ko, n) };
     let fits = |o: usize, s: usize, r: usize| s >= 1 && r >= 1 && o + (r - 1) * s < n;
-    let Ok(launches) = launches(&shape, &spec, &chunk) else {
+    let families = [Family::Mma, Family::Wgmma].map(|f| launches_for(&shape, &spec, &chunk, f));
+    let [Ok(mma), Ok(wgmma)] = families else {
+        assert!(families.iter().all(|l| l.is_err()), "the families disagree on {chunk:?} {shape:?}");
         assert!(!(fits(qo, qs, qr) && fits(ko, ks, kr)), "valid chunk rejected: {chunk:?} {shape:?}");
         return;
     };
     assert!(fits(qo, qs, qr) && fits(ko, ks, kr), "invalid chunk accepted: {chunk:?} {shape:?}");
     let reference = spec.to_reference();
-    let (nq, nk) = launches[0].map.extents();
+    let (nq, nk) = mma[0].map.extents();
     for h in 0..heads {
         let o = dilated.as_ref().map_or(0, |d| d.offset(&d.branches[0], h, heads));
         for i in 0..qr {
@@ -65,12 +68,14 @@ fuzz_target!(|input: Input| {
                 if counts[kpos] == 0 || (input.causal && kpos > qpos) {
                     continue;
                 }
-                let l = &launches[0];
-                let qc = l.map.index_of(Side::Query, qpos, o).expect("an allowed query has a launch index");
-                let kc = l.map.index_of(Side::Key, kpos, o).expect("an allowed key has a launch index");
-                assert!(qc < nq && kc < nk, "index ({qc}, {kc}) outside the launch ({nq}, {nk})");
-                assert!(l.fwd.contains(qc / FWD_Q_TILE, kc / TILE), "forward plan misses q {qpos} k {kpos} h {h}");
-                assert!(l.cols.contains(kc / TILE, qc / TILE), "backward plan misses q {qpos} k {kpos} h {h}");
+                for l in [&mma[0], &wgmma[0]] {
+                    let qc = l.map.index_of(Side::Query, qpos, o).expect("an allowed query has a launch index");
+                    let kc = l.map.index_of(Side::Key, kpos, o).expect("an allowed key has a launch index");
+                    assert!(qc < nq && kc < nk, "index ({qc}, {kc}) outside the launch ({nq}, {nk})");
+                    let (qt, kt) = (l.fwd_q_tile, l.fwd_k_tile);
+                    assert!(l.fwd.contains(qc / qt, kc / kt), "forward plan misses q {qpos} k {kpos} h {h} ({qt} x {kt})");
+                    assert!(l.cols.contains(kc / TILE, qc / TILE), "backward plan misses q {qpos} k {kpos} h {h}");
+                }
             }
         }
     }

@@ -231,11 +231,12 @@ __device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qs
     return allowed(p, h, qpos, kpos, klimit);
 }
 
-// A tile (query indices q0..q0+qn-1, keys k0..k0+BN-1) that needs no per-element mask:
+// A tile (query indices q0..q0+qn-1, keys k0..k0+KROWS-1) that needs no per-element mask:
 // every key is a valid row visible to every query (query holes are never stored).
+template <int KROWS = BN>
 __device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn, int k0, int klimit) {
     const Axis qa = q_axis(p), ka = k_axis(p);
-    const int k1 = k0 + BN - 1;
+    const int k1 = k0 + KROWS - 1;
     if (p.compact) {
         // One segment for the whole tile, no key hole (within a segment rows grow with the
         // index and the valid ones are an interval: the first and last key decide), below
@@ -382,9 +383,9 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
 __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
 
 // Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
-// e % 2) to -inf where not visible: nothing for MASK_NONE.
-template <int WMT>
-__device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, int klimit, float (&s)[WMT][NKB][4],
+// e % 2; NK 8-key column blocks) to -inf where not visible: nothing for MASK_NONE.
+template <int WMT, int NK = NKB>
+__device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, int klimit, float (&s)[WMT][NK][4],
                                             int qbase, int k0, int t) {
     if (kind == MASK_AFFINE) {
         int qcut[WMT][2];
@@ -393,7 +394,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
             #pragma unroll
             for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, row_idx(qbase, mt, r));
         #pragma unroll
-        for (int nb = 0; nb < NKB; ++nb)
+        for (int nb = 0; nb < NK; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
@@ -404,7 +405,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
                         if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
-        // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r).
+        // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
+        // (NK <= 16: 32 bits).
+        static_assert(NK <= 16, "a thread's key columns fit the 32-bit mask");
         int qpos[WMT][2], qseg[WMT][2];
         u32 vis[WMT][2];
         #pragma unroll
@@ -417,7 +420,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
                 vis[mt][r] = 0;
             }
         #pragma unroll 1
-        for (int col = 0; col < BN / 4; ++col) {
+        for (int col = 0; col < 2 * NK; ++col) {
             const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
             const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
             #pragma unroll
@@ -427,7 +430,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
                     vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
         }
         #pragma unroll
-        for (int nb = 0; nb < NKB; ++nb)
+        for (int nb = 0; nb < NK; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
                 #pragma unroll
@@ -443,8 +446,8 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
 // output accumulated so far must be scaled by; the return value says whether any row of the
 // warp has a new maximum (otherwise alpha = 1 everywhere and the rescale is skipped).
 // max(c*s) = c*max(s) for c > 0: one multiply per row.
-template <int WMT>
-__device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NKB][4], float (&m)[WMT][2],
+template <int WMT, int NK = NKB>
+__device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NK][4], float (&m)[WMT][2],
                                              float (&l)[WMT][2], float (&alpha)[WMT][2]) {
     bool grew = false;
     #pragma unroll
@@ -453,7 +456,7 @@ __device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NK
         for (int r = 0; r < 2; ++r) {
             float mx = NEG_INF;
             #pragma unroll
-            for (int nb = 0; nb < NKB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+            for (int nb = 0; nb < NK; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
             const float mnew = fmaxf(m[mt][r], mx * p.scale_log2);
@@ -463,7 +466,7 @@ __device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NK
             m[mt][r] = mnew;
             float sum = 0.f;
             #pragma unroll
-            for (int nb = 0; nb < NKB; ++nb)
+            for (int nb = 0; nb < NK; ++nb)
                 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const float pe = ex2(fmaf(s[mt][nb][2 * r + e], p.scale_log2, -base));
@@ -490,12 +493,12 @@ __device__ __forceinline__ void rescale(float (&o)[WMT][D / 8][4], const float (
 
 // P (f32 accumulators of S) as 16-bit A fragments of O += P V: the accumulators of two
 // 8-key blocks are the A fragment of one 16-key step, for mma.m16n8k16 and for wgmma alike.
-template <int WMT>
-__device__ __forceinline__ void pack_p(u32 (&pa)[WMT][BN / 16][4], const float (&s)[WMT][NKB][4]) {
+template <int WMT, int NK = NKB>
+__device__ __forceinline__ void pack_p(u32 (&pa)[WMT][NK / 2][4], const float (&s)[WMT][NK][4]) {
     #pragma unroll
     for (int mt = 0; mt < WMT; ++mt)
         #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
+        for (int kk = 0; kk < NK / 2; ++kk) {
             pa[mt][kk][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
             pa[mt][kk][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
             pa[mt][kk][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
@@ -560,13 +563,14 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
         }
 }
 
-// A block's key tiles: the plan row of query tile qt, without the tail past the padding
-// limit (plan rows are ascending; the plan is per row tile, shared by the batch, padding
-// is per batch row).
+// A block's key tiles (of KROWS keys): the plan row of query tile qt, without the tail past
+// the padding limit (plan rows are ascending; the plan is per row tile, shared by the
+// batch, padding is per batch row).
+template <int KROWS = BN>
 __device__ __forceinline__ int plan_end(const Params& p, int qt, int klimit) {
     const int kbeg = p.plan_ptr[qt];
     int kend = p.plan_ptr[qt + 1];
-    while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * BN, klimit)) --kend;
+    while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * KROWS, klimit)) --kend;
     return kend;
 }
 
@@ -737,6 +741,15 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
 // (row g, cols 8i + 2t, +1), (row g + 8, same cols). So mask_scores, softmax_step, pack_p
 // and store_forward serve both kernels unchanged (with one m16 tile per warp).
 #define WG_STAGES 4       // K/V stages: up to 3 tiles load while one computes
+// Key rows per forward K/V tile (the host's Family::forward_key_tile, over which it plans):
+// 128 at d = 64 (flash-attention 3's tile at that head dimension), 64 at d = 128. At d = 64
+// a 64-key tile's MMAs (S and P V: 2 x 64 x 64 x 64 per warpgroup) are short against the
+// per-tile work around them that does not scale with the keys (stage wait and release,
+// the row maxima's shuffles and vote, the rescale of O, descriptors, MMA issue and wait);
+// 128 keys halve it per key. At d = 128 the consumers' registers hold no more (O is 64 per
+// thread there). A tile is FBN / 64 TMA boxes per tensor (64 rows each, row0 + 64 R apart).
+#define FBN (D == 64 ? 2 * BN : BN)
+#define FNKB (FBN / 8)  // 8-key column blocks of a forward score tile
 
 // Descriptor of a shared-memory operand in that layout (PTX ISA, "matrix descriptor"):
 // start address, "leading" and "stride" byte offsets (all >> 4), swizzle mode 1 = 128 B.
@@ -798,18 +811,20 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const u32 (&a)[4], D
         : WG_ACC8(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc.lo), "r"(desc.hi), "r"(acc), "n"(TRANS));
 }
-// d[64 x 128] += a[64 x 16] * B[16 x 128], B MN-major (O += P V at D = 128).
-__device__ __forceinline__ void wgmma_n128t(float (&d)[16][4], const u32 (&a)[4], Desc desc) {
+// d[64 x 128] (+)= a[64 x 16] * B[16 x 128]: as wgmma_n64 (O += P V at D = 128, B
+// MN-major; S = Q K^T over a 128-key tile at D = 64, B K-major).
+template <int TRANS>
+__device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const u32 (&a)[4], Desc desc, int acc) {
     asm volatile(
-        "{\n.reg .b64 db;\nmov.b64 db, {%68, %69};\n"
+        "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %70, 0;\nmov.b64 db, {%68, %69};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, db, 1, 1, 1, 1;\n}\n"
+        "{%64, %65, %66, %67}, db, p, 1, 1, %71;\n}\n"
         : WG_ACC8(d, 0), WG_ACC8(d, 8)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc.lo), "r"(desc.hi));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc.lo), "r"(desc.hi), "r"(acc), "n"(TRANS));
 }
 
 // d[64 x 64] (+)= A[64 x 16] * B[16 x 64], both from shared memory; TA / TB: A is M-major
@@ -843,24 +858,37 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], Desc da, Desc d
         : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc));
 }
 
-// S = Q K^T for one 64-key tile: D / 16 steps over the head dimension, A = this warp's Q
-// fragments (registers), B = the 64 key rows (shared memory, K-major).
-__device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
+// S = Q K^T for one FBN-key tile: D / 16 steps over the head dimension, A = this warp's Q
+// fragments (registers), B = the FBN key rows (shared memory, K-major).
+__device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
     const Desc dk = smem_desc(sK, 16, 1024);
     #pragma unroll
-    for (int k = 0; k < D / 16; ++k) wgmma_n64<0>(s, qf[k], desc_step(dk, (k >> 2) * BN * 64 + (k & 3) * 16), k > 0);
+    for (int k = 0; k < D / 16; ++k) {
+        const Desc desc = desc_step(dk, (k >> 2) * FBN * 64 + (k & 3) * 16);
+#if FBN == 128
+        wgmma_n128<0>(s, qf[k], desc, k > 0);
+#else
+        wgmma_n64<0>(s, qf[k], desc, k > 0);
+#endif
+    }
 }
 // The same with A from shared memory too: the warpgroup's 64 rows of the block's Q tile
 // (`sQ`, inside the QROWS-row tile), K-major.
 template <int QROWS>
-__device__ __forceinline__ void issue_scores(float (&s)[NKB][4], const u16* sQ, const u16* sK) {
+__device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u16* sQ, const u16* sK) {
     const Desc dq = smem_desc(sQ, 16, 1024), dk = smem_desc(sK, 16, 1024);
     #pragma unroll
-    for (int k = 0; k < D / 16; ++k)
-        wgmma_ss_n64<0, 0>(s, desc_step(dq, (k >> 2) * QROWS * 64 + (k & 3) * 16),
-                           desc_step(dk, (k >> 2) * BN * 64 + (k & 3) * 16), k > 0);
+    for (int k = 0; k < D / 16; ++k) {
+        const Desc a = desc_step(dq, (k >> 2) * QROWS * 64 + (k & 3) * 16);
+        const Desc b = desc_step(dk, (k >> 2) * FBN * 64 + (k & 3) * 16);
+#if FBN == 128
+        wgmma_ss_n128(s, a, b, k > 0);
+#else
+        wgmma_ss_n64<0, 0>(s, a, b, k > 0);
+#endif
+    }
 }
-// O += P V for one 64-key tile: BN / 16 steps over the keys. In general acc += A B over the
+// O += P V for one key tile: ROWS / 16 steps over the keys. In general acc += A B over the
 // ROWS rows of an MN-major B tile (the head dimension contiguous), A from registers, 16
 // rows per step: the backward's dV += P^T dO and dK += dS^T Q over a query tile too.
 template <int ROWS = BN>
@@ -870,21 +898,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[R
     for (int k = 0; k < ROWS / 16; ++k) {
         const Desc desc = desc_step(dv, k * 16 * 64);
 #if D == 128
-        wgmma_n128t(o, pa[k], desc);
+        wgmma_n128<1>(o, pa[k], desc, 1);
 #else
         wgmma_n64<1>(o, pa[k], desc, 1);
 #endif
     }
-}
-
-// P fragments are handed from the softmax to the next O += P V through a move in asm: the
-// wgmma reading P(j) may still run while P(j+1) is computed, so the two must not share a
-// register, and the compiler cannot merge values across an asm statement.
-__device__ __forceinline__ void hand_over(u32 (&dst)[BN / 16][4], const u32 (&src)[BN / 16][4]) {
-    #pragma unroll
-    for (int k = 0; k < BN / 16; ++k)
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(dst[k][i]) : "r"(src[k][i]));
 }
 
 // mbarriers (shared-memory arrival counters with a phase bit) hand the K/V stages between
@@ -970,18 +988,20 @@ __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
-// Does launch index tile k0.. map to BN rows R apart, all inside the TMA view? Always for
-// plain launches (rows = indices; rows past the tensor read as the zeros a hole needs).
-// A compact tile must lie in one segment without holes (first and last row valid and
-// (BN-1) R apart) and below the view's last full step.
+// Does launch index tile k0.. map to ROWS rows R apart, all inside the TMA view (so that
+// its 64-row parts are TMA boxes, row0 + 64 R apart)? Always for plain launches (rows =
+// indices; rows past the tensor read as the zeros a hole needs). A compact tile must lie
+// in one segment without holes (first and last row valid and (ROWS-1) R apart) and below
+// the view's last full step.
+template <int ROWS = BN>
 __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int k0, int h, int& row0) {
     if (!p.compact) {
         row0 = k0;
         return true;
     }
     row0 = row_of(p, a, k0, h);
-    const int last = row_of(p, a, k0 + BN - 1, h), R = p.dil_rate;
-    return row0 >= 0 && last >= 0 && last - row0 == (BN - 1) * R && last < (a.rows / R) * R;
+    const int last = row_of(p, a, k0 + ROWS - 1, h), R = p.dil_rate;
+    return row0 >= 0 && last >= 0 && last - row0 == (ROWS - 1) * R && last < (a.rows / R) * R;
 }
 
 // One block per multiprocessor, working through items of FBM query rows of one
@@ -1028,12 +1048,13 @@ struct FwdBlock {
     // ptxas allocates each side of a setmaxnreg to its own count. (At d = 128 the 56
     // producer registers spill about 100 bytes around the item claim and the cp.async
     // gather of a Q tile's rows: once per item, not per K/V tile.)
-    static constexpr int PRODUCER_REGS = WGS == 3 ? 56 : 120, CONSUMER_REGS = WGS == 3 ? 152 : 192;
+    static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : 120,
+                         CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : 192;
     // S = Q K^T reads Q from shared memory with three consumer warpgroups at d = 128 (Q in
     // registers, 32 per thread, would not fit in 152 with O and S) and from registers
     // otherwise (5-7% faster at d = 64; v12 in docs/benchmarks/gpu-bench.md). The Q tile is
     // in the wgmma operand layout either way.
-    static constexpr bool Q_SMEM = D == 128 && WGS == 3;
+    static constexpr bool Q_SMEM = WGS == 3;
 };
 
 // Forward work items are claimed from a counter of the module, in the order blocks of a
@@ -1044,6 +1065,17 @@ struct FwdBlock {
 __device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
 #define LOOKAHEAD 4  // the next item is claimed this many K/V tiles before an item's last
 
+// P fragments are handed from the softmax to the next O += P V through a move in asm: the
+// wgmma reading P(j) may still run while P(j+1) is computed, so the two must not share a
+// register, and the compiler cannot merge values across an asm statement.
+template <int N>
+__device__ __forceinline__ void hand_over(u32 (&dst)[N][4], const u32 (&src)[N][4]) {
+    #pragma unroll
+    for (int k = 0; k < N; ++k)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(dst[k][i]) : "r"(src[k][i]));
+}
+
 template <int WGS>
 __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair& maps, const TensorMap& q_map) {
     typedef FwdBlock<WGS> B;
@@ -1051,8 +1083,8 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     // The swizzle is a function of address bits: round the base up to 1024 bytes (the host
     // adds 1 KB to the request).
     u16* sQ = smem_wg + ((1024 - ((u32)__cvta_generic_to_shared(smem_wg) & 1023)) & 1023) / 2;
-    u16* sKV = sQ + 2 * FBM * D;  // two Q tiles; stage s: K at sKV + 2*s*BN*D, V right after it
-    const u32 bars = (u32)__cvta_generic_to_shared(sKV + WG_STAGES * 2 * BN * D);
+    u16* sKV = sQ + 2 * FBM * D;  // two Q tiles; stage s: K at sKV + 2*s*FBN*D, V right after it
+    const u32 bars = (u32)__cvta_generic_to_shared(sKV + WG_STAGES * 2 * FBN * D);
     // K/V tiles are counted over the block's whole run (j), Q tiles by the block's items (u).
     auto full = [&](int j) { return bars + 8 * ((unsigned)j % WG_STAGES); };  // of tile j's stage
     auto empty = [&](int j) { return bars + 8 * (WG_STAGES + (unsigned)j % WG_STAGES); };
@@ -1069,7 +1101,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     // 1-2% slower at d = 128, v21 notes).
     volatile int* stage_keys = slots + 16;
     auto stage_key = [&](int j) -> volatile int& { return stage_keys[(unsigned)j % WG_STAGES]; };
-    auto stage = [&](int j) { return sKV + ((unsigned)j % WG_STAGES) * 2 * BN * D; };
+    auto stage = [&](int j) { return sKV + ((unsigned)j % WG_STAGES) * 2 * FBN * D; };
     auto q_tile = [&](int u) { return sQ + (u & 1) * FBM * D; };
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const unsigned tiles = (p.nq + B::ROWS - 1) / B::ROWS, items = tiles * p.heads * p.batch;
@@ -1106,7 +1138,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
             if (item >= items) return;
             const Coords c = coords_of(p, item, tiles, true);
             const int q0 = c.tile * B::ROWS, klimit = key_limit(p, c.b);
-            const int kbeg = p.plan_ptr[c.tile], n = plan_end(p, c.tile, klimit) - kbeg;
+            const int kbeg = p.plan_ptr[c.tile], n = plan_end<FBN>(p, c.tile, klimit) - kbeg;
             sl[1] = kbeg;
             sl[2] = n;
             sl[3] = klimit;
@@ -1114,7 +1146,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
                 int nw = q0 + 64 * w < p.nq ? n : 0;
                 if (p.causal) {
                     const int qlast = min(q0 + 64 * (w + 1), p.nq) - 1;
-                    while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * BN, qlast)) --nw;
+                    while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * FBN, qlast)) --nw;
                 }
                 sl[4 + w] = nw;
             }
@@ -1176,20 +1208,23 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
             for (int j = j0; j < j0 + n; ++j) {
                 if (leader && j == claim_at) claim(u + 1);
                 if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
-                const int k0 = p.plan_idx[kbeg + j - j0] * BN;
+                const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
                 int row0;
-                if (tile_is_box(p, ka, k0, c.h, row0)) {
+                if (tile_is_box<FBN>(p, ka, k0, c.h, row0)) {
                     if (!leader) continue;
                     stage_key(j) = k0;
-                    mbar_expect_bytes(full(j), 2 * BN * D * 2);
+                    mbar_expect_bytes(full(j), 2 * FBN * D * 2);
                     #pragma unroll
-                    for (int cb = 0; cb < D / 64; ++cb) {
-                        tma_box(stage(j) + cb * BN * 64, &maps.a, cb * 64, c.h, row0, R, c.b, full(j));
-                        tma_box(stage(j) + BN * D + cb * BN * 64, &maps.b, cb * 64, c.h, row0, R, c.b, full(j));
-                    }
+                    for (int cb = 0; cb < D / 64; ++cb)
+                        #pragma unroll
+                        for (int r = 0; r < FBN / 64; ++r) {
+                            u16* dst = stage(j) + cb * FBN * 64 + r * 64 * 64;
+                            tma_box(dst, &maps.a, cb * 64, c.h, row0 + 64 * r * R, R, c.b, full(j));
+                            tma_box(dst + FBN * D, &maps.b, cb * 64, c.h, row0 + 64 * r * R, R, c.b, full(j));
+                        }
                 } else {
-                    load_tile<BN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, c.b, c.h, k0);
-                    load_tile<BN, WG_PRODUCERS, true>(stage(j) + BN * D, p.v, p, ka, c.b, c.h, k0);
+                    load_tile<FBN, WG_PRODUCERS, true>(stage(j), p.k, p, ka, c.b, c.h, k0);
+                    load_tile<FBN, WG_PRODUCERS, true>(stage(j) + FBN * D, p.v, p, ka, c.b, c.h, k0);
                     cp_wait<0>();
                     fence_async_smem();
                     asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // producers only
@@ -1207,8 +1242,16 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     setmaxnreg_inc<B::CONSUMER_REGS>();
     const int wg = warp_uniform(warp >> 2);
 
-    float o[1][D / 8][4], s[1][NKB][4], m[1][2], l[1][2], alpha[1][2];
-    u32 pa[1][BN / 16][4], pn[1][BN / 16][4];
+    // P(j) is read by the wgmma of P(j) V(j) until its wait. Where the registers hold a
+    // second set (64-key tiles, d = 128), P(j+1) is packed into pn right after its softmax,
+    // while P(j) V(j) runs, and moved into pa after the wait; packing it after the wait was
+    // 2-5% slower there (v24 in docs/benchmarks/gpu-bench.md). 128-key tiles (d = 64) leave
+    // no room for it (S 64, P 32, O 32 of the consumers' 160 registers; ptxas serialises
+    // every wgmma with a second set): P(j+1) stays in S's f32 registers until the wait and
+    // is packed into pa then (flash-attention 3's order).
+    constexpr bool EARLY_PACK = FBN == BN;
+    float o[1][D / 8][4], s[1][FNKB][4], m[1][2], l[1][2], alpha[1][2];
+    u32 pa[1][FBN / 16][4], pn[1][FBN / 16][4];  // pn: EARLY_PACK only
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];
     // Tile j's K/V are in shared memory and visible to the tensor cores
     // (the copies were made through the generic proxy, wgmma reads through the async one).
@@ -1235,14 +1278,13 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
         // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
         const u16* qs = q_tile(u) + wg * 64 * 64;
-        // Mask + softmax of the complete S of tile j (of the block's run) into pn, alpha;
-        // did a row maximum grow?
+        // Mask + softmax of the complete S of tile j (of the block's run), in place, and
+        // alpha; did a row maximum grow?
         auto softmax_tile = [&](int j) {
             const int k0 = stage_key(j);
-            mask_scores<1>(p, h, mask_kind(p, tile_full(p, h, wq0, 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
-            const bool grew = softmax_step<1>(p, s, m, l, alpha);
-            pack_p<1>(pn, s);
-            return grew;
+            const int kind = mask_kind(p, tile_full<FBN>(p, h, wq0, 16, k0, klimit));
+            mask_scores<1, FNKB>(p, h, kind, klimit, s, wq0 + g, k0, t);
+            return softmax_step<1, FNKB>(p, s, m, l, alpha);
         };
         auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group
             fence_acc(s[0]);
@@ -1256,7 +1298,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
             fence_acc(o[0]);
             wg_fence();
-            issue_pv(o[0], pa[0], stage(j) + BN * D);
+            issue_pv<FBN>(o[0], pa[0], stage(j) + FBN * D);
             wg_commit();
         };
 
@@ -1271,7 +1313,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
             wg_wait<0>();
             fence_acc(s[0]);
             softmax_tile(j0);
-            hand_over(pa[0], pn[0]);
+            pack_p<1, FNKB>(pa, s);
         }
         // Q in registers: the tile is free once loaded.
         if (!B::Q_SMEM || nw == 0) mbar_arrive(q_empty(u));
@@ -1282,11 +1324,17 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
             wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
             fence_acc(s[0]);
             const bool grew = softmax_tile(j + 1);
+            if constexpr (EARLY_PACK) pack_p<1, FNKB>(pn, s);
             wg_wait<0>();
             fence_acc(o[0]);
             mbar_arrive(empty(j));
             if (grew) rescale<1>(o, alpha);
-            hand_over(pa[0], pn[0]);
+            if constexpr (EARLY_PACK) {
+                hand_over(pa[0], pn[0]);
+            } else {
+                fence_acc(s[0]);  // no packing into pa before the wait: P(j) V(j) reads it
+                pack_p<1, FNKB>(pa, s);
+            }
         }
         if (B::Q_SMEM && nw > 0) mbar_arrive(q_empty(u));  // every S of the item is done
         if (nw > 0) {

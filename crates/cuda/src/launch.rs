@@ -143,7 +143,9 @@ pub struct LaunchSpec {
     /// Query rows per forward block ([`Family::forward_q_tile_for`]); it picks the forward
     /// kernel (wgmma: `attn_fwd`, or `attn_fwd_128` for 128 rows).
     pub fwd_q_tile: usize,
-    /// Forward: query tile (of `fwd_q_tile` rows) -> key tiles.
+    /// Keys per forward tile ([`Family::forward_key_tile`]).
+    pub fwd_k_tile: usize,
+    /// Forward: query tile (of `fwd_q_tile` rows) -> key tiles (of `fwd_k_tile`).
     pub fwd: TilePlan,
     /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
     /// produces dK, dV and dQ from it).
@@ -163,10 +165,10 @@ impl LaunchSpec {
     }
 }
 
-/// Which kernel family a device runs. Both families walk the same tile plans (forward:
-/// query tiles of [`FWD_Q_TILE`] rows over key tiles of [`TILE`]; backward: key tiles over
-/// query tiles of [`TILE`]) and compute the same results; the kernel source is compiled
-/// with `-DWGMMA=0|1` accordingly.
+/// Which kernel family a device runs. Both families walk tile plans of the same kind
+/// (forward: query tiles of [`Family::forward_q_tile`] rows over key tiles of
+/// [`Family::forward_key_tile`]; backward: key tiles over query tiles of [`TILE`]) and
+/// compute the same results; the kernel source is compiled with `-DWGMMA=0|1` accordingly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps per block, K/V (or
@@ -243,6 +245,17 @@ impl Family {
         }
     }
 
+    /// Keys per forward tile (`FBN` in the kernel): [`TILE`], and twice that for the wgmma
+    /// family at d = 64 (flash-attention 3's tile there), where a 64-key tile's MMAs are
+    /// short against the per-tile work around them that does not grow with the keys (stage
+    /// hand-over, row maxima, O's rescale, MMA issue and wait).
+    pub fn forward_key_tile(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 2 * TILE,
+            _ => TILE,
+        }
+    }
+
     /// Threads per forward block of a launch with `q_tile`-row tiles
     /// ([`Family::forward_q_tile_for`]): 4 warps (mma); one warpgroup per 64 query rows and a
     /// producer warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
@@ -282,18 +295,19 @@ impl Family {
     }
 
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
-    /// the K/V stages (2 for mma; [`WG_STAGES`] for wgmma). wgmma's blocks run several work
+    /// the K/V stages of [`Family::forward_key_tile`] rows (2 for mma; [`WG_STAGES`] for
+    /// wgmma). wgmma's blocks run several work
     /// items each ([`Family::forward_grid`]): two Q tiles (the next item's loads while the
     /// last one computes); 8-byte mbarriers, full and empty per K/V stage, full, empty and
     /// slot-read per Q tile; the two items' slots (32 bytes: number, plan, key limit); each
     /// stage's first key (4 bytes); and its base rounded up to 1 KB in the kernel (the
     /// swizzle of its operands is a function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile) = (head_dim * 2, self.forward_q_tile());
+        let (row, q_tile, k_tile) = (head_dim * 2, self.forward_q_tile(), self.forward_key_tile(head_dim));
         match self {
-            Family::Mma => ((q_tile + 4 * TILE) * row) as u32,
+            Family::Mma => ((q_tile + 4 * k_tile) * row) as u32,
             Family::Wgmma => {
-                ((2 * q_tile + 2 * WG_STAGES * TILE) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 4 + 1024)
+                ((2 * q_tile + 2 * WG_STAGES * k_tile) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 4 + 1024)
                     as u32
             }
         }
@@ -408,9 +422,9 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     let identity = IndexMap::Identity { q: qa, k: ka };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
-        let fwd_q_tile = family.forward_q_tile_for(&map);
-        let fwd = plan(&spec.pattern, branch, spec.causal, map, fwd_q_tile);
-        let cols = plan(&spec.pattern, branch, spec.causal, map, TILE).transpose();
+        let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
+        let fwd = plan(&spec.pattern, branch, spec.causal, map, (fwd_q_tile, fwd_k_tile));
+        let cols = plan(&spec.pattern, branch, spec.causal, map, (TILE, TILE)).transpose();
         // The kernels' block order (`block_coords`) indexes (tile, head, batch) linearly.
         for (what, tiles) in
             [("query tiles x heads x batch", fwd.row_tiles), ("key tiles x heads x batch", cols.row_tiles)]
@@ -426,7 +440,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        Ok(LaunchSpec { params, map, fwd_q_tile, fwd, cols })
+        Ok(LaunchSpec { params, map, fwd_q_tile, fwd_k_tile, fwd, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
@@ -591,7 +605,9 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 192 + 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(64), 112 * 1024 + 192 + 1024);
+        // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
+        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 192 + 1024);
+        assert!(Family::Wgmma.forward_smem(64) <= 227 * 1024);
         // One block per multiprocessor, at most one per item; mma keeps one per item.
         assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));
         assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
@@ -600,8 +616,14 @@ mod tests {
         // Three consumer warpgroups: 192-row forward tiles.
         let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
         assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
-        assert_eq!(l[0].fwd_q_tile, 192);
+        assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile), (192, 64));
         assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
+        // At d = 64 over 128-key tiles: query tile r sees key tiles 0..=(192 r + 191) / 128.
+        let shape64 = Shape::square(2, 1000, 3, 64);
+        let l = launches_for(&shape64, &dense().causal(true), &Chunk::whole(&shape64), Family::Wgmma).unwrap();
+        assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile, l[0].fwd.col_tiles), (192, 128, 8));
+        assert_eq!(l[0].fwd.visits(), (0..6).map(|r| ((192 * r + 191) / 128 + 1).min(8)).sum::<usize>());
+        assert_eq!(l[0].cols.visits(), 16 * 17 / 2); // the backward keeps 64 x 64 tiles
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
@@ -638,6 +660,12 @@ mod tests {
         assert!(src.contains("__launch_bounds__(FwdBlock<2>::THREADS, 1)\n    attn_fwd_128(const Params p"));
         assert!(src.contains("attn_fwd_body<2>(p, maps, q_map)"));
         assert_eq!(Family::Wgmma.forward_threads(128), 384);
+        // Forward key tiles: FBN in the kernel.
+        assert!(src.contains("#define FBN (D == 64 ? 2 * BN : BN)\n"));
+        assert_eq!((Family::Wgmma.forward_key_tile(64), Family::Wgmma.forward_key_tile(128)), (2 * TILE, TILE));
+        for d in [64, 128] {
+            assert_eq!(Family::Mma.forward_key_tile(d), TILE);
+        }
         assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));
         assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));

@@ -12,7 +12,9 @@
 use crate::spec::GpuPattern;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
-/// Rows of a key tile, and of a query tile of the backward kernels (`BN`, `BM` in the kernels).
+/// Rows of a key tile (`BN` in the kernels; the wgmma forward at d = 64 plans over key
+/// tiles of two: `Family::forward_key_tile`), and of a query tile of the backward kernels
+/// (`BM`).
 pub const TILE: usize = 64;
 
 /// Query rows per forward block (`FBM`: 4 warps of 2 m16 tiles each).
@@ -212,12 +214,18 @@ fn compact_span(
 }
 
 /// The tile plan of one launch under `map`: query indices in tiles of `q_tile`, key
-/// indices in tiles of [`TILE`] (the extents of `map`). `pattern` is the launch's pattern
+/// indices in tiles of `k_tile` (the extents of `map`). `pattern` is the launch's pattern
 /// (for a dilated pattern, `branch` is the branch).
-pub fn plan(pattern: &GpuPattern, branch: Option<&Branch>, causal: bool, map: IndexMap, q_tile: usize) -> TilePlan {
+pub fn plan(
+    pattern: &GpuPattern,
+    branch: Option<&Branch>,
+    causal: bool,
+    map: IndexMap,
+    (q_tile, k_tile): (usize, usize),
+) -> TilePlan {
     let (nq, nk) = map.extents();
     let (qa, ka) = map.axes();
-    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(TILE));
+    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(k_tile));
     match map {
         IndexMap::Compact { segment, dilation, .. } => {
             // A tile pair can hold a kept pair only inside a segment both tiles reach,
@@ -226,7 +234,7 @@ pub fn plan(pattern: &GpuPattern, branch: Option<&Branch>, causal: bool, map: In
             let (qb, kb) = map.bases();
             TilePlan::build(rt, ct, |r, c| {
                 let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
-                let k = (kb + c * TILE, kb + ((c + 1) * TILE).min(nk) - 1);
+                let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
                 ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
                     match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
                         (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
@@ -237,7 +245,7 @@ pub fn plan(pattern: &GpuPattern, branch: Option<&Branch>, causal: bool, map: In
         }
         IndexMap::Identity { .. } => TilePlan::build(rt, ct, |r, c| {
             let (Some(q), Some(k)) =
-                (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * TILE, (c + 1) * TILE, ka))
+                (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
             else {
                 return false;
             };
@@ -296,16 +304,27 @@ mod tests {
     use crate::spec::GpuSpec;
     use ringdil_reference::pattern::{Dilated, key_counts};
 
-    /// Tiles holding at least one allowed (query, key) pair of any head, from the
-    /// reference's key multiplicities (causality and padding applied as the reference does).
+    /// Tiles (of `TILE` x `TILE`) holding at least one allowed (query, key) pair of any head,
+    /// from the reference's key multiplicities (causality and padding applied as the
+    /// reference does).
     fn needed_tiles(spec: &GpuSpec, heads: usize, n: usize) -> Vec<(usize, usize)> {
+        needed_tiles_of(spec, heads, n, (TILE, TILE))
+    }
+
+    /// The same for tiles of `q_tile` x `k_tile`.
+    fn needed_tiles_of(
+        spec: &GpuSpec,
+        heads: usize,
+        n: usize,
+        (q_tile, k_tile): (usize, usize),
+    ) -> Vec<(usize, usize)> {
         let reference = spec.to_reference();
         let mut tiles = std::collections::BTreeSet::new();
         for h in 0..heads {
             for i in 0..n {
                 for (j, &c) in key_counts(reference.pattern.as_ref(), i, h, heads, n).iter().enumerate() {
                     if c > 0 && (!spec.causal || j <= i) {
-                        tiles.insert((i / TILE, j / TILE));
+                        tiles.insert((i / q_tile, j / k_tile));
                     }
                 }
             }
@@ -314,8 +333,12 @@ mod tests {
     }
 
     fn identity_plan(spec: &GpuSpec, n: usize) -> TilePlan {
-        plan(&spec.pattern, None, spec.causal, IndexMap::whole(n), TILE)
+        plan(&spec.pattern, None, spec.causal, IndexMap::whole(n), (TILE, TILE))
     }
+
+    /// Tile shapes the kernels plan over: the backward's, the mma forward's and the wgmma
+    /// forward's at d = 64 (`Family::forward_q_tile`, `Family::forward_key_tile`).
+    const SHAPES: [(usize, usize); 3] = [(TILE, TILE), (FWD_Q_TILE, TILE), (3 * TILE, 2 * TILE)];
 
     fn planned(p: &TilePlan) -> Vec<(usize, usize)> {
         (0..p.row_tiles).flat_map(|r| p.row(r).iter().map(move |&c| (r, c as usize))).collect()
@@ -331,7 +354,10 @@ mod tests {
                     GpuPattern::Window { left: 0, right: 130 },
                 ] {
                     let spec = GpuSpec::new(pattern).causal(causal);
-                    assert_eq!(planned(&identity_plan(&spec, n)), needed_tiles(&spec, 1, n), "{spec:?} n={n}");
+                    for shape in SHAPES {
+                        let p = plan(&spec.pattern, None, causal, IndexMap::whole(n), shape);
+                        assert_eq!(planned(&p), needed_tiles_of(&spec, 1, n, shape), "{spec:?} n={n} {shape:?}");
+                    }
                 }
             }
         }
@@ -371,7 +397,7 @@ mod tests {
         for (i, branch) in d.branches.iter().enumerate() {
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(i))).causal(causal);
-                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::whole(n), TILE);
+                let p = plan(&spec.pattern, Some(branch), causal, IndexMap::whole(n), (TILE, TILE));
                 for (r, c) in needed_tiles(&spec, 8, n) {
                     assert!(p.contains(r, c), "branch {i} causal={causal}: tile ({r}, {c}) not planned");
                 }
@@ -379,7 +405,7 @@ mod tests {
         }
         // A 64-token segment: only the diagonal tiles.
         let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(0)));
-        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::whole(640), TILE);
+        let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::whole(640), (TILE, TILE));
         assert_eq!(p.visits(), 10);
     }
 
@@ -388,9 +414,9 @@ mod tests {
         // Queries 128..256 against keys 0..128 under causality: every tile is below the
         // diagonal; the reverse chunk pair is empty.
         let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
-        let below = plan(&spec.pattern, None, true, chunk(128, 0, 128), TILE);
+        let below = plan(&spec.pattern, None, true, chunk(128, 0, 128), (TILE, TILE));
         assert_eq!(below.visits(), 4);
-        let above = plan(&spec.pattern, None, true, chunk(0, 128, 128), TILE);
+        let above = plan(&spec.pattern, None, true, chunk(0, 128, 128), (TILE, TILE));
         assert_eq!(above.visits(), 0);
     }
 
@@ -401,14 +427,14 @@ mod tests {
         let (n, w, r) = (4096, 1024, 4);
         let map = IndexMap::Compact { segment: w, dilation: r, q: Axis::contiguous(0, n), k: Axis::contiguous(0, n) };
         assert_eq!(map.extents(), (1024, 1024));
-        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
+        let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
         assert_eq!(p.visits(), n * w / (r * r) / (TILE * TILE));
-        let causal = plan(&GpuPattern::Dense, None, true, map, TILE);
+        let causal = plan(&GpuPattern::Dense, None, true, map, (TILE, TILE));
         assert_eq!(causal.visits(), 4 * (4 * 5 / 2));
         // Segments that do not fill tiles (w = 100, r = 3: 34 compact rows per segment).
         let whole = Axis::contiguous(0, 1000);
         let map = IndexMap::Compact { segment: 100, dilation: 3, q: whole, k: whole };
-        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
+        let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
         for s in 0..10 {
             let (a, b) = (s * 34 / TILE, (s * 34 + 33) / TILE);
             assert!(p.contains(a, b) && p.contains(b, a));
@@ -419,13 +445,13 @@ mod tests {
     fn forward_plan_with_128_row_query_tiles() {
         // Causal, 300 tokens: query tiles [0,128), [128,256), [256,300) see key tiles up
         // to their last row: 2, 4 and 5 tiles.
-        let p = plan(&GpuPattern::Dense, None, true, IndexMap::whole(300), FWD_Q_TILE);
+        let p = plan(&GpuPattern::Dense, None, true, IndexMap::whole(300), (FWD_Q_TILE, TILE));
         assert_eq!((p.row_tiles, p.col_tiles), (3, 5));
         assert_eq!((p.row(0).len(), p.row(1).len(), p.row(2).len()), (2, 4, 5));
         let spec = GpuSpec::new(GpuPattern::Window { left: 10, right: 0 }).causal(true);
         for (r, c) in needed_tiles(&spec, 1, 300) {
             let q_tile = r * TILE / FWD_Q_TILE;
-            let p = plan(&spec.pattern, None, true, IndexMap::whole(300), FWD_Q_TILE);
+            let p = plan(&spec.pattern, None, true, IndexMap::whole(300), (FWD_Q_TILE, TILE));
             assert!(p.contains(q_tile, c));
         }
     }
@@ -449,8 +475,8 @@ mod tests {
         let reference = spec.to_reference();
         let branch = d.map(|d| &d.branches[0]);
         let (qa, ka) = map.axes();
-        for q_tile in [TILE, FWD_Q_TILE] {
-            let p = plan(&spec.pattern, branch, spec.causal, map, q_tile);
+        for (q_tile, k_tile) in SHAPES {
+            let p = plan(&spec.pattern, branch, spec.causal, map, (q_tile, k_tile));
             for h in 0..heads {
                 for i in 0..qa.rows {
                     let qpos = qa.offset + i * qa.stride;
@@ -464,7 +490,7 @@ mod tests {
                         let qc = map.index_of(Side::Query, qpos, o).expect("an allowed query has an index");
                         let kc = map.index_of(Side::Key, kpos, o).expect("an allowed key has an index");
                         assert!(
-                            p.contains(qc / q_tile, kc / TILE),
+                            p.contains(qc / q_tile, kc / k_tile),
                             "{map:?} h {h}: q {qpos} (index {qc}) k {kpos} (index {kc}) not planned"
                         );
                     }
@@ -504,7 +530,7 @@ mod tests {
             q: Axis::contiguous(2048, 1024),
             k: Axis::contiguous(1024, 1024),
         };
-        let p = plan(&GpuPattern::Dense, None, false, map, TILE);
+        let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
         assert_eq!(map.extents(), (512, 512));
         assert_eq!(map.bases(), (0, 0));
         assert_eq!(p.visits(), 4);
@@ -515,7 +541,7 @@ mod tests {
             q: Axis::contiguous(1024, 1024),
             k: Axis::contiguous(2048, 1024),
         };
-        assert_eq!(plan(&GpuPattern::Dense, None, true, after, TILE).visits(), 0);
+        assert_eq!(plan(&GpuPattern::Dense, None, true, after, (TILE, TILE)).visits(), 0);
     }
 
     #[test]
@@ -540,7 +566,7 @@ mod tests {
         }
         // Causal striped: the plan is the lower triangle of local indices (exact).
         let axis = |x: usize| Axis { offset: x, stride: ranks, rows: 64 * 4 };
-        let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q: axis(0), k: axis(1) }, TILE);
+        let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q: axis(0), k: axis(1) }, (TILE, TILE));
         assert_eq!(p.visits(), 4 * 5 / 2);
     }
 }

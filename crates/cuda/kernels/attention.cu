@@ -1044,15 +1044,19 @@ struct FwdBlock {
     // Registers move from the producer warpgroup (which needs few) to the consumers: the
     // block's threads would get 65536 / THREADS each (128 for 512), below what a consumer
     // holds (O, S, P; Q too where it is in registers) without spilling. Three consumer
-    // warpgroups: 128 * 56 + 384 * 152 = 65536; two: 128 * 120 + 256 * 192 = 64512.
-    // ptxas allocates each side of a setmaxnreg to its own count. (At d = 128 the 56
-    // producer registers spill about 100 bytes around the item claim and the cp.async
-    // gather of a Q tile's rows: once per item, not per K/V tile.)
+    // warpgroups: 128 * 56 + 384 * 152 = 65536 over 64-key tiles (d = 128), 128 * 32 +
+    // 384 * 160 = 65536 over 128-key tiles (d = 64: S 64, P 32, O 32; with 152, ptxas
+    // serialises every wgmma); two: 128 * 120 + 256 * 192 = 64512. ptxas allocates each side
+    // of a setmaxnreg to its own count. (The producer spills: about 100 bytes at d = 128
+    // around the item claim and the cp.async gather of a Q tile's rows, once per item; more
+    // with 32 registers, in the cp.async gather of tiles that are not TMA boxes.)
     static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : 120,
                          CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : 192;
-    // S = Q K^T reads Q from shared memory with three consumer warpgroups at d = 128 (Q in
-    // registers, 32 per thread, would not fit in 152 with O and S) and from registers
-    // otherwise (5-7% faster at d = 64; v12 in docs/benchmarks/gpu-bench.md). The Q tile is
+    // S = Q K^T reads Q from shared memory with three consumer warpgroups (Q in registers,
+    // 16 or 32 per thread, does not fit next to O, S and P: at d = 64 ptxas serialises every
+    // wgmma even with 160) and from registers with two (192 registers). With 64-key tiles,
+    // d = 64 held Q in registers, 5-7% faster than from shared memory (v12 in
+    // docs/benchmarks/gpu-bench.md); 128-key tiles gained 14-17% more (v24). The Q tile is
     // in the wgmma operand layout either way.
     static constexpr bool Q_SMEM = WGS == 3;
 };

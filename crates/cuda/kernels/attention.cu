@@ -988,20 +988,51 @@ __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
-// Does launch index tile k0.. map to ROWS rows R apart, all inside the TMA view (so that
-// its 64-row parts are TMA boxes, row0 + 64 R apart)? Always for plain launches (rows =
-// indices; rows past the tensor read as the zeros a hole needs). A compact tile must lie
-// in one segment without holes (first and last row valid and (ROWS-1) R apart) and below
-// the view's last full step.
+// The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
+// and last index (row_of's, -1 for a hole or an index past the launch) and their compact
+// segments. `o` is the head's offset, dil_offset(p, h). One integer division where the
+// tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
+// forward evaluates this per K/V tile in its producer, on the path that keeps the stages
+// filled (with 64-row boxes of a LongNet branch at d = 128 that path, and the consumers'
+// per-tile tile_full, made a branch cost twice a dense launch of the same work: v25 in
+// docs/benchmarks/gpu-bench.md).
+struct TileEnds {
+    int row0, last, s0, s1;
+};
+template <int ROWS>
+__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int o) {
+    const int m = p.dil_per_seg, g0 = c0 + a.cbase, s0 = g0 / m, t0 = g0 - s0 * m;
+    int s1 = s0, t1 = t0 + ROWS - 1;
+    if (t1 >= m) {
+        s1 = (g0 + ROWS - 1) / m;
+        t1 = g0 + ROWS - 1 - s1 * m;
+    }
+    auto row = [&](int c, int s, int t) {
+        const int pos = s * p.dil_segment + o + t * p.dil_rate, r = pos - a.offset;
+        return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
+    };
+    return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};
+}
+// Are a compact tile's ROWS rows R apart, all inside the TMA view (so that its 64-row parts
+// are TMA boxes, row0 + 64 R apart)? It must lie in one segment without holes (first and
+// last row valid and (ROWS-1) R apart) and below the view's last full step.
+template <int ROWS>
+__device__ __forceinline__ bool ends_are_box(const Params& p, const Axis& a, const TileEnds& e) {
+    const int R = p.dil_rate;
+    return e.row0 >= 0 && e.last >= 0 && e.last - e.row0 == (ROWS - 1) * R && e.last < (a.rows / R) * R;
+}
+// Does launch index tile k0.. map to TMA boxes (first row row0)? Always for plain launches
+// (rows = indices; rows past the tensor read as the zeros a hole needs); compact tiles as
+// ends_are_box.
 template <int ROWS = BN>
 __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int k0, int h, int& row0) {
     if (!p.compact) {
         row0 = k0;
         return true;
     }
-    row0 = row_of(p, a, k0, h);
-    const int last = row_of(p, a, k0 + ROWS - 1, h), R = p.dil_rate;
-    return row0 >= 0 && last >= 0 && last - row0 == (ROWS - 1) * R && last < (a.rows / R) * R;
+    const TileEnds e = compact_tile_ends<ROWS>(p, a, k0, dil_offset(p, h));
+    row0 = e.row0;
+    return ends_are_box<ROWS>(p, a, e);
 }
 
 // One block per multiprocessor, working through items of FBM query rows of one
@@ -1041,6 +1072,7 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
 template <int WGS>
 struct FwdBlock {
     static constexpr int ROWS = 64 * WGS, CONSUMERS = 128 * WGS, THREADS = CONSUMERS + WG_PRODUCERS;
+    static_assert(WGS <= 3, "an item's slot (8 ints) holds 4 + WGS + 1");
     // Registers move from the producer warpgroup (which needs few) to the consumers: the
     // block's threads would get 65536 / THREADS each (128 for 512), below what a consumer
     // holds (O, S, P; Q too where it is in registers) without spilling. Three consumer
@@ -1095,8 +1127,9 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     auto q_full = [&](int u) { return bars + 16 * WG_STAGES + 8 * (u & 1); };
     auto q_empty = [&](int u) { return bars + 16 * WG_STAGES + 16 + 8 * (u & 1); };
     auto slot_free = [&](int u) { return bars + 16 * WG_STAGES + 32 + 8 * (u & 1); };  // every consumer read it
-    // Item u's slot (of two): its number, first plan entry, key tiles, key limit and the
-    // key tiles each consumer warpgroup computes, written by the producer's leader.
+    // Item u's slot (of two): its number, first plan entry, key tiles, key limit, the key
+    // tiles each consumer warpgroup computes (WGS <= 3) and, last, the head's dilation
+    // offset (compact launches), written by the producer's leader.
     volatile int* slots = reinterpret_cast<volatile int*>(smem_wg) +
                           (bars + 16 * WG_STAGES + 48 - (u32)__cvta_generic_to_shared(smem_wg)) / 4;
     auto slot = [&](int u) { return slots + 8 * (u & 1); };
@@ -1105,6 +1138,10 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     // 1-2% slower at d = 128, v21 notes).
     volatile int* stage_keys = slots + 16;
     auto stage_key = [&](int j) -> volatile int& { return stage_keys[(unsigned)j % WG_STAGES]; };
+    // A compact launch's tile j: its keys' segment where they all lie in one, without a
+    // hole, inside the padding limit (the key side of tile_full), else -1; written with
+    // stage_key, so that the consumers' per-tile mask decision needs no index arithmetic.
+    auto stage_seg = [&](int j) -> volatile int& { return stage_keys[WG_STAGES + (unsigned)j % WG_STAGES]; };
     auto stage = [&](int j) { return sKV + ((unsigned)j % WG_STAGES) * 2 * FBN * D; };
     auto q_tile = [&](int u) { return sQ + (u & 1) * FBM * D; };
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1154,6 +1191,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
                 }
                 sl[4 + w] = nw;
             }
+            sl[7] = p.compact ? dil_offset(p, c.h) : 0;
         };
         if (leader) claim(0);
         for (int u = 0, j0 = 0;; ++u) {
@@ -1213,10 +1251,18 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
                 if (leader && j == claim_at) claim(u + 1);
                 if (j >= WG_STAGES) mbar_wait(empty(j), (j / WG_STAGES - 1) & 1);  // its previous tile
                 const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
-                int row0;
-                if (tile_is_box<FBN>(p, ka, k0, c.h, row0)) {
+                int row0 = k0, seg = -1;
+                bool box = true;
+                if (p.compact) {  // the head's offset and the key limit from the item's slot
+                    const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, slot(u)[7]);
+                    row0 = e.row0;
+                    box = ends_are_box<FBN>(p, ka, e);
+                    seg = e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(ka, e.last) < slot(u)[3] ? e.s0 : -1;
+                }
+                if (box) {
                     if (!leader) continue;
                     stage_key(j) = k0;
+                    stage_seg(j) = seg;
                     mbar_expect_bytes(full(j), 2 * FBN * D * 2);
                     #pragma unroll
                     for (int cb = 0; cb < D / 64; ++cb)
@@ -1234,6 +1280,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
                     asm volatile("bar.sync 1, %0;\n" ::"n"(WG_PRODUCERS) : "memory");  // producers only
                     if (leader) {
                         stage_key(j) = k0;
+                        stage_seg(j) = seg;
                         mbar_arrive(full(j));
                     }
                 }
@@ -1282,11 +1329,22 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
         // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
         const u16* qs = q_tile(u) + wg * 64 * 64;
+        // A compact launch's tiles need no mask where the key tile lies in one segment
+        // (stage_seg, from the producer) that is this warp's rows' only one, below the
+        // diagonal: tile_full with the key side's index arithmetic done once per tile. (The
+        // warp's segments are taken here rather than once per item: two registers live
+        // across the loop cost the dense launches 1-4%, v25 notes.)
+        auto full_tile = [&](int j, int k0) {
+            if (!p.compact) return tile_full<FBN>(p, h, wq0, 16, k0, klimit);
+            const int seg = stage_seg(j);
+            return seg >= 0 && seg == seg_of(p, q_axis(p), wq0) && seg == seg_of(p, q_axis(p), wq0 + 15) &&
+                   (!p.causal || k0 + FBN - 1 + p.k_cbase <= wq0 + p.q_cbase);
+        };
         // Mask + softmax of the complete S of tile j (of the block's run), in place, and
         // alpha; did a row maximum grow?
         auto softmax_tile = [&](int j) {
             const int k0 = stage_key(j);
-            const int kind = mask_kind(p, tile_full<FBN>(p, h, wq0, 16, k0, klimit));
+            const int kind = mask_kind(p, full_tile(j, k0));
             mask_scores<1, FNKB>(p, h, kind, klimit, s, wq0 + g, k0, t);
             return softmax_step<1, FNKB>(p, s, m, l, alpha);
         };

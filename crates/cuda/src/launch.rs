@@ -296,18 +296,18 @@ impl Family {
 
     /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
     /// the K/V stages of [`Family::forward_key_tile`] rows (2 for mma; [`WG_STAGES`] for
-    /// wgmma). wgmma's blocks run several work
-    /// items each ([`Family::forward_grid`]): two Q tiles (the next item's loads while the
-    /// last one computes); 8-byte mbarriers, full and empty per K/V stage, full, empty and
-    /// slot-read per Q tile; the two items' slots (32 bytes: number, plan, key limit); each
-    /// stage's first key (4 bytes); and its base rounded up to 1 KB in the kernel (the
-    /// swizzle of its operands is a function of address bits).
+    /// wgmma). wgmma's blocks run several work items each ([`Family::forward_grid`]): two Q
+    /// tiles (the next item's loads while the last one computes); 8-byte mbarriers, full and
+    /// empty per K/V stage, full, empty and slot-read per Q tile; the two items' slots (32
+    /// bytes: number, plan, key limit); each stage's first key and key segment (8 bytes);
+    /// and its base rounded up to 1 KB in the kernel (the swizzle of its operands is a
+    /// function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
         let (row, q_tile, k_tile) = (head_dim * 2, self.forward_q_tile(), self.forward_key_tile(head_dim));
         match self {
             Family::Mma => ((q_tile + 4 * k_tile) * row) as u32,
             Family::Wgmma => {
-                ((2 * q_tile + 2 * WG_STAGES * k_tile) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 4 + 1024)
+                ((2 * q_tile + 2 * WG_STAGES * k_tile) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 8 + 1024)
                     as u32
             }
         }
@@ -602,11 +602,11 @@ mod tests {
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
         assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
         assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 192 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 208 + 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB.
         assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
         // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
-        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 192 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 208 + 1024);
         assert!(Family::Wgmma.forward_smem(64) <= 227 * 1024);
         // One block per multiprocessor, at most one per item; mma keeps one per item.
         assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));

@@ -222,6 +222,45 @@ __device__ __forceinline__ int seg_of(const Params& p, const Axis& a, int c) {
     return p.compact ? (c + a.cbase) / p.dil_per_seg : 0;
 }
 
+// The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
+// and last index (row_of's, -1 for a hole or an index past the launch) and their compact
+// segments. `o` is the head's offset, dil_offset(p, h). One integer division while the
+// tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
+// forward's producer evaluates this per K/V tile, on the path that keeps the stages filled,
+// and hands the key side of tile_full to the consumers (with the divisions on both paths
+// a LongNet branch cost twice a dense launch of the same work: v25 in
+// docs/benchmarks/gpu-bench.md).
+struct TileEnds {
+    int row0, last, s0, s1;
+};
+template <int ROWS>
+__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int o) {
+    const int m = p.dil_per_seg, g0 = c0 + a.cbase, s0 = g0 / m, t0 = g0 - s0 * m;
+    int s1 = s0, t1 = t0 + ROWS - 1;
+    if (t1 >= m) {
+        s1 = (g0 + ROWS - 1) / m;
+        t1 = g0 + ROWS - 1 - s1 * m;
+    }
+    auto row = [&](int c, int s, int t) {
+        const int pos = s * p.dil_segment + o + t * p.dil_rate, r = pos - a.offset;
+        return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
+    };
+    return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};
+}
+// The key side of tile_full in a compact launch: the key tile's segment if its keys are all
+// rows of that one segment (no hole) before the padding limit, else -1.
+__device__ __forceinline__ int compact_key_seg(const Params& p, const TileEnds& e, int klimit) {
+    return e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(k_axis(p), e.last) < klimit ? e.s0 : -1;
+}
+// tile_full in a compact launch from its key side (compact_key_seg): the queries
+// q0..q0+qn-1 lie in the key tile's segment, and (causal) at or after its last key k1
+// (same segment: compact order is position order).
+__device__ __forceinline__ bool compact_tile_full(const Params& p, int kseg, int q0, int qn, int k1) {
+    const Axis qa = q_axis(p);
+    return kseg >= 0 && seg_of(p, qa, q0) == kseg && seg_of(p, qa, q0 + qn - 1) == kseg &&
+           (!p.causal || k1 + p.k_cbase <= q0 + qa.cbase);
+}
+
 // The element mask with per-row precomputed positions (-1: no row) and compact segments.
 // In compact mode every valid index pair of one segment is a kept pair of the branch, so
 // only segment, causality and padding remain: no division per element.
@@ -239,12 +278,10 @@ __device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn
     const int k1 = k0 + KROWS - 1;
     if (p.compact) {
         // One segment for the whole tile, no key hole (within a segment rows grow with the
-        // index and the valid ones are an interval: the first and last key decide), below
-        // the diagonal (same segment: compact order is position order), inside the padding.
-        const int s = seg_of(p, ka, k0);
-        const int first = row_of(p, ka, k0, h), last = row_of(p, ka, k1, h);
-        return seg_of(p, ka, k1) == s && seg_of(p, qa, q0) == s && seg_of(p, qa, q0 + qn - 1) == s && first >= 0 &&
-               last >= 0 && pos_of(ka, last) < klimit && (!p.causal || k1 + ka.cbase <= q0 + qa.cbase);
+        // index and the valid ones are an interval: the first and last key decide), inside
+        // the padding, the queries in it and below the diagonal.
+        const TileEnds e = compact_tile_ends<KROWS>(p, ka, k0, dil_offset(p, h));
+        return compact_tile_full(p, compact_key_seg(p, e, klimit), q0, qn, k1);
     }
     const int klast = ka.offset + k1 * ka.stride;
     return p.pattern == 0 && k1 < p.nk && klast < klimit && (!p.causal || klast <= qa.offset + q0 * qa.stride);
@@ -988,31 +1025,6 @@ __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
-// The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
-// and last index (row_of's, -1 for a hole or an index past the launch) and their compact
-// segments. `o` is the head's offset, dil_offset(p, h). One integer division where the
-// tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
-// forward evaluates this per K/V tile in its producer, on the path that keeps the stages
-// filled (with 64-row boxes of a LongNet branch at d = 128 that path, and the consumers'
-// per-tile tile_full, made a branch cost twice a dense launch of the same work: v25 in
-// docs/benchmarks/gpu-bench.md).
-struct TileEnds {
-    int row0, last, s0, s1;
-};
-template <int ROWS>
-__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int o) {
-    const int m = p.dil_per_seg, g0 = c0 + a.cbase, s0 = g0 / m, t0 = g0 - s0 * m;
-    int s1 = s0, t1 = t0 + ROWS - 1;
-    if (t1 >= m) {
-        s1 = (g0 + ROWS - 1) / m;
-        t1 = g0 + ROWS - 1 - s1 * m;
-    }
-    auto row = [&](int c, int s, int t) {
-        const int pos = s * p.dil_segment + o + t * p.dil_rate, r = pos - a.offset;
-        return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
-    };
-    return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};
-}
 // Are a compact tile's ROWS rows R apart, all inside the TMA view (so that its 64-row parts
 // are TMA boxes, row0 + 64 R apart)? It must lie in one segment without holes (first and
 // last row valid and (ROWS-1) R apart) and below the view's last full step.
@@ -1257,7 +1269,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
                     const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, slot(u)[7]);
                     row0 = e.row0;
                     box = ends_are_box<FBN>(p, ka, e);
-                    seg = e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(ka, e.last) < slot(u)[3] ? e.s0 : -1;
+                    seg = compact_key_seg(p, e, slot(u)[3]);
                 }
                 if (box) {
                     if (!leader) continue;
@@ -1329,16 +1341,12 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
         // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
         const u16* qs = q_tile(u) + wg * 64 * 64;
-        // A compact launch's tiles need no mask where the key tile lies in one segment
-        // (stage_seg, from the producer) that is this warp's rows' only one, below the
-        // diagonal: tile_full with the key side's index arithmetic done once per tile. (The
-        // warp's segments are taken here rather than once per item: two registers live
-        // across the loop cost the dense launches 1-4%, v25 notes.)
+        // tile_full, in a compact launch from the key side the producer took once per tile
+        // (stage_seg). (The warp's query segments are taken per tile rather than once per
+        // item: two registers live across the loop cost the dense launches 1-4%, v25 notes.)
         auto full_tile = [&](int j, int k0) {
-            if (!p.compact) return tile_full<FBN>(p, h, wq0, 16, k0, klimit);
-            const int seg = stage_seg(j);
-            return seg >= 0 && seg == seg_of(p, q_axis(p), wq0) && seg == seg_of(p, q_axis(p), wq0 + 15) &&
-                   (!p.causal || k0 + FBN - 1 + p.k_cbase <= wq0 + p.q_cbase);
+            return p.compact ? compact_tile_full(p, stage_seg(j), wq0, 16, k0 + FBN - 1)
+                             : tile_full<FBN>(p, h, wq0, 16, k0, klimit);
         };
         // Mask + softmax of the complete S of tile j (of the block's run), in place, and
         // alpha; did a row maximum grow?

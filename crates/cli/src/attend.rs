@@ -1,10 +1,9 @@
 //! `ringdil attend`: reference attention on tensors from files, on one device or on
 //! simulated ranks.
 
-use crate::distributed::{self, ScheduleKind};
 use crate::tensor_io::{self, Tensor};
 use ndarray::{Array3, Array4, NdFloat};
-use ringdil_reference::ring::{ChunkPlan, Layout, Report, simulate};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout, Report, simulate};
 use ringdil_reference::{Spec, attention};
 use serde::Serialize;
 use std::error::Error;
@@ -18,7 +17,7 @@ pub enum How {
     Distributed {
         ranks: usize,
         layout: Layout,
-        schedule: ScheduleKind,
+        schedule: Kind,
     },
 }
 
@@ -52,7 +51,7 @@ fn compute<T: NdFloat>(
         How::Distributed { ranks, layout, schedule } => {
             let (seq, heads) = (q.dim().1, q.dim().2);
             let chunks = ChunkPlan::new(seq, *ranks, layout)?;
-            let plan = distributed::schedule(*schedule, &chunks, spec, heads)?;
+            let plan = schedule.build(&chunks, spec, heads)?;
             let (r, _, report) = simulate(&plan, spec, q.view(), k.view(), v.view(), None)?;
             Ok((r.out, r.lse, Some(report)))
         }

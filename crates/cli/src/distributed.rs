@@ -2,23 +2,65 @@
 //! schedule from the command line, and costing a schedule per rank and step (`plan`).
 
 use clap::ValueEnum;
-use ringdil_reference::ring::{ChunkPlan, Layout, Schedule, all_gather, pattern_ring, ring, ulysses};
-use ringdil_reference::{Result, Spec};
-use serde::Serialize;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use ringdil_reference::ring::{Kind, Layout, Schedule};
+use serde::{Serialize, Serializer};
 
-/// Which distributed schedule to build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ScheduleKind {
-    /// Ring attention: K/V blocks travel around the ring, partials are merged.
-    Ring,
-    /// The ring, moving only the K/V rows the pattern needs (dilated rows, nothing for
-    /// segments inside a rank).
-    Pattern,
-    /// Context parallelism: all-gather K and V (Megatron / Llama 3).
-    AllGather,
-    /// Head parallelism: all-to-all to heads and back (DeepSpeed-Ulysses).
-    Ulysses,
+/// How the CLI writes a schedule [`Kind`]: its `--schedule` value (also its name in
+/// `plan --json`), its name in text output and its help line. These spellings are older
+/// than the shared enum and stay, so that scripts and saved outputs keep working.
+struct Spelling {
+    kind: Kind,
+    flag: &'static str,
+    label: &'static str,
+    help: &'static str,
+}
+
+const SPELLINGS: [Spelling; 4] = [
+    Spelling {
+        kind: Kind::Ring,
+        flag: "ring",
+        label: "Ring",
+        help: "Ring attention: K/V blocks travel around the ring, partials are merged",
+    },
+    Spelling {
+        kind: Kind::PatternRing,
+        flag: "pattern",
+        label: "Pattern",
+        help: "The ring, moving only the K/V rows the pattern needs (dilated rows, nothing for segments inside a rank)",
+    },
+    Spelling {
+        kind: Kind::AllGather,
+        flag: "all-gather",
+        label: "AllGather",
+        help: "Context parallelism: all-gather K and V (Megatron / Llama 3)",
+    },
+    Spelling {
+        kind: Kind::Ulysses,
+        flag: "ulysses",
+        label: "Ulysses",
+        help: "Head parallelism: all-to-all to heads and back (DeepSpeed-Ulysses)",
+    },
+];
+
+fn spelling(kind: Kind) -> &'static Spelling {
+    SPELLINGS.iter().find(|s| s.kind == kind).expect("SPELLINGS lists every kind (tested below)")
+}
+
+/// The parser of `--schedule`: the flags of [`SPELLINGS`], with their help, to a [`Kind`].
+pub fn schedule_arg() -> impl TypedValueParser<Value = Kind> {
+    PossibleValuesParser::new(SPELLINGS.iter().map(|s| PossibleValue::new(s.flag).help(s.help)))
+        .map(|flag| SPELLINGS.iter().find(|s| s.flag == flag).expect("clap accepts only listed values").kind)
+}
+
+/// The name of `kind` in text output (`plan`'s header, `verify`'s rows).
+pub fn label(kind: Kind) -> &'static str {
+    spelling(kind).label
+}
+
+/// `kind` as its `--schedule` value, for `plan --json`.
+fn serialize_flag<S: Serializer>(kind: &Kind, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(spelling(*kind).flag)
 }
 
 /// How tokens are laid out over ranks.
@@ -42,22 +84,12 @@ pub fn layout(arg: LayoutArg, boundaries: Option<Vec<usize>>) -> Layout {
     }
 }
 
-/// Build the schedule `kind` for `chunks` and `heads` heads under `spec`.
-pub fn schedule(kind: ScheduleKind, chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
-    spec.pattern.validate(heads, chunks.seq_len)?;
-    match kind {
-        ScheduleKind::Ring => ring(chunks, spec, heads),
-        ScheduleKind::Pattern => pattern_ring(chunks, spec, heads),
-        ScheduleKind::AllGather => Ok(all_gather(chunks, heads)),
-        ScheduleKind::Ulysses => Ok(ulysses(chunks, heads)),
-    }
-}
-
 /// Bytes sent per rank and step of one schedule, and the dense ring's totals for
 /// comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanCost {
-    pub schedule: ScheduleKind,
+    #[serde(serialize_with = "serialize_flag")]
+    pub schedule: Kind,
     pub ranks: usize,
     pub seq: usize,
     pub heads: usize,
@@ -75,13 +107,7 @@ pub struct PlanCost {
 impl PlanCost {
     /// Cost `schedule` for batch 1, query/key/value width `head_dim` and
     /// `element_bytes` bytes per element; `dense` is the plain ring on the same chunks.
-    pub fn new(
-        kind: ScheduleKind,
-        schedule: &Schedule,
-        dense: &Schedule,
-        head_dim: usize,
-        element_bytes: usize,
-    ) -> Self {
+    pub fn new(schedule: &Schedule, dense: &Schedule, head_dim: usize, element_bytes: usize) -> Self {
         let bytes = |steps: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
             steps.into_iter().map(|s| s.into_iter().map(|e| e * element_bytes).collect()).collect()
         };
@@ -89,7 +115,7 @@ impl PlanCost {
         let [dense_forward, dense_backward] = dense.sent_elements(1, head_dim, head_dim);
         let total = |steps: Vec<Vec<usize>>| steps.iter().flatten().sum::<usize>() * element_bytes;
         PlanCost {
-            schedule: kind,
+            schedule: schedule.kind,
             ranks: schedule.ranks(),
             seq: schedule.chunks.seq_len,
             heads: schedule.heads,
@@ -116,8 +142,14 @@ impl PlanCost {
     /// totals against the dense ring.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "{:?} schedule: {} tokens over {} ranks (tokens per rank {:?}), {} heads, head_dim {}, {} bytes per element\n",
-            self.schedule, self.seq, self.ranks, self.tokens_per_rank, self.heads, self.head_dim, self.element_bytes
+            "{} schedule: {} tokens over {} ranks (tokens per rank {:?}), {} heads, head_dim {}, {} bytes per element\n",
+            label(self.schedule),
+            self.seq,
+            self.ranks,
+            self.tokens_per_rank,
+            self.heads,
+            self.head_dim,
+            self.element_bytes
         );
         let mut headers = vec!["phase".to_string(), "step".to_string()];
         headers.extend((0..self.ranks).map(|r| format!("rank {r} KiB")));
@@ -163,8 +195,13 @@ impl PlanCost {
         let (width, height) = (LEFT + steps.len() * CELL_W + 10, TOP + self.ranks * CELL_H + 30);
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"12\">\n\
-             <text x=\"4\" y=\"18\">{:?}: {} tokens, {} ranks, {} heads, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
-            self.schedule, self.seq, self.ranks, self.heads, self.head_dim, self.element_bytes
+             <text x=\"4\" y=\"18\">{}: {} tokens, {} ranks, {} heads, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
+            label(self.schedule),
+            self.seq,
+            self.ranks,
+            self.heads,
+            self.head_dim,
+            self.element_bytes
         );
         for (c, (phase, i, _)) in steps.iter().enumerate() {
             svg.push_str(&format!("<text x=\"{}\" y=\"{}\">{phase} {i}</text>\n", LEFT + c * CELL_W + 8, TOP - 8));
@@ -188,5 +225,27 @@ impl PlanCost {
         }
         svg.push_str("</svg>\n");
         svg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::builder::TypedValueParser;
+
+    /// Every kind has exactly one spelling, and the parser turns each flag back into its
+    /// kind; unknown values (the reference's own names among them) are refused.
+    #[test]
+    fn every_kind_is_spelled_once_and_parses_back() {
+        let command = clap::Command::new("t");
+        let parser = schedule_arg();
+        for kind in Kind::ALL {
+            assert_eq!(SPELLINGS.iter().filter(|s| s.kind == kind).count(), 1, "{kind}");
+            let flag = spelling(kind).flag;
+            assert_eq!(parser.parse_ref(&command, None, flag.as_ref()).unwrap(), kind);
+        }
+        for unknown in ["pattern_ring", "all_gather", "Ring", ""] {
+            assert!(parser.parse_ref(&command, None, unknown.as_ref()).is_err(), "{unknown}");
+        }
     }
 }

@@ -2,13 +2,13 @@
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use ringdil_cli::distributed::{self, LayoutArg, PlanCost, ScheduleKind};
+use ringdil_cli::distributed::{self, LayoutArg, PlanCost};
 use ringdil_cli::pattern_file::PatternFile;
 use ringdil_cli::verify::{self, Check, Row};
 use ringdil_cli::{attend, pattern_view, table};
 use ringdil_cuda::dist::{LaunchOptions, launch};
 use ringdil_reference::Spec;
-use ringdil_reference::ring::ChunkPlan;
+use ringdil_reference::ring::{ChunkPlan, Kind};
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -154,8 +154,8 @@ struct Distribution {
     #[arg(long, value_delimiter = ',')]
     boundaries: Option<Vec<usize>>,
     /// The distributed schedule.
-    #[arg(long, value_enum, default_value_t = ScheduleKind::Pattern)]
-    schedule: ScheduleKind,
+    #[arg(long, value_parser = distributed::schedule_arg(), default_value = "pattern")]
+    schedule: Kind,
 }
 
 impl Distribution {
@@ -298,9 +298,9 @@ fn run_plan(
 ) -> Result<(), Box<dyn Error>> {
     let spec = load_spec(Some(file))?;
     let chunks = distribution.chunks(seq, ranks)?;
-    let schedule = distributed::schedule(distribution.schedule, &chunks, &spec, heads)?;
-    let dense = distributed::schedule(ScheduleKind::Ring, &chunks, &Spec::dense(), heads)?;
-    let cost = PlanCost::new(distribution.schedule, &schedule, &dense, head_dim, element_bytes);
+    let schedule = distribution.schedule.build(&chunks, &spec, heads)?;
+    let dense = Kind::Ring.build(&chunks, &Spec::dense(), heads)?;
+    let cost = PlanCost::new(&schedule, &dense, head_dim, element_bytes);
     if let Some(path) = svg {
         std::fs::write(path, cost.svg())?;
     }

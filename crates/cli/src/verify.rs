@@ -6,12 +6,12 @@
 //! padding, then runs every [`Check`]. Every check compares against an f64 oracle with
 //! the relative error `||x - ref|| / ||ref||` and a documented bound.
 
-use crate::distributed::{self, ScheduleKind};
+use crate::distributed;
 use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow, key_counts};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
-use ringdil_reference::ring::{ChunkPlan, Layout, simulate};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout, simulate};
 use ringdil_reference::{
     Attention, OutputGrad, Partial, Spec, attend_chunk, attention, attention_backward, backward_chunk,
 };
@@ -345,10 +345,9 @@ fn check_ring(p: &Problem, seed: u64) -> Res<(f64, String)> {
             Layout::Permuted { order, boundaries: None }
         }
     };
-    let kind =
-        [ScheduleKind::Ring, ScheduleKind::Pattern, ScheduleKind::AllGather, ScheduleKind::Ulysses][rng.range(0, 3)];
+    let kind = Kind::ALL[rng.range(0, 3)];
     let chunks = ChunkPlan::new(n, ranks, &layout)?;
-    let schedule = distributed::schedule(kind, &chunks, spec, heads)?;
+    let schedule = kind.build(&chunks, spec, heads)?;
     let g = normal_tensor(q.dim().into(), seed ^ 0x6772);
     let exact = attention_backward(q.view(), k.view(), v.view(), spec, full, g.view())?;
     let (out, grads, _) = simulate(&schedule, spec, q.view(), k.view(), v.view(), Some(g.view()))?;
@@ -364,5 +363,5 @@ fn check_ring(p: &Problem, seed: u64) -> Res<(f64, String)> {
         Layout::Boundaries(_) => "boundaries",
         Layout::Permuted { .. } => "permuted",
     };
-    Ok((err, format!("{kind:?} P={ranks} {layout_name}")))
+    Ok((err, format!("{} P={ranks} {layout_name}", distributed::label(kind))))
 }

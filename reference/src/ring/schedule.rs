@@ -94,14 +94,54 @@ pub struct Step {
     pub skipped: Vec<Skip>,
 }
 
-/// Which schedule family built a [`Schedule`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which schedule family built a [`Schedule`]: the one list of distributed schedules,
+/// shared by the reference, the CLI (`--schedule`) and the GPU runtime
+/// (`ringdil_cuda::dist`, which runs all but [`Kind::Ulysses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
+    /// Ring attention: K/V blocks travel around the ring ([`super::ring()`]).
     Ring,
+    /// The ring, moving only the rows the pattern needs ([`super::pattern_ring`]).
     PatternRing,
+    /// Context parallelism: all-gather K and V ([`super::all_gather`]).
     AllGather,
+    /// Head parallelism: all-to-all to heads and back ([`super::ulysses`]).
     Ulysses,
+}
+
+impl Kind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [Kind; 4] = [Kind::Ring, Kind::PatternRing, Kind::AllGather, Kind::Ulysses];
+
+    /// The kind's name in JSON (its serde name) and in the GPU programs' logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Ring => "ring",
+            Kind::PatternRing => "pattern_ring",
+            Kind::AllGather => "all_gather",
+            Kind::Ulysses => "ulysses",
+        }
+    }
+
+    /// The schedule of this kind for `chunks` and `heads` heads under `spec`. The pattern
+    /// is validated for every kind, also for those whose steps do not read it
+    /// (all-gather and Ulysses move every row), so a bad spec never yields a schedule.
+    pub fn build(self, chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
+        spec.pattern.validate(heads, chunks.seq_len)?;
+        match self {
+            Kind::Ring => super::ring(chunks, spec, heads),
+            Kind::PatternRing => super::pattern_ring(chunks, spec, heads),
+            Kind::AllGather => Ok(super::all_gather(chunks, heads)),
+            Kind::Ulysses => Ok(super::ulysses(chunks, heads)),
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A complete distributed schedule for one chunk plan and head count.
@@ -283,5 +323,48 @@ impl std::fmt::Display for Schedule {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::{BlockSparse, Dense};
+    use crate::ring::Layout;
+
+    /// `name` is the serde name (JSON written by one is read by tools that know the
+    /// other), and `ALL` lists each kind once.
+    #[test]
+    fn names_are_the_serde_names_and_all_lists_each_kind_once() {
+        for kind in Kind::ALL {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{}\"", kind.name()));
+            assert_eq!(kind.to_string(), kind.name());
+            assert_eq!(Kind::ALL.iter().filter(|&&k| k == kind).count(), 1);
+        }
+        let names: HashSet<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Kind::ALL.len());
+    }
+
+    /// `build` returns a valid schedule of the kind asked for, and rejects an invalid
+    /// pattern even for the kinds whose steps do not read it.
+    #[test]
+    fn build_makes_the_kind_asked_for_and_validates_the_pattern() {
+        let chunks = ChunkPlan::new(12, 3, &Layout::Zigzag).unwrap();
+        let spec = Spec::new(Dense).causal(true);
+        for kind in Kind::ALL {
+            let schedule = kind.build(&chunks, &spec, 3).unwrap();
+            assert_eq!(schedule.kind, kind);
+            schedule.validate(&spec).unwrap();
+        }
+        let bad = Spec::new(BlockSparse {
+            block: 0,
+            local_radius: None,
+            dilated_stride: None,
+            global_tokens: 0,
+            block_mask: None,
+        });
+        for kind in Kind::ALL {
+            assert!(kind.build(&chunks, &bad, 3).is_err(), "{kind}: a zero block must be rejected");
+        }
     }
 }

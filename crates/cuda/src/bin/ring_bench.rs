@@ -17,11 +17,13 @@
 
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::auto::{Decision, Problem, Selected, Speeds, choose, select};
-use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, Schedule, launch};
+use ringdil_cuda::dist::{
+    Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, SCHEDULES, launch,
+};
 use ringdil_cuda::launch::{Chunk, Dtype, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::Dilated;
-use ringdil_reference::ring::{ChunkPlan, Layout};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use std::fmt::Write;
 use std::time::Instant;
 
@@ -152,7 +154,7 @@ fn distributed(
     comm: &Communicator,
     pat: &str,
     layout: &Layout,
-    schedule: Schedule,
+    schedule: Kind,
     n: usize,
     probes: bool,
 ) -> Result<Measured, String> {
@@ -203,9 +205,10 @@ fn distributed(
     let kv = mib(2 * plan.piece_lens(me).iter().sum::<usize>());
     // K/V this rank sends in one forward (bf16: 2 bytes per element).
     let sent = match schedule {
-        Schedule::Ring => plan.ring_volume(me),
-        Schedule::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum(),
-        Schedule::AllGather => 2 * (p - 1) * plan.piece_lens(me).iter().sum::<usize>(),
+        Kind::Ring => plan.ring_volume(me),
+        Kind::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum(),
+        Kind::AllGather => 2 * (p - 1) * plan.piece_lens(me).iter().sum::<usize>(),
+        Kind::Ulysses => unreachable!("the rank refused it in the passes above"),
     };
     Ok(Measured {
         row: Row::new(pat, schedule.name(), &format!("{layout:?}").to_lowercase(), p, n, (full, both), mem, kv),
@@ -266,22 +269,22 @@ fn main() {
     }
     comm.barrier(&gpu).expect("barrier");
     let mut rows: Vec<(Measured, &'static str)> = Vec::new();
-    let configs: Vec<(&str, Layout, Schedule, usize, &'static str)> = vec![
-        ("dense causal", Layout::Zigzag, Schedule::Ring, 8 * k, "strong"),
-        ("dense causal", Layout::Zigzag, Schedule::Ring, 32 * k, "strong"),
-        ("dense causal", Layout::Zigzag, Schedule::Ring, 128 * k, "strong"),
-        ("dense causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong (unbalanced layout)"),
-        ("dense causal", Layout::Zigzag, Schedule::AllGather, 128 * k, "strong (all-gather baseline)"),
-        ("dense causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (pattern-aware)"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 32 * k, "strong"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 32 * k, "strong (pattern-aware)"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::PatternRing, 128 * k, "strong"),
-        ("longnet dilated causal", Layout::Contiguous, Schedule::Ring, 128 * k, "strong"),
-        ("longnet dilated causal", Layout::Zigzag, Schedule::PatternRing, 128 * k, "strong (balanced layout)"),
+    let configs: Vec<(&str, Layout, Kind, usize, &'static str)> = vec![
+        ("dense causal", Layout::Zigzag, Kind::Ring, 8 * k, "strong"),
+        ("dense causal", Layout::Zigzag, Kind::Ring, 32 * k, "strong"),
+        ("dense causal", Layout::Zigzag, Kind::Ring, 128 * k, "strong"),
+        ("dense causal", Layout::Contiguous, Kind::Ring, 128 * k, "strong (unbalanced layout)"),
+        ("dense causal", Layout::Zigzag, Kind::AllGather, 128 * k, "strong (all-gather baseline)"),
+        ("dense causal", Layout::Zigzag, Kind::PatternRing, 128 * k, "strong (pattern-aware)"),
+        ("longnet dilated causal", Layout::Contiguous, Kind::Ring, 32 * k, "strong"),
+        ("longnet dilated causal", Layout::Contiguous, Kind::PatternRing, 32 * k, "strong (pattern-aware)"),
+        ("longnet dilated causal", Layout::Contiguous, Kind::PatternRing, 128 * k, "strong"),
+        ("longnet dilated causal", Layout::Contiguous, Kind::Ring, 128 * k, "strong"),
+        ("longnet dilated causal", Layout::Zigzag, Kind::PatternRing, 128 * k, "strong (balanced layout)"),
     ];
     for (pat, layout, schedule, n, what) in configs {
         let n = n.max(p * 128);
-        match distributed(&gpu, &comm, pat, &layout, schedule, n, schedule == Schedule::Ring) {
+        match distributed(&gpu, &comm, pat, &layout, schedule, n, schedule == Kind::Ring) {
             Ok(m) => {
                 if me == 0 {
                     println!(
@@ -318,7 +321,7 @@ fn main() {
                 let mut rank = DistRank::new(&gpu, &comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
                 comm.barrier(&gpu).map_err(|e| e.to_string())?;
                 let t0 = Instant::now();
-                let out = rank.forward(Schedule::Ring, &data).map_err(|e| e.to_string())?;
+                let out = rank.forward(Kind::Ring, &data).map_err(|e| e.to_string())?;
                 gpu.synchronize().map_err(|e| e.to_string())?;
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
                 let mem = used_memory(&gpu) / (1u64 << 30) as f64;
@@ -421,7 +424,7 @@ fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds) -> Vec<AutoRow> {
         let single_ms = if me == 0 { single(gpu, pat, n).fwd_ms } else { f64::NAN };
         comm.barrier(gpu).expect("barrier");
         measured.push(("single".to_string(), single_ms));
-        for schedule in Schedule::ALL {
+        for schedule in SCHEDULES {
             let ms = distributed(gpu, comm, pat, &layout, schedule, n, false).map_or(f64::NAN, |m| m.row.fwd_ms);
             measured.push((schedule.name().to_string(), ms));
         }

@@ -33,7 +33,7 @@ use ndarray::{Array3, Array4};
 use ringdil_cuda::Gpu;
 use ringdil_cuda::check::{bound, lse_err, rel_err};
 use ringdil_cuda::dist::{
-    Communicator, DistPlan, DistRank, DistResult, Grid, LaunchOptions, RankData, RankEnv, RankGrads, Schedule,
+    Communicator, DistPlan, DistRank, DistResult, Grid, LaunchOptions, RankData, RankEnv, RankGrads, SCHEDULES,
     VirtualRanks, launch, run_threads,
 };
 use ringdil_cuda::gpu::DevicePartial;
@@ -41,7 +41,7 @@ use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
-use ringdil_reference::ring::{ChunkPlan, Layout};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use ringdil_reference::{Attention, attention, attention_backward};
 use std::fmt::Write;
 use std::ops::Range;
@@ -554,7 +554,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         let mut rank = DistRank::new(gpu, ring_comm, &mine.plan, Dtype::Bf16).expect("rank");
         let virt: Option<Vec<HostResult>> = (me == 0)
             .then(|| parts.iter().map(|part| run_virtual(gpu, c, part, &inp).expect("virtual ranks")).collect());
-        for schedule in Schedule::ALL {
+        for schedule in SCHEDULES {
             let out = rank.forward(schedule, &data).expect("forward");
             let grads = rank.backward(schedule, &data, &out, &dout).expect("backward");
             // One communicator at a time on this GPU: the ring's transfers are finished
@@ -568,7 +568,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                     .iter()
                     .map(|part| {
                         let plan = &part.plan;
-                        if schedule == Schedule::PatternRing {
+                        if schedule == Kind::PatternRing {
                             (0..p)
                                 .flat_map(|d| (0..p).filter(move |&s| s != d).map(move |s| (d, s)))
                                 .map(|(d, s)| plan.pattern_volume(d, s))
@@ -579,7 +579,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                     })
                     .sum();
                 let mut extra = format!(" | K/V elements moved (fwd, all ranks) {moved}");
-                if schedule == Schedule::Ring {
+                if schedule == Kind::Ring {
                     let diff = virt.as_ref().map_or(f64::NAN, |vres| max_diff(&res, vres));
                     write!(extra, " | max abs diff ring vs virtual ranks {diff:.1e}").unwrap();
                 }

@@ -34,9 +34,9 @@
 
 use super::error::DistResult;
 use super::layout::DistPlan;
-use super::ring::Schedule;
 use crate::launch::{Chunk, Shape, launches};
 use crate::plan::{FWD_Q_TILE, TILE};
+use ringdil_reference::ring::Kind;
 use serde::Serialize;
 
 /// Sizes and sparsity of one attention call.
@@ -156,7 +156,7 @@ impl Speeds {
 pub enum Selected {
     /// The whole problem on one GPU (rank 0); the others wait.
     Single,
-    Distributed(Schedule),
+    Distributed(Kind),
 }
 
 /// Decide for `plan` on its ranks with `speeds`: the rule's decision and what to run.
@@ -166,9 +166,9 @@ pub fn select(plan: &DistPlan, speeds: &Speeds) -> DistResult<(Decision, Selecte
     let d = choose(&problem, plan.ranks(), speeds);
     let selected = match d.choice {
         Choice::Single => Selected::Single,
-        Choice::AllGather => Selected::Distributed(Schedule::AllGather),
-        Choice::Ring if problem.moved_fraction < 1.0 => Selected::Distributed(Schedule::PatternRing),
-        Choice::Ring => Selected::Distributed(Schedule::Ring),
+        Choice::AllGather => Selected::Distributed(Kind::AllGather),
+        Choice::Ring if problem.moved_fraction < 1.0 => Selected::Distributed(Kind::PatternRing),
+        Choice::Ring => Selected::Distributed(Kind::Ring),
     };
     Ok((d, selected))
 }
@@ -274,10 +274,10 @@ mod tests {
         let short = plan(1024, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Zigzag);
         assert_eq!(select(&short, &s).unwrap().1, Selected::Single);
         let long = plan(131_072, 2, GpuSpec::new(GpuPattern::Dense), Layout::Contiguous);
-        assert_eq!(select(&long, &s).unwrap().1, Selected::Distributed(Schedule::Ring));
+        assert_eq!(select(&long, &s).unwrap().1, Selected::Distributed(Kind::Ring));
         let causal = plan(131_072, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Contiguous);
         // Contiguous causal: rank 0 needs nothing from rank 1, so the pattern-aware ring moves half.
-        assert_eq!(select(&causal, &s).unwrap().1, Selected::Distributed(Schedule::PatternRing));
+        assert_eq!(select(&causal, &s).unwrap().1, Selected::Distributed(Kind::PatternRing));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! * [`layout`]: the reference's [`ChunkPlan`](ringdil_reference::ring::ChunkPlan) as
 //!   GPU pieces, the kernel positions of every (query piece, key piece) pair and the
 //!   pairs the pattern needs.
-//! * [`ring`]: one rank's forward and backward for each [`Schedule`], transfers on a
+//! * [`ring`]: one rank's forward and backward for each of the [`SCHEDULES`], transfers on a
 //!   second stream overlapping the kernels (double-buffered, ordered by events).
 //! * [`virtual_ranks`]: `P` ranks simulated on one GPU with the same launches and merge
 //!   order (bit-identical to the ring).
@@ -36,6 +36,6 @@ pub use error::{DistError, DistResult};
 pub use grid::Grid;
 pub use launcher::{LaunchOptions, RankEnv, launch};
 pub use layout::{DistPlan, Piece};
-pub use ring::{DistRank, Probe, RankData, RankGrads, Schedule};
+pub use ring::{DistRank, Probe, RankData, RankGrads, SCHEDULES};
 pub use threads::run_threads;
 pub use virtual_ranks::VirtualRanks;

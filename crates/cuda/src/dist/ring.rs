@@ -1,7 +1,7 @@
 //! One rank of ring attention over NCCL: the dense ring, the pattern-aware plan and the
 //! all-gather baseline, forward and backward.
 //!
-//! # Dense ring ([`Schedule::Ring`])
+//! # Dense ring ([`Kind::Ring`])
 //! Rank `r` keeps its query pieces and, at step `s = 0..P-1`, computes over the block
 //! of `src = (r - s) mod P`. Before that compute is enqueued, the block it holds is sent
 //! to `r + 1` and the block of `(r - s - 1) mod P` is received from `r - 1`, in one NCCL
@@ -18,7 +18,7 @@
 //! accumulator home. Volume `4 B H d (N - n_{r+1}) + 2 B H d n_{r+1}` per rank (K/V in
 //! bf16, dK/dV in f32: bytes are `2*2 + 2*4` per element pair).
 //!
-//! # Pattern-aware plan ([`Schedule::PatternRing`])
+//! # Pattern-aware plan ([`Kind::PatternRing`])
 //! Same steps, but at step `s` rank `r` receives **directly** from `src = r - s` only
 //! the pieces it needs ([`DistPlan::needed_pieces`]) and sends its own needed pieces to
 //! `r + s`; a step nobody needs moves nothing (a dilated branch whose segments fit in
@@ -30,7 +30,7 @@
 //! Volume received by `r`: `sum_{s != r} 2 B H d sum_{kj needed} kept_kj` (`kept_kj` =
 //! rows of piece `kj`, or its kept head rows / H).
 //!
-//! # All-gather ([`Schedule::AllGather`])
+//! # All-gather ([`Kind::AllGather`])
 //! One group gathers every other rank's pieces (`2 B H d (N - n_r)` received), then the
 //! same computes run in the same order; backward gathers again and returns each block's
 //! dK/dV contributions to its owner in one group. Memory `O(N)` per rank: the baseline.
@@ -42,26 +42,18 @@ use super::layout::DistPlan;
 use crate::gpu::{DevicePartial, DeviceTensor, Gpu};
 use crate::launch::Dtype;
 use cudarc::driver::CudaSlice;
+use ringdil_reference::ring::Kind;
 use std::collections::HashMap;
 
-/// Which communication schedule a distributed call uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Schedule {
-    Ring,
-    PatternRing,
-    AllGather,
-}
+/// The schedules the GPU runtime runs, in the reference's order ([`Kind::ALL`] without
+/// Ulysses, which splits heads rather than tokens and has no GPU implementation).
+pub const SCHEDULES: [Kind; 3] = [Kind::Ring, Kind::PatternRing, Kind::AllGather];
 
-impl Schedule {
-    pub const ALL: [Schedule; 3] = [Schedule::Ring, Schedule::PatternRing, Schedule::AllGather];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Schedule::Ring => "ring",
-            Schedule::PatternRing => "pattern_ring",
-            Schedule::AllGather => "all_gather",
-        }
+/// `Ok` for a schedule of [`SCHEDULES`], a typed error for the others.
+fn supported(schedule: Kind) -> DistResult<()> {
+    match SCHEDULES.contains(&schedule) {
+        true => Ok(()),
+        false => Err(DistError::UnsupportedSchedule(schedule)),
     }
 }
 
@@ -208,17 +200,13 @@ impl<'a> DistRank<'a> {
     }
 
     /// The forward pass: the finished output of each query piece of this rank.
-    pub fn forward(&mut self, schedule: Schedule, data: &RankData) -> DistResult<Vec<DevicePartial>> {
+    pub fn forward(&mut self, schedule: Kind, data: &RankData) -> DistResult<Vec<DevicePartial>> {
         self.forward_probe(schedule, data, Probe::Full)
     }
 
     /// [`DistRank::forward`], or only its kernels or only its transfers (benchmarks).
-    pub fn forward_probe(
-        &mut self,
-        schedule: Schedule,
-        data: &RankData,
-        probe: Probe,
-    ) -> DistResult<Vec<DevicePartial>> {
+    pub fn forward_probe(&mut self, schedule: Kind, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
+        supported(schedule)?;
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         let mut acc: Vec<Option<DevicePartial>> = (0..data.q.len()).map(|_| None).collect();
         if probe == Probe::ComputeOnly {
@@ -246,7 +234,7 @@ impl<'a> DistRank<'a> {
         }
         let compute = probe == Probe::Full;
         match schedule {
-            Schedule::Ring => {
+            Kind::Ring => {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
                 let mut cur: Option<Block> = None;
                 for s in 0..p {
@@ -263,7 +251,7 @@ impl<'a> DistRank<'a> {
                     cur = incoming;
                 }
             }
-            Schedule::PatternRing => {
+            Kind::PatternRing => {
                 let mut incoming = self.pattern_fetch(1, data)?;
                 if compute {
                     self.compute.attend(gpu, plan, me, &data.q, &all_of(&data.k, &data.v), &mut acc)?;
@@ -281,7 +269,7 @@ impl<'a> DistRank<'a> {
                     }
                 }
             }
-            Schedule::AllGather => {
+            Kind::AllGather => {
                 let blocks = self.gather_all(data)?;
                 for s in 0..p {
                     let src = (me + p - s) % p;
@@ -294,6 +282,7 @@ impl<'a> DistRank<'a> {
                     }
                 }
             }
+            Kind::Ulysses => unreachable!("`supported` rejects it"),
         }
         finish(gpu, &self.helpers, plan, me, acc)
     }
@@ -398,11 +387,12 @@ impl<'a> DistRank<'a> {
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
     pub fn backward(
         &mut self,
-        schedule: Schedule,
+        schedule: Kind,
         data: &RankData,
         out: &[DevicePartial],
         dout: &[DeviceTensor],
     ) -> DistResult<RankGrads> {
+        supported(schedule)?;
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         if out.len() != data.q.len() || dout.len() != data.q.len() {
             return Err(DistError::ShapeMismatch {
@@ -414,7 +404,7 @@ impl<'a> DistRank<'a> {
         let qlens = plan.piece_lens(me);
         let mut dq = zeros(gpu, &qlens)?;
         match schedule {
-            Schedule::Ring => {
+            Kind::Ring => {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
                 let mut cur: Option<Block> = None;
                 let mut dk = zeros(gpu, &qlens)?;
@@ -458,7 +448,7 @@ impl<'a> DistRank<'a> {
                 }
                 Ok(RankGrads { dq, dk, dv })
             }
-            Schedule::PatternRing | Schedule::AllGather => {
+            Kind::PatternRing | Kind::AllGather => {
                 let mut dk = zeros(gpu, &qlens)?;
                 let mut dv = zeros(gpu, &qlens)?;
                 // Own block first (no transfer).
@@ -473,7 +463,7 @@ impl<'a> DistRank<'a> {
                     &mut dq,
                     &mut all_of_mut(&mut dk, &mut dv),
                 )?;
-                let gathered = if schedule == Schedule::AllGather { Some(self.gather_all(data)?) } else { None };
+                let gathered = if schedule == Kind::AllGather { Some(self.gather_all(data)?) } else { None };
                 let mut incoming = if gathered.is_none() { self.pattern_fetch(1, data)? } else { Vec::new() };
                 // Contributions received for my pieces, added after the next step's kernels
                 // are enqueued, so the return hop overlaps them.
@@ -570,6 +560,7 @@ impl<'a> DistRank<'a> {
                 }
                 Ok(RankGrads { dq, dk, dv })
             }
+            Kind::Ulysses => unreachable!("`supported` rejects it"),
         }
     }
 

@@ -1,147 +1,29 @@
-//! Host-side launch configuration: argument validation, the kernel parameter block, the
-//! tile plans and grid / shared-memory sizes of every launch. Pure host code (no CUDA), so
-//! it is tested on machines without a GPU.
+//! Host-side launch construction: argument validation, the kernel parameter block of
+//! every launch of a call, its tile plans, and the launch description (kernel, grid,
+//! block, shared memory) derived from the family table ([`crate::family`]). Pure host code
+//! (no CUDA), so it is tested on machines without a GPU.
 
 use crate::error::{CudaError, Result};
-use crate::plan::{Axis, FWD_Q_TILE, IndexMap, TILE, TilePlan, plan};
+use crate::family::TILE;
+use crate::params::{OffsetRule, Params, PatternCode};
+use crate::plan::{IndexMap, TilePlan, plan};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
 
-/// Element type of q, k, v and d_out (accumulation and outputs are f32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum Dtype {
-    Bf16,
-    F16,
-}
-
-/// Tensor sizes of one call: q / d_out / out are `[batch, q_rows, heads, head_dim]`,
-/// k / v are `[batch, k_rows, heads, head_dim]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    pub batch: usize,
-    pub heads: usize,
-    pub head_dim: usize,
-    pub q_rows: usize,
-    pub k_rows: usize,
-}
-
-impl Shape {
-    /// Self-attention over a whole sequence.
-    pub fn square(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
-        Shape { batch, heads, head_dim, q_rows: seq, k_rows: seq }
-    }
-
-    pub fn q_len(&self) -> usize {
-        self.batch * self.q_rows * self.heads * self.head_dim
-    }
-
-    pub fn k_len(&self) -> usize {
-        self.batch * self.k_rows * self.heads * self.head_dim
-    }
-
-    /// Elements of the `[batch, heads, q_rows]` log-sum-exp.
-    pub fn lse_len(&self) -> usize {
-        self.batch * self.heads * self.q_rows
-    }
-}
-
-/// Where the tensors sit in the global sequence: query row `i` is global position
-/// `q_offset + i * q_stride`, key row `j` is `k_offset + j * k_stride`; patterns are
-/// defined on `0..seq_len`. One ring step is one chunk pair; stride 1 is a contiguous
-/// piece, stride `P` a rank's rows of a striped layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunk {
-    pub q_offset: usize,
-    pub k_offset: usize,
-    pub seq_len: usize,
-    pub q_stride: usize,
-    pub k_stride: usize,
-}
-
-impl Chunk {
-    /// Contiguous query and key rows from the given offsets.
-    pub fn new(q_offset: usize, k_offset: usize, seq_len: usize) -> Self {
-        Chunk { q_offset, k_offset, seq_len, q_stride: 1, k_stride: 1 }
-    }
-
-    /// The whole sequence (self-attention).
-    pub fn whole(shape: &Shape) -> Self {
-        Chunk::new(0, 0, shape.q_rows)
-    }
-
-    /// The query and key axes of `shape` placed by this chunk.
-    pub fn axes(&self, shape: &Shape) -> (Axis, Axis) {
-        (
-            Axis { offset: self.q_offset, stride: self.q_stride, rows: shape.q_rows },
-            Axis { offset: self.k_offset, stride: self.k_stride, rows: shape.k_rows },
-        )
-    }
-}
-
-/// The kernels' parameter block, passed by value. Must match `struct Params` in
-/// `kernels/attention.cu` field for field (pointers are raw device addresses, 0 = null).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Params {
-    pub q: u64,
-    pub k: u64,
-    pub v: u64,
-    pub out: u64,
-    pub lse: u64,
-    pub dout: u64,
-    pub delta: u64,
-    pub lse2: u64,
-    pub dq: u64,
-    pub dk: u64,
-    pub dv: u64,
-    pub key_len: u64,
-    pub plan_ptr: u64,
-    pub plan_idx: u64,
-    pub block_mask: u64,
-    pub batch: i32,
-    pub heads: i32,
-    pub nq: i32,
-    pub nk: i32,
-    pub q_rows: i32,
-    pub k_rows: i32,
-    pub q_offset: i32,
-    pub k_offset: i32,
-    pub seq_len: i32,
-    pub causal: i32,
-    pub pattern: i32,
-    pub win_left: i32,
-    pub win_right: i32,
-    pub bs_block: i32,
-    pub bs_radius: i32,
-    pub bs_stride: i32,
-    pub bs_global: i32,
-    pub bs_mask_blocks: i32,
-    pub dil_segment: i32,
-    pub dil_rate: i32,
-    pub dil_rule: i32,
-    pub dil_fixed: i32,
-    pub compact: i32,
-    pub dil_per_seg: i32,
-    pub q_stride: i32,
-    pub k_stride: i32,
-    pub q_cbase: i32,
-    pub k_cbase: i32,
-    pub accumulate: i32,
-    pub scale: f32,
-    pub scale_log2: f32,
-}
-
-// SAFETY: plain-old-data, `repr(C)`, laid out as the CUDA struct.
-unsafe impl cudarc::driver::DeviceRepr for Params {}
+// The call description and the family table, where launch construction takes them.
+pub use crate::family::{FAMILY_ENV, Family};
+pub use crate::shape::{Chunk, Dtype, Shape};
 
 /// One kernel launch of a call: a dense/masked pattern is one launch; a dilated pattern is
-/// one launch per branch, merged afterwards.
+/// one launch per branch, each merged into the call's result.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
     pub params: Params,
     pub map: IndexMap,
+    pub family: Family,
+    pub head_dim: usize,
     /// Query rows per forward block ([`Family::forward_q_tile_for`]); it picks the forward
-    /// kernel (wgmma: `attn_fwd`, or `attn_fwd_128` for 128 rows).
+    /// kernel ([`Kernel::Forward`], or [`Kernel::ForwardNarrow`] for the narrow tile).
     pub fwd_q_tile: usize,
     /// Keys per forward tile ([`Family::forward_key_tile`]).
     pub fwd_k_tile: usize,
@@ -152,8 +34,55 @@ pub struct LaunchSpec {
     pub cols: TilePlan,
 }
 
+/// The attention kernels of a compiled module, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `attn_fwd`: [`Family::forward_q_tile`] query rows per tile.
+    Forward,
+    /// `attn_fwd_128` (wgmma only): [`Family::forward_q_tile_narrow`] rows per tile.
+    ForwardNarrow,
+    /// `attn_bwd`.
+    Backward,
+}
+
+impl Kernel {
+    /// The kernel's `extern "C"` name in the module.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Forward => "attn_fwd",
+            Kernel::ForwardNarrow => "attn_fwd_128",
+            Kernel::Backward => "attn_bwd",
+        }
+    }
+
+    /// The kernels `family` compiles.
+    pub fn of(family: Family) -> &'static [Kernel] {
+        match family {
+            Family::Mma => &[Kernel::Forward, Kernel::Backward],
+            Family::Wgmma => &[Kernel::Forward, Kernel::ForwardNarrow, Kernel::Backward],
+        }
+    }
+
+    /// Dynamic shared memory every launch of this kernel requests.
+    pub fn smem(self, family: Family, head_dim: usize) -> u32 {
+        match self {
+            Kernel::Forward | Kernel::ForwardNarrow => family.forward_smem(head_dim),
+            Kernel::Backward => family.backward_smem(head_dim),
+        }
+    }
+}
+
+/// Everything a launch needs besides its arguments, from one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub kernel: Kernel,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub smem: u32,
+}
+
 impl LaunchSpec {
-    /// Grid of the forward kernel: (query tiles, heads, batch).
+    /// Work items of the forward: (query tiles, heads, batch).
     pub fn grid_fwd(&self) -> (u32, u32, u32) {
         (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
     }
@@ -163,192 +92,36 @@ impl LaunchSpec {
     pub fn grid_cols(&self, key_tiles: usize) -> (u32, u32, u32) {
         (self.cols.row_tiles.div_ceil(key_tiles) as u32, self.params.heads as u32, self.params.batch as u32)
     }
-}
 
-/// Which kernel family a device runs. Both families walk tile plans of the same kind
-/// (forward: query tiles of [`Family::forward_q_tile`] rows over key tiles of
-/// [`Family::forward_key_tile`]; backward: key tiles over query tiles of [`TILE`]) and
-/// compute the same results; the kernel source is compiled with `-DWGMMA=0|1` accordingly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps per block, K/V (or
-    /// Q/dO) double-buffered with cp.async.
-    Mma,
-    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
-    /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 3 consumer
-    /// warpgroups and a producer warpgroup, [`WG_STAGES`] K/V stages handed over by
-    /// mbarriers. Backward: two consumer warpgroups of 64 key rows and a producer
-    /// warpgroup per block, visiting 128 query rows at a time at d = 64 and 64 at d = 128.
-    Wgmma,
-}
-
-/// K/V stages of the wgmma forward (`WG_STAGES` in the kernel): tile j+1 computes while
-/// tiles j+2 and j+3 load.
-pub const WG_STAGES: usize = 4;
-
-/// Q/dO stages of the wgmma backward (`WB_STAGES` in the kernel): one query tile computes
-/// while the next loads.
-pub const WB_STAGES: usize = 2;
-
-/// Environment variable that forces the portable family on sm_90 (`mma`), so that it is
-/// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
-pub const FAMILY_ENV: &str = "RINGDIL_KERNELS";
-
-impl Family {
-    /// The family for compute capability `major.minor`: wgmma exists only on 9.0 (sm_90a
-    /// features do not carry over to later architectures).
-    pub fn for_device(major: i32, minor: i32, forced: Option<&str>) -> Self {
-        if (major, minor) == (9, 0) && forced != Some("mma") { Family::Wgmma } else { Family::Mma }
-    }
-
-    /// NVRTC's `--gpu-architecture`: wgmma needs the architecture-specific target.
-    pub fn target(self, major: i32, minor: i32) -> String {
-        match self {
-            Family::Mma => format!("sm_{major}{minor}"),
-            Family::Wgmma => format!("sm_{major}{minor}a"),
+    /// The forward launch on a device of `sms` multiprocessors.
+    pub fn forward_dims(&self, sms: u32) -> LaunchDims {
+        let f = self.family;
+        let kernel = if self.fwd_q_tile == f.forward_q_tile() { Kernel::Forward } else { Kernel::ForwardNarrow };
+        LaunchDims {
+            kernel,
+            grid: f.forward_grid(self.grid_fwd(), sms),
+            block: f.forward_threads(self.fwd_q_tile),
+            smem: kernel.smem(f, self.head_dim),
         }
     }
 
-    pub fn define(self) -> &'static str {
-        match self {
-            Family::Mma => "-DWGMMA=0",
-            Family::Wgmma => "-DWGMMA=1",
+    /// The backward launch.
+    pub fn backward_dims(&self) -> LaunchDims {
+        let f = self.family;
+        LaunchDims {
+            kernel: Kernel::Backward,
+            grid: self.grid_cols(f.backward_key_tiles()),
+            block: f.backward_threads(),
+            smem: Kernel::Backward.smem(f, self.head_dim),
         }
     }
 
-    /// Query rows per forward block. mma: [`FWD_Q_TILE`] (4 warps of 2 m16 tiles). wgmma: 64
-    /// per consumer warpgroup (`FWD_WGS` in the kernel), three of them, so that one
-    /// warpgroup's softmax overlaps the other two's MMAs (v11, v12 in
-    /// docs/benchmarks/gpu-bench.md).
-    pub fn forward_q_tile(self) -> usize {
-        match self {
-            Family::Wgmma => 3 * TILE,
-            Family::Mma => FWD_Q_TILE,
-        }
-    }
-
-    /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
-    /// the wgmma family runs a compact dilated launch whose segments keep `m` rows, `m` not
-    /// a multiple of its 192, with 128-row tiles (two of its three consumer warpgroups).
-    /// Compact launch indices start at a segment boundary, so such a tile never straddles
-    /// two segments when `m` is a multiple of 128 (LongNet's powers of two); a 192-row tile
-    /// would, every few tiles, and visit both segments' keys under the generic mask. (v12
-    /// with 192 rows everywhere: a LongNet branch (8192, 8) took 3.4x v11's time.)
-    pub fn forward_q_tile_for(self, map: &IndexMap) -> usize {
-        match *map {
-            IndexMap::Compact { segment, dilation, .. }
-                if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
-            {
-                2 * TILE
-            }
-            _ => self.forward_q_tile(),
-        }
-    }
-
-    /// Keys per forward tile (`FBN` in the kernel): [`TILE`], and twice that for the wgmma
-    /// family at d = 64 (flash-attention 3's tile there), where a 64-key tile's MMAs are
-    /// short against the per-tile work around them that does not grow with the keys (stage
-    /// hand-over, row maxima, O's rescale, MMA issue and wait).
-    pub fn forward_key_tile(self, head_dim: usize) -> usize {
-        match self {
-            Family::Wgmma if head_dim == 64 => 2 * TILE,
-            _ => TILE,
-        }
-    }
-
-    /// Threads per forward block of a launch with `q_tile`-row tiles
-    /// ([`Family::forward_q_tile_for`]): 4 warps (mma); one warpgroup per 64 query rows and a
-    /// producer warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
-    pub fn forward_threads(self, q_tile: usize) -> u32 {
-        match self {
-            Family::Mma => 128,
-            Family::Wgmma => (2 * q_tile + 128) as u32,
-        }
-    }
-
-    /// Key tiles (of [`TILE`] rows) per backward block. mma: one (4 warps of 16 keys).
-    /// wgmma: one per consumer warpgroup (`WB_WGS` in the kernel), two, so that each query
-    /// tile's Q and dO serve 128 keys and the block adds its dQ into global memory once per
-    /// 128 keys instead of once per 64 (v10 in docs/benchmarks/gpu-bench.md).
-    pub fn backward_key_tiles(self) -> usize {
-        match self {
-            Family::Wgmma => 2,
-            Family::Mma => 1,
-        }
-    }
-
-    /// Query rows per backward visit (`QB` in the wgmma kernel): [`TILE`], and two plan
-    /// tiles at d = 64 for wgmma (128 x 128 visits halve the L2 bytes per FLOP that bound
-    /// that backward with 64 x 64 ones: "After v21" in docs/benchmarks/gpu-bench.md).
-    pub fn backward_q_tile(self, head_dim: usize) -> usize {
-        match self {
-            Family::Wgmma if head_dim == 64 => 2 * TILE,
-            _ => TILE,
-        }
-    }
-
-    /// Threads per block of the backward kernel: 4 warps per key tile, and for wgmma a
-    /// producer warpgroup that fills the query stages.
-    pub fn backward_threads(self) -> u32 {
-        let tiles = self.backward_key_tiles() as u32;
-        128 * tiles + if self == Family::Wgmma { 128 } else { 0 }
-    }
-
-    /// Dynamic shared memory of the forward: a Q tile of [`Family::forward_q_tile`] rows and
-    /// the K/V stages of [`Family::forward_key_tile`] rows (2 for mma; [`WG_STAGES`] for
-    /// wgmma). wgmma's blocks run several work items each ([`Family::forward_grid`]): two Q
-    /// tiles (the next item's loads while the last one computes); 8-byte mbarriers, full and
-    /// empty per K/V stage, full, empty and slot-read per Q tile; the two items' slots (32
-    /// bytes: number, plan, key limit); each stage's first key and key segment (8 bytes);
-    /// and its base rounded up to 1 KB in the kernel (the swizzle of its operands is a
-    /// function of address bits).
-    pub fn forward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile, k_tile) = (head_dim * 2, self.forward_q_tile(), self.forward_key_tile(head_dim));
-        match self {
-            Family::Mma => ((q_tile + 4 * k_tile) * row) as u32,
-            Family::Wgmma => {
-                ((2 * q_tile + 2 * WG_STAGES * k_tile) * row + 2 * (WG_STAGES + 3) * 8 + 2 * 32 + WG_STAGES * 8 + 1024)
-                    as u32
-            }
-        }
-    }
-
-    /// Launch grid of a forward whose work items (query tile, head, batch) form `items`
-    /// ([`LaunchSpec::grid_fwd`]) on a device of `sms` multiprocessors. mma: one block per
-    /// item. wgmma: one block per multiprocessor (at most one per item) that claims items
-    /// until none is left, so that an item's Q and first K/V tiles load while the block's
-    /// last item computes (a block start cost 5-7% of an n = 4096 forward: v21 in
-    /// docs/benchmarks/gpu-bench.md).
-    pub fn forward_grid(self, items: (u32, u32, u32), sms: u32) -> (u32, u32, u32) {
-        match self {
-            Family::Mma => items,
-            Family::Wgmma => {
-                let total = items.0 as u64 * items.1 as u64 * items.2 as u64;
-                (total.min(sms.max(1) as u64) as u32, 1, 1)
-            }
-        }
-    }
-
-    /// Dynamic shared memory of the backward: the block's K and V tiles, two stages of the
-    /// Q and dO tiles it visits with their per-query lse, delta, position and row, and the
-    /// 16-bit dS^T tile of the current (key tiles, query tile) pair (the A operand of dQ).
-    /// wgmma keeps two dS^T tiles, f32 staging tiles of the dQ reductions (two at d = 128,
-    /// one at d = 64, whose 128-row query tiles take the room), a full and an empty
-    /// mbarrier and the visit (query tile, warpgroups' plan tiles: 8 bytes) per stage; no
-    /// slack to align the base (the kernel checks that it starts 1 KB-aligned, as sm_90
-    /// places it).
-    pub fn backward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile) = (head_dim * 2, self.backward_q_tile(head_dim));
-        let stages = WB_STAGES * (2 * q_tile * row + 4 * q_tile * 4);
-        let keys = TILE * self.backward_key_tiles();
-        let kv_and_stages = 2 * keys * row + stages;
-        let ds = keys * q_tile * 2;
-        match self {
-            Family::Mma => (kv_and_stages + ds) as u32,
-            Family::Wgmma => {
-                let staging = if head_dim == 64 { 1 } else { 2 };
-                (kv_and_stages + 2 * ds + staging * q_tile * head_dim * 4 + 3 * WB_STAGES * 8) as u32
-            }
+    /// Rows between consecutive launch indices of a tile, as the TMA view reads them: a
+    /// compact branch's kept rows are its dilation apart.
+    pub fn row_stride(&self) -> usize {
+        match self.map {
+            IndexMap::Compact { dilation, .. } => dilation,
+            IndexMap::Identity { .. } => 1,
         }
     }
 }
@@ -394,8 +167,8 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
     spec.validate(shape.batch, shape.heads, chunk.seq_len)
 }
 
-/// Validate and build every launch of a call (host side only), with forward query tiles of
-/// [`FWD_Q_TILE`] rows (what a launch visits does not depend on the tile size).
+/// Validate and build every launch of a call (host side only), with the mma family's
+/// forward query tiles (what a launch visits does not depend on the tile size).
 pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<LaunchSpec>> {
     launches_for(shape, spec, chunk, Family::Mma)
 }
@@ -440,20 +213,20 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        Ok(LaunchSpec { params, map, fwd_q_tile, fwd_k_tile, fwd, cols })
+        Ok(LaunchSpec { params, map, family, head_dim: shape.head_dim, fwd_q_tile, fwd_k_tile, fwd, cols })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
     match &spec.pattern {
         GpuPattern::Dense => Ok(vec![build(base, None, identity)?]),
         GpuPattern::Window { left, right } => Ok(vec![build(
-            Params { pattern: 1, win_left: clamp(*left), win_right: clamp(*right), ..base },
+            Params { pattern: PatternCode::Window as i32, win_left: clamp(*left), win_right: clamp(*right), ..base },
             None,
             identity,
         )?]),
         GpuPattern::BlockSparse(bs) => {
             let params = Params {
-                pattern: 2,
+                pattern: PatternCode::BlockSparse as i32,
                 bs_block: clamp(bs.block).max(1),
                 bs_radius: bs.local_radius.map_or(-1, clamp),
                 bs_stride: bs.dilated_stride.map_or(0, clamp),
@@ -471,15 +244,15 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 // starts), so clamping changes no mask and keeps compact rows tight.
                 let branch = Branch { segment: b.segment.min(chunk.seq_len), ..*b };
                 let (rule, fixed) = match b.offset {
-                    Offset::HeadMod => (0, 0),
-                    Offset::HeadBlock => (1, 0),
-                    Offset::Fixed(o) => (2, o as i32),
+                    Offset::HeadMod => (OffsetRule::HeadMod, 0),
+                    Offset::HeadBlock => (OffsetRule::HeadBlock, 0),
+                    Offset::Fixed(o) => (OffsetRule::Fixed, o as i32),
                 };
                 let params = Params {
-                    pattern: 3,
+                    pattern: PatternCode::Dilated as i32,
                     dil_segment: branch.segment as i32,
                     dil_rate: fits_i32("dilation", branch.dilation)?,
-                    dil_rule: rule,
+                    dil_rule: rule as i32,
                     dil_fixed: fixed,
                     dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
                     ..base
@@ -511,78 +284,11 @@ pub fn block_mask_bytes(spec: &GpuSpec) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::family::FWD_Q_TILE;
     use ringdil_reference::pattern::{BlockSparse, Dilated};
 
     fn dense() -> GpuSpec {
         GpuSpec::new(GpuPattern::Dense)
-    }
-
-    #[test]
-    fn params_layout_matches_the_cuda_struct() {
-        // 15 pointers, 29 ints, 2 floats, padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 29 * 4 + 2 * 4 + 4);
-        assert_eq!(std::mem::offset_of!(Params, batch), 120);
-        assert_eq!(std::mem::offset_of!(Params, scale), 120 + 29 * 4);
-        // The CUDA source declares the same fields in the same order.
-        let src = crate::KERNEL_SOURCE;
-        let body = &src[src.find("struct Params {").unwrap()..];
-        let body = &body[..body.find("};").unwrap()];
-        let names: Vec<&str> = body
-            .lines()
-            .skip(1)
-            .map(|l| l.split("//").next().unwrap().trim().trim_end_matches(';'))
-            .filter(|l| !l.is_empty())
-            .flat_map(|l| l.split(',').map(|f| f.trim().rsplit([' ', '*']).next().unwrap()).collect::<Vec<_>>())
-            .collect();
-        let expected = [
-            "q",
-            "k",
-            "v",
-            "out",
-            "lse",
-            "dout",
-            "delta",
-            "lse2",
-            "dq",
-            "dk",
-            "dv",
-            "key_len",
-            "plan_ptr",
-            "plan_idx",
-            "block_mask",
-            "batch",
-            "heads",
-            "nq",
-            "nk",
-            "q_rows",
-            "k_rows",
-            "q_offset",
-            "k_offset",
-            "seq_len",
-            "causal",
-            "pattern",
-            "win_left",
-            "win_right",
-            "bs_block",
-            "bs_radius",
-            "bs_stride",
-            "bs_global",
-            "bs_mask_blocks",
-            "dil_segment",
-            "dil_rate",
-            "dil_rule",
-            "dil_fixed",
-            "compact",
-            "dil_per_seg",
-            "q_stride",
-            "k_stride",
-            "q_cbase",
-            "k_cbase",
-            "accumulate",
-            "scale",
-            "scale_log2",
-        ];
-        assert_eq!(names, expected);
     }
 
     #[test]
@@ -600,19 +306,12 @@ mod tests {
         assert_eq!(l.cols.visits(), 16 * 17 / 2);
         // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
         assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
-        assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
-        assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 208 + 1024);
-        // sm_90's largest dynamic shared memory per block is 227 KB.
-        assert!(Family::Wgmma.forward_smem(128) <= 227 * 1024);
-        // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
-        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 208 + 1024);
-        assert!(Family::Wgmma.forward_smem(64) <= 227 * 1024);
-        // One block per multiprocessor, at most one per item; mma keeps one per item.
-        assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));
-        assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
-        assert_eq!(Family::Wgmma.forward_grid((u32::MAX, 65535, 65535), 132), (132, 1, 1));
-        assert_eq!(Family::Mma.forward_grid((22, 16, 4), 132), (22, 16, 4));
+        // The launch description: one block per item (mma), 128 threads, the family's smem.
+        let dims = l.forward_dims(132);
+        assert_eq!(dims, LaunchDims { kernel: Kernel::Forward, grid: (8, 3, 2), block: 128, smem: 96 * 1024 });
+        let bwd = l.backward_dims();
+        assert_eq!((bwd.kernel, bwd.grid, bwd.block), (Kernel::Backward, (16, 3, 2), 128));
+        assert_eq!(bwd.smem, Family::Mma.backward_smem(128));
         // Three consumer warpgroups: 192-row forward tiles.
         let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
         assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
@@ -624,64 +323,13 @@ mod tests {
         assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile, l[0].fwd.col_tiles), (192, 128, 8));
         assert_eq!(l[0].fwd.visits(), (0..6).map(|r| ((192 * r + 191) / 128 + 1).min(8)).sum::<usize>());
         assert_eq!(l[0].cols.visits(), 16 * 17 / 2); // the backward keeps 64 x 64 tiles
-        assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
-        assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
-        // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
-        // (32 KB), two dQ staging tiles (64 KB). d = 64: K, V (32 KB), two stages of 128
-        // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Then 48 bytes of
-        // mbarriers and visits. Both within sm_90's 227 KB per block.
-        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 48);
-        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 48);
-        for d in [64, 128] {
-            assert!(Family::Wgmma.backward_smem(d) <= 227 * 1024, "d = {d}");
-        }
-    }
-
-    #[test]
-    fn kernel_family_follows_the_architecture() {
-        assert_eq!(Family::for_device(9, 0, None), Family::Wgmma);
-        assert_eq!(Family::for_device(9, 0, Some("mma")), Family::Mma);
-        assert_eq!(Family::for_device(9, 0, Some("wgmma")), Family::Wgmma);
-        for (major, minor) in [(8, 0), (8, 9), (10, 0), (12, 0)] {
-            assert_eq!(Family::for_device(major, minor, None), Family::Mma, "sm_{major}{minor}");
-        }
-        assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
-        assert_eq!(Family::Mma.target(9, 0), "sm_90");
-        // The kernel's constants are the host's.
-        let src = crate::KERNEL_SOURCE;
-        assert!(src.contains(&format!("#define WG_STAGES {WG_STAGES} ")));
-        assert!(src.contains("#define FWD_WGS 3\n"));
-        // Block threads: CONSUMERS = 128 WGS plus the producer warpgroup.
-        assert!(src.contains("CONSUMERS = 128 * WGS, THREADS = CONSUMERS + WG_PRODUCERS;"));
-        assert!(src.contains("#define WG_PRODUCERS 128 "));
-        assert!(src.contains("__launch_bounds__(FwdBlock<FWD_WGS>::THREADS, 1)\n    attn_fwd(const Params p"));
-        assert_eq!((Family::Wgmma.forward_threads(192), Family::Wgmma.forward_q_tile()), (512, 192));
-        // forward_q_tile_for's 128-row tiles: the kernel instantiated with two warpgroups.
-        assert!(src.contains("__launch_bounds__(FwdBlock<2>::THREADS, 1)\n    attn_fwd_128(const Params p"));
-        assert!(src.contains("attn_fwd_body<2>(p, maps, q_map)"));
-        assert_eq!(Family::Wgmma.forward_threads(128), 384);
-        // Forward key tiles: FBN in the kernel.
-        assert!(src.contains("#define FBN (D == 64 ? 2 * BN : BN)\n"));
-        assert_eq!((Family::Wgmma.forward_key_tile(64), Family::Wgmma.forward_key_tile(128)), (2 * TILE, TILE));
-        for d in [64, 128] {
-            assert_eq!(Family::Mma.forward_key_tile(d), TILE);
-        }
-        assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
-        assert!(src.contains(&format!("#define NTHREADS {}\n", Family::Mma.forward_threads(FWD_Q_TILE))));
-        assert!(src.contains(&format!("#define WB_STAGES {WB_STAGES}\n")));
-        assert!(src.contains("#define WB_WGS 2\n"));
-        assert!(src.contains("#define WB_CONSUMERS (128 * WB_WGS)\n"));
-        assert!(src.contains("#define WB_THREADS (WB_CONSUMERS + 128)\n"));
-        assert!(src.contains("#define WB_QSUB (D == 64 ? 2 : 1) "));
-        assert!(src.contains("#define QB (BM * WB_QSUB) "));
-        assert!(src.contains("#define WB_DQ_BUFFERS (D == 64 ? 1 : 2)\n"));
-        assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
-        assert_eq!(Family::Wgmma.backward_threads(), 384);
-        assert_eq!((Family::Wgmma.backward_q_tile(64), Family::Wgmma.backward_q_tile(128)), (2 * TILE, TILE));
-        for d in [64, 128] {
-            assert_eq!(Family::Mma.backward_q_tile(d), TILE);
-        }
-        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads(FWD_Q_TILE));
+        // wgmma: one block per multiprocessor, 512 threads (three consumer warpgroups and a
+        // producer), the backward over pairs of key tiles.
+        let dims = l[0].forward_dims(132);
+        assert_eq!((dims.kernel, dims.grid, dims.block), (Kernel::Forward, (36, 1, 1), 512));
+        assert_eq!(dims.smem, Family::Wgmma.forward_smem(64));
+        let bwd = l[0].backward_dims();
+        assert_eq!((bwd.grid, bwd.block, bwd.smem), ((8, 3, 2), 384, Family::Wgmma.backward_smem(64)));
     }
 
     #[test]
@@ -724,6 +372,9 @@ mod tests {
         let l = l.unwrap();
         let tiles: Vec<usize> = l.iter().map(|l| l.fwd_q_tile).collect();
         assert_eq!(tiles, [128, 128, 192]);
+        let kernels: Vec<(Kernel, u32)> =
+            l.iter().map(|l| (l.forward_dims(132).kernel, l.forward_dims(132).block)).collect();
+        assert_eq!(kernels, [(Kernel::ForwardNarrow, 384), (Kernel::ForwardNarrow, 384), (Kernel::Forward, 512)]);
         for l in &l {
             let (m, q) = (l.params.dil_per_seg as usize, l.fwd_q_tile);
             assert_eq!(m % q, 0, "a {q}-row tile would straddle segments of {m} kept rows");

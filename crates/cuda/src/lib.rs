@@ -1,7 +1,8 @@
 //! # ringdil-cuda: GPU kernels for ringdil's attention
 //!
-//! Flash-attention-style kernels written in CUDA C++ (`kernels/attention.cu`), compiled at
-//! run time by NVRTC for the device's architecture (e.g. `sm_90`) and cached per process.
+//! Flash-attention-style kernels written in CUDA C++ (`kernels/`, one concept per file;
+//! [`kernel_source`] assembles them), compiled at run time by NVRTC for the device's
+//! architecture (e.g. `sm_90a`) and cached per process ([`compile`]).
 //! The CUDA libraries are loaded dynamically (cudarc `dynamic-loading`), so this crate
 //! builds, and its host-side tests run, on machines without CUDA.
 //!
@@ -10,7 +11,7 @@
 //!   log-sum-exp, i.e. a `ringdil_reference::Partial`. On H100/H200 (sm_90a) a
 //!   flash-attention-3-style kernel: asynchronous warpgroup MMAs (`wgmma`), a producer
 //!   warpgroup loading K/V by TMA ([`tma`]), mbarrier-handed stages; elsewhere
-//!   `mma.sync.m16n8k16` ([`launch::Family`] chooses).
+//!   `mma.sync.m16n8k16` ([`family::Family`] chooses; its table holds every tile size).
 //! * **Masks** are evaluated in the kernel from *global* indices: causal, key padding,
 //!   sliding window, block-sparse, and LongNet dilated branches (segment, dilation,
 //!   per-head offset). Tiles a mask leaves empty are not visited at all: the host builds a
@@ -32,19 +33,26 @@
 //! The f64 reference is the specification: [`check`] compares every kernel with it.
 //! Design notes: `docs/gpu.md`.
 
+pub mod backward;
 pub mod check;
+pub mod compile;
 pub mod dist;
 pub mod error;
+pub mod family;
+pub mod forward;
 pub mod gpu;
+pub mod kernel_source;
 pub mod launch;
+pub mod params;
 pub mod plan;
+pub mod shape;
 pub mod spec;
+pub mod tensors;
 pub mod tma;
 
 pub use error::{CudaError, Result};
-pub use gpu::{DeviceGrads, DevicePartial, DeviceTensor, Gpu, GradsMut, Prepared};
-pub use launch::{Chunk, Dtype, Shape};
+pub use family::Family;
+pub use gpu::Gpu;
+pub use shape::{Chunk, Dtype, Shape};
 pub use spec::{GpuPattern, GpuSpec};
-
-/// The CUDA source of every kernel, compiled by NVRTC at run time.
-pub const KERNEL_SOURCE: &str = include_str!("../kernels/attention.cu");
+pub use tensors::{DeviceGrads, DevicePartial, DeviceTensor, GradsMut, Prepared};

@@ -12,13 +12,7 @@
 use crate::spec::GpuPattern;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
-/// Rows of a key tile (`BN` in the kernels; the wgmma forward at d = 64 plans over key
-/// tiles of two: `Family::forward_key_tile`), and of a query tile of the backward kernels
-/// (`BM`).
-pub const TILE: usize = 64;
-
-/// Query rows per forward block (`FBM`: 4 warps of 2 m16 tiles each).
-pub const FWD_Q_TILE: usize = 128;
+pub use crate::family::{FWD_Q_TILE, TILE};
 
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
 /// `offset + i * stride`. Stride 1 is a contiguous chunk (a whole sequence, a ring

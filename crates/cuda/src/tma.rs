@@ -2,7 +2,7 @@
 //! each K / V (forward) or Q / dO (backward) tile with a few bulk "box" copies described by
 //! these maps,
 //! instead of one 16-byte `cp.async` per thread and row (which, issued by the producer
-//! warpgroup, halved the kernel's speed at d = 128; docs/benchmarks/gpu-bench.md, v8).
+//! warpgroup, halved the kernel's speed at d = 128).
 //!
 //! A `[batch, rows, heads, head_dim]` tensor of 16-bit values is described to the TMA as a
 //! 5-d tensor with dimensions (head_dim, heads, phase, step, batch), innermost first, where
@@ -15,7 +15,7 @@
 //! adds its dQ into dq (f32) the other way, by TMA reductions of 32-column boxes.
 
 use crate::error::{CudaError, Result};
-use crate::plan::TILE;
+use crate::family::TILE;
 use cudarc::driver::sys::{
     self, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
     CUtensorMapSwizzle,
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(std::mem::align_of::<TensorPair>(), 64);
         assert_eq!(std::mem::offset_of!(TensorPair, b), 128);
         assert_eq!(std::mem::size_of::<sys::CUtensorMap>(), 128);
-        let src = crate::KERNEL_SOURCE;
+        let src: String = crate::kernel_source::files(crate::family::Family::Wgmma).map(|(_, text)| text).collect();
         assert!(src.contains("struct __align__(64) TensorMap {\n    unsigned long long opaque[16];\n};"));
         assert!(src.contains("struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)\n    TensorMap a, b;\n};"));
         assert!(src.contains("cp.async.bulk.tensor.5d"), "the kernel's boxes are 5-d, as encoded here");

@@ -1,0 +1,67 @@
+// What every kernel file uses: the 16-bit element type, numeric constants, conversions
+// and the swizzled shared-memory layouts.
+//
+// The translation unit starts with the generated contract header (HEAD_DIM, IS_F16,
+// WGMMA, tile sizes, stages, threads, shared-memory sizes, pattern codes: see
+// crates/cuda/src/kernel_source.rs). No CUDA header is included: bf16/f16 values are
+// carried as raw 16-bit words and converted with PTX `cvt`, so NVRTC needs no include path.
+//
+// Layouts (the reference crate's): q, k, v, d_out, out, dq, dk, dv are
+// [batch, rows, heads, HEAD_DIM]; lse and delta are [batch, heads, rows]. The design is
+// described in docs/gpu.md.
+
+#if IS_F16
+#define DT "f16"
+#else
+#define DT "bf16"
+#endif
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#define D HEAD_DIM
+#define CH (D / 8)     // 16-byte chunks per row
+#define NKB (BN / 8)  // 8-key column blocks of a plan tile's scores
+#define NEG_INF (__int_as_float(0xff800000))
+#define POS_INF (__int_as_float(0x7f800000))
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ float to_f32(u16 x) {
+#if IS_F16
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+#else
+    return __uint_as_float(((u32)x) << 16);
+#endif
+}
+
+// 2^x, one MUFU instruction (flushes subnormal results to 0; 2^-inf = 0). exp2f without
+// fast-math adds a subnormal range fix-up around it on every softmax element.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two f32 -> one register of two 16-bit values, `lo` in the low half (round to nearest).
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn." DT "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][D] tile: the chunk
+// index is XOR-ed with r mod 8 so that ldmatrix's 8 row addresses hit 8 different banks.
+__device__ __forceinline__ int swz(int r, int ch) { return r * D + ((ch ^ (r & 7)) << 3); }
+
+// The wgmma operand layout ("128-byte swizzle", see the wgmma forward): a tile of ROWS rows is stored
+// as D / 64 column blocks of ROWS x 64 elements (128-byte rows); in each block the 16-byte
+// chunk c of row r sits at chunk c ^ (r mod 8), the XOR the tensor core's address unit
+// undoes. Blocks start at multiples of 1024 bytes (8 rows: one swizzle period), as the
+// descriptors below require. At D = 64 this is the layout `swz` gives.
+template <int ROWS>
+__device__ __forceinline__ int swz_blocks(int r, int ch) {
+    return (ch >> 3) * ROWS * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
+}

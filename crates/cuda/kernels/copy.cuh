@@ -1,0 +1,34 @@
+// Asynchronous copies from global to shared memory (cp.async, any sm_80+ device) and
+// load_tile, the gather of a tile's rows through the launch's index map.
+
+__device__ __forceinline__ void cp_async16(u16* smem, const u16* gmem, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0;  // 0 bytes read: the 16 bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+// 4 bytes, no zero fill: a row's lse2 / delta into its query stage.
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
+// rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
+// Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
+// copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip count, one
+// address per row, no per-chunk division.
+template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false>
+__device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
+                                          int c0) {
+    constexpr int STEP = THREADS / CH;  // rows per pass
+    static_assert(THREADS % CH == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
+    const int tid = threadIdx.x % THREADS, r0 = tid / CH, ch = tid % CH;
+    const u16* base = g + ((size_t)b * a.rows * p.heads + h) * D + ch * 8;
+    #pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+        const int r = r0 + i * STEP;
+        const int row = row_of(p, a, c0 + r, h);
+        cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, ch) : swz(r, ch)), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
+    }
+}

@@ -1,0 +1,97 @@
+// Epilogues: the forward's O / l and LSE per row (or the fused online-softmax merge into
+// an accumulator), and the backward's dK, dV rows and dQ reductions.
+
+// The epilogue: O / l and the LSE of each row, or, with `accumulate`, this launch's result
+// merged into the partial already in out / lse (the online-softmax merge of merge_partials,
+// fused): a dilated pattern's branches and a ring step's pieces build one accumulator
+// without a separate merge pass over the whole output per launch. Every lane of a row's
+// quad reads the old LSE before lane 0 overwrites it (one warp owns each row; __syncwarp
+// orders the two).
+template <int WMT>
+__device__ __forceinline__ void store_forward(const Params& p, int b, int h, const float (&o)[WMT][D / 8][4],
+                                              const float (&m)[WMT][2], const float (&l)[WMT][2], int qbase, int t) {
+    float lold[WMT][2];
+    int qrows[WMT][2];
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            qrows[mt][r] = row_of(p, q_axis(p), row_idx(qbase, mt, r), h);
+            lold[mt][r] = p.accumulate && qrows[mt][r] >= 0
+                              ? p.lse[((size_t)b * p.heads + h) * p.q_rows + qrows[mt][r]]
+                              : NEG_INF;
+        }
+    __syncwarp();
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(0xffffffff, lr, 1);
+            lr += __shfl_xor_sync(0xffffffff, lr, 2);
+            const int qrow = qrows[mt][r];
+            if (qrow < 0) continue;
+            const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+            float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
+            if (!p.accumulate) {
+                const float inv = lr > 0.f ? 1.f / lr : 0.f;
+                #pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+                    *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
+                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (t == 0) *lrow = lnew;
+                continue;
+            }
+            const float a = lold[mt][r], mx = fmaxf(a, lnew);
+            if (mx == NEG_INF) continue;  // both empty: the identity already there stays
+            const float ea = expf(a - mx), eb = expf(lnew - mx), sum = ea + eb;
+            // Weights of the old partial and of this launch's normalised output O / l.
+            const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
+            #pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+                float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
+                const float2 old = *at;
+                *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
+            }
+            if (t == 0) *lrow = mx + logf(sum);
+        }
+}
+__device__ __forceinline__ void store_row(float* dst, const float* v, bool acc) {
+    if (acc) {
+        float2 old = *reinterpret_cast<float2*>(dst);
+        *reinterpret_cast<float2*>(dst) = make_float2(old.x + v[0], old.y + v[1]);
+    } else {
+        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+    }
+}
+
+// dQ contribution of one (key tile, query tile) pair: dq[row][col], dq[row][col + 1] +=
+// (x, y). Blocks of different key tiles add into the same rows, so this is a global f32
+// reduction (no return value): one vector `red` of two floats on sm_90 (PTX 8.1), two
+// scalar ones elsewhere.
+__device__ __forceinline__ void red_add2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1))
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+// dK (scaled) and dV rows of this thread: written, or added with `accumulate`.
+__device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[D / 8][4],
+                                           const float (&dv)[D / 8][4], const int (&krow)[2], int t) {
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (krow[r] < 0) continue;
+        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.heads + h) * D;
+        #pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
+            float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
+            store_row(p.dk + base + i * 8 + 2 * t, vk, p.accumulate);
+            store_row(p.dv + base + i * 8 + 2 * t, vv, p.accumulate);
+        }
+    }
+}

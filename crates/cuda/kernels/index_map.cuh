@@ -1,0 +1,68 @@
+// Index mapping: where a launch index lives. A launch's query and key sides are Axis
+// values; in a compact (dilated-branch) launch, index c is the global compact index
+// c + cbase, i.e. kept position t of segment s (row_of). The padding limit and the ends
+// of compact tiles are here too; docs/gpu.md ("Dilated attention") has the math.
+
+// The head's offset o(h) of a dilated branch (Params::dil_rule).
+__device__ __forceinline__ int dil_offset(const Params& p, int h) {
+    if (p.dil_rule == OFFSET_HEAD_MOD) return h % p.dil_rate;
+    if (p.dil_rule == OFFSET_HEAD_BLOCK) return h / ((p.heads + p.dil_rate - 1) / p.dil_rate);
+    return p.dil_fixed;
+}
+
+// One side of a launch: `n` launch indices over `rows` tensor rows; row i sits at global
+// position offset + i * stride; in compact mode launch index c is global compact index
+// c + cbase.
+struct Axis {
+    int n, rows, offset, stride, cbase;
+};
+__device__ __forceinline__ Axis q_axis(const Params& p) { return {p.nq, p.q_rows, p.q_offset, p.q_stride, p.q_cbase}; }
+__device__ __forceinline__ Axis k_axis(const Params& p) { return {p.nk, p.k_rows, p.k_offset, p.k_stride, p.k_cbase}; }
+
+// Tensor row of launch index c on axis a, or -1. In compact mode (contiguous axes) global
+// compact index G = c + cbase is kept position t = G mod m of segment s = G div m
+// (m = dil_per_seg): position s*w + o(h) + t*r, a hole (-1) past the segment's end or
+// outside the axis's rows (a ring chunk that starts or ends inside a segment).
+__device__ __forceinline__ int row_of(const Params& p, const Axis& a, int c, int h) {
+    if (c >= a.n) return -1;
+    if (!p.compact) return c;
+    const int g = c + a.cbase, s = g / p.dil_per_seg, t = g - s * p.dil_per_seg;
+    const int pos = s * p.dil_segment + dil_offset(p, h) + t * p.dil_rate;
+    const int row = pos - a.offset;
+    return pos < (s + 1) * p.dil_segment && row >= 0 && row < a.rows ? row : -1;
+}
+
+// Global position of tensor row `row` (-1 stays -1).
+__device__ __forceinline__ int pos_of(const Axis& a, int row) { return row >= 0 ? a.offset + row * a.stride : -1; }
+// Compact segment of launch index c on axis a (0 outside compact mode).
+__device__ __forceinline__ int seg_of(const Params& p, const Axis& a, int c) {
+    return p.compact ? (c + a.cbase) / p.dil_per_seg : 0;
+}
+
+// The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
+// and last index (row_of's, -1 for a hole or an index past the launch) and their compact
+// segments. `o` is the head's offset, dil_offset(p, h). One integer division while the
+// tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
+// forward's producer evaluates this per K/V tile, on the path that keeps the stages filled,
+// and hands the key side of tile_full to the consumers (with the divisions on both paths
+// a LongNet branch cost twice a dense launch of the same work).
+struct TileEnds {
+    int row0, last, s0, s1;
+};
+template <int ROWS>
+__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int o) {
+    const int m = p.dil_per_seg, g0 = c0 + a.cbase, s0 = g0 / m, t0 = g0 - s0 * m;
+    int s1 = s0, t1 = t0 + ROWS - 1;
+    if (t1 >= m) {
+        s1 = (g0 + ROWS - 1) / m;
+        t1 = g0 + ROWS - 1 - s1 * m;
+    }
+    auto row = [&](int c, int s, int t) {
+        const int pos = s * p.dil_segment + o + t * p.dil_rate, r = pos - a.offset;
+        return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
+    };
+    return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};
+}
+__device__ __forceinline__ int key_limit(const Params& p, int b) {
+    return p.key_len ? min(p.key_len[b], p.seq_len) : p.seq_len;
+}

@@ -1,0 +1,201 @@
+// Masks: which (query, key) pairs a launch lets through, from global positions. The
+// element rule (allowed / visible) mirrors the reference's patterns plus causality and
+// padding; tile_full proves a whole tile visible; mask_kind picks per (warp, tile) between
+// no mask, the affine one-compare mask (dense with causality / padding) and the generic
+// bit mask; mask_scores (forward) and mask_scores_t (backward, transposed) apply it to a
+// warp's scores. A new GPU pattern's element rule goes in `allowed`.
+
+// Does query position i see key position j (both global, valid)? Mirrors the reference's
+// patterns plus causality and padding (klimit = min(key length, seq_len)).
+__device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, int klimit) {
+    if (j >= klimit) return false;
+    if (p.causal && j > i) return false;
+    if (p.pattern == PATTERN_WINDOW) return j >= i - p.win_left && j <= i + p.win_right;
+    if (p.pattern == PATTERN_BLOCK_SPARSE) {
+        if (i < p.bs_global || j < p.bs_global) return true;
+        int a = i / p.bs_block, b = j / p.bs_block, d = abs(a - b);
+        if (p.bs_radius >= 0 && d <= p.bs_radius) return true;
+        if (p.bs_stride > 0 && d % p.bs_stride == 0) return true;
+        return p.block_mask != 0 && p.block_mask[a * p.bs_mask_blocks + b] != 0;
+    }
+    if (p.pattern == PATTERN_DILATED) {
+        int w = p.dil_segment, s = i / w;
+        if (j / w != s) return false;
+        int o = dil_offset(p, h);
+        return (i - s * w) % p.dil_rate == o && (j - s * w) % p.dil_rate == o;
+    }
+    return true;
+}
+// The key side of tile_full in a compact launch: the key tile's segment if its keys are all
+// rows of that one segment (no hole) before the padding limit, else -1.
+__device__ __forceinline__ int compact_key_seg(const Params& p, const TileEnds& e, int klimit) {
+    return e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(k_axis(p), e.last) < klimit ? e.s0 : -1;
+}
+// tile_full in a compact launch from its key side (compact_key_seg): the queries
+// q0..q0+qn-1 lie in the key tile's segment, and (causal) at or after its last key k1
+// (same segment: compact order is position order).
+__device__ __forceinline__ bool compact_tile_full(const Params& p, int kseg, int q0, int qn, int k1) {
+    const Axis qa = q_axis(p);
+    return kseg >= 0 && seg_of(p, qa, q0) == kseg && seg_of(p, qa, q0 + qn - 1) == kseg &&
+           (!p.causal || k1 + p.k_cbase <= q0 + qa.cbase);
+}
+
+// The element mask with per-row precomputed positions (-1: no row) and compact segments.
+// In compact mode every valid index pair of one segment is a kept pair of the branch, so
+// only segment, causality and padding remain: no division per element.
+__device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qseg, int kpos, int kseg, int klimit) {
+    if (qpos < 0 || kpos < 0) return false;
+    if (p.compact) return qseg == kseg && kpos < klimit && (!p.causal || kpos <= qpos);
+    return allowed(p, h, qpos, kpos, klimit);
+}
+
+// A tile (query indices q0..q0+qn-1, keys k0..k0+KROWS-1) that needs no per-element mask:
+// every key is a valid row visible to every query (query holes are never stored).
+template <int KROWS = BN>
+__device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn, int k0, int klimit) {
+    const Axis qa = q_axis(p), ka = k_axis(p);
+    const int k1 = k0 + KROWS - 1;
+    if (p.compact) {
+        // One segment for the whole tile, no key hole (within a segment rows grow with the
+        // index and the valid ones are an interval: the first and last key decide), inside
+        // the padding, the queries in it and below the diagonal.
+        const TileEnds e = compact_tile_ends<KROWS>(p, ka, k0, dil_offset(p, h));
+        return compact_tile_full(p, compact_key_seg(p, e, klimit), q0, qn, k1);
+    }
+    const int klast = ka.offset + k1 * ka.stride;
+    return p.pattern == PATTERN_DENSE && k1 < p.nk && klast < klimit && (!p.causal || klast <= qa.offset + q0 * qa.stride);
+}
+// How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
+// MASK_AFFINE for the common case (pattern 0 = dense, not compact: causal and / or key padding
+// only), where positions are affine in the launch index and the mask is one integer compare
+// per element (see key_cut, query_cut); MASK_GENERIC otherwise (`visible`, evaluated in a
+// rolled loop into a bit mask, so that the pattern code is not unrolled into every element).
+#define MASK_NONE 0
+#define MASK_AFFINE 1
+#define MASK_GENERIC 2
+#ifndef FAST_MASK
+#define FAST_MASK 1
+#endif
+__device__ __forceinline__ int mask_kind(const Params& p, bool full) {
+    return full ? MASK_NONE : (FAST_MASK && !p.compact && p.pattern == PATTERN_DENSE) ? MASK_AFFINE : MASK_GENERIC;
+}
+#define CUT_MAX 0x7fffffff
+// MASK_AFFINE: key launch index kc is visible to query launch index qc iff
+// key_cut(kc) <= query_cut(qc). A key cut is the key's global position, CUT_MAX for no key
+// (index past the launch or position past the padding limit); a query cut is the query's
+// position under a causal mask and CUT_MAX - 1 (every key) otherwise. A query index past the
+// launch is never stored (forward); the backward passes -1 for it (no key).
+__device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
+    if (kc >= p.nk) return CUT_MAX;
+    const int pos = p.k_offset + kc * p.k_stride;
+    return pos < klimit ? pos : CUT_MAX;
+}
+__device__ __forceinline__ int query_cut(const Params& p, int qc) {
+    return p.causal && qc < p.nq ? p.q_offset + qc * p.q_stride : CUT_MAX - 1;
+}
+// Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
+// lane's g = lane / 4 added) is `qbase`.
+__device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
+
+// Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
+// e % 2; NK 8-key column blocks) to -inf where not visible: nothing for MASK_NONE.
+template <int WMT, int NK = NKB>
+__device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, int klimit, float (&s)[WMT][NK][4],
+                                            int qbase, int k0, int t) {
+    if (kind == MASK_AFFINE) {
+        int qcut[WMT][2];
+        #pragma unroll
+        for (int mt = 0; mt < WMT; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, row_idx(qbase, mt, r));
+        #pragma unroll
+        for (int nb = 0; nb < NK; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
+                #pragma unroll
+                for (int mt = 0; mt < WMT; ++mt)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
+            }
+    } else if (kind == MASK_GENERIC) {
+        // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
+        // (NK <= 16: 32 bits).
+        static_assert(NK <= 16, "a thread's key columns fit the 32-bit mask");
+        int qpos[WMT][2], qseg[WMT][2];
+        u32 vis[WMT][2];
+        #pragma unroll
+        for (int mt = 0; mt < WMT; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int qc = row_idx(qbase, mt, r);
+                qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), qc, h));
+                qseg[mt][r] = seg_of(p, q_axis(p), qc);
+                vis[mt][r] = 0;
+            }
+        #pragma unroll 1
+        for (int col = 0; col < 2 * NK; ++col) {
+            const int kc = k0 + (col >> 1) * 8 + 2 * t + (col & 1);
+            const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), kc, h)), kseg = seg_of(p, k_axis(p), kc);
+            #pragma unroll
+            for (int mt = 0; mt < WMT; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
+        }
+        #pragma unroll
+        for (int nb = 0; nb < NK; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e)
+                #pragma unroll
+                for (int mt = 0; mt < WMT; ++mt)
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+    }
+}
+// The backward's per-warp steps, shared by both backward kernels. A warp holds the
+// transposed scores s[nb][e] of key rows kidx + 8 (e / 2) (launch indices; kidx includes
+// the lane's g) and query columns q0 + 8 nb + 2t + e % 2, NB blocks of 8 (a query tile of
+// 8 NB rows); sP holds the query tile's global positions (-1: none). Masked pairs get -inf.
+template <int NB>
+__device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, int klimit, float (&s)[NB][4],
+                                              int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
+                                              const int* sP, int t) {
+    if (kind == MASK_AFFINE) {
+        int kcut[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, kidx + 8 * r, klimit);
+        #pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int qp = sP[nb * 8 + 2 * t + e];
+                const int qcut = qp < 0 ? -1 : p.causal ? qp : CUT_MAX - 1;
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (kcut[r] > qcut) s[nb][2 * r + e] = NEG_INF;
+            }
+    } else if (kind == MASK_GENERIC) {
+        // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
+        static_assert(2 * NB <= 32, "one bit per column of the thread");
+        u32 vis[2] = {0, 0};
+        #pragma unroll 1
+        for (int col = 0; col < 2 * NB; ++col) {
+            const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
+            const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
+        }
+        #pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+    }
+}
+
+// f(qc, nb, e) for each query column qc = 8 nb + 2t + e of a warp's transposed scores

@@ -1,0 +1,38 @@
+// The kernels' parameter block, passed by value to every attention kernel. The host
+// declares it too (crates/cuda/src/params.rs); the generated static_asserts that follow
+// this file in the translation unit check every field's offset and the size against the
+// host's, so the two cannot drift apart unnoticed.
+struct Params {
+    const u16* q;
+    const u16* k;
+    const u16* v;
+    float* out;
+    float* lse;
+    const u16* dout;
+    const float* delta;
+    const float* lse2;         // backward: lse * log2(e), +inf for lse = -inf (bwd_delta)
+    float* dq;
+    float* dk;
+    float* dv;
+    const int* key_len;        // per batch row, null: no padding
+    const int* plan_ptr;       // CSR of the tile plan: row tile -> visited column tiles
+    const int* plan_idx;
+    const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2, or null
+    int batch, heads;
+    int nq, nk;                // launch index space (compact rows for a dilated branch)
+    int q_rows, k_rows;        // physical rows of the q / k tensors
+    int q_offset, k_offset;    // global position of physical row 0 (see Axis)
+    int seq_len;               // global sequence length the pattern is defined on
+    int causal;
+    int pattern;               // PATTERN_DENSE, _WINDOW, _BLOCK_SPARSE, _DILATED (one branch)
+    int win_left, win_right;
+    int bs_block, bs_radius, bs_stride, bs_global, bs_mask_blocks;
+    int dil_segment, dil_rate, dil_rule, dil_fixed;  // dil_rule: OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED
+    int compact;               // 1: index c -> row of the dilated branch (see row_of)
+    int dil_per_seg;           // ceil(dil_segment / dil_rate)
+    int q_stride, k_stride;    // row i is at global position offset + i * stride
+    int q_cbase, k_cbase;      // compact: global compact index of launch index 0
+    int accumulate;            // forward: merge into out/lse; backward: add into dq/dk/dv
+    float scale;
+    float scale_log2;          // scale * log2(e)
+};

@@ -1,0 +1,164 @@
+// The wgmma forward's producer warpgroup: claims the block's work items and streams their
+// Q and K/V tiles into the stages of FwdSmem.
+//
+// A tile whose rows are evenly spaced (every tile of a plain launch; the tiles of a
+// compact dilated branch inside one segment, rows a dilation apart) is copied by the TMA
+// unit: one thread issues D / 64 boxes per tensor, no per-row address work. Other tiles
+// (a segment's end, holes at a ring chunk's edge) are gathered with cp.async by all 128
+// producer threads, which wait for their copies and meet at a named barrier before one of
+// them arrives. (With all threads of a two-warpgroup block copying and one barrier per
+// tile, the copies and the barrier cost 60% of the time; producers copying by cp.async
+// still halved the speed at d = 128.)
+
+// Forward work items are claimed from a counter of the module, in the order blocks of a
+// grid of items would start (blocks that finish first take the next: the hardware's own
+// order and balance). The last block to find no item left resets it for the next launch,
+// which the stream orders after this one (a Gpu launches on one stream; a kernel that
+// faults leaves the context unusable anyway). Indexed by the instantiation (WGS - 2).
+__device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
+#define LOOKAHEAD 4  // the next item is claimed this many K/V tiles before an item's last
+
+// The leader claims the block's item u into slot(u) and looks up its plan there: the key
+// tiles, the key limit, and the key tiles each consumer warpgroup computes (none if it has
+// no query row in the launch, as in the last tile of a launch whose rows are not a
+// multiple of B::ROWS; under a causal mask, not the tiles past its last row, up to two at
+// the block's diagonal). It does so LOOKAHEAD tiles before it has issued the last item's
+// K/V, so that the atomic and the dependent plan loads are not between the consumers'
+// items; once every consumer has read the slot's last item.
+template <int WGS>
+__device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, int u, unsigned tiles, unsigned items) {
+    typedef FwdBlock<WGS> B;
+    if (u >= 2) mbar_wait(sm.slot_free(u), ((u - 2) >> 1) & 1);
+    const unsigned item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
+    volatile int* sl = sm.slot(u);
+    sl[0] = (int)item;
+    if (item >= items) return;
+    const Coords c = coords_of(p, item, tiles, true);
+    const int q0 = c.tile * B::ROWS, klimit = key_limit(p, c.b);
+    const int kbeg = p.plan_ptr[c.tile], n = plan_end<FBN>(p, c.tile, klimit) - kbeg;
+    sl[1] = kbeg;
+    sl[2] = n;
+    sl[3] = klimit;
+    for (int w = 0; w < WGS; ++w) {
+        int nw = q0 + 64 * w < p.nq ? n : 0;
+        if (p.causal) {
+            const int qlast = min(q0 + 64 * (w + 1), p.nq) - 1;
+            while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * FBN, qlast)) --nw;
+        }
+        sl[4 + w] = nw;
+    }
+    sl[7] = p.compact ? dil_offset(p, c.h) : 0;
+}
+
+// Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts is evenly spaced
+// (as a K/V tile), else gathered (with every Q tile gathered by the producers, per-row
+// address work while the consumers compute, the consumers waited 8.6 us for each item's Q
+// at d = 128; 0.5 us by TMA). Every producer thread arrives on q_full(u).
+template <int WGS>
+__device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, const TensorMap& q_map, int u,
+                                           const Coords& c, bool leader, int R) {
+    typedef FwdBlock<WGS> B;
+    const int q0 = c.tile * B::ROWS;
+    int qrow[B::ROWS / 64];
+    bool box = true;
+    #pragma unroll
+    for (int r = 0; r < B::ROWS / 64; ++r) box = box && tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]);
+    if (box) {
+        if (leader) {
+            mbar_expect_tx(sm.q_full(u), B::ROWS * D * 2);
+            #pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb)
+                #pragma unroll
+                for (int r = 0; r < B::ROWS / 64; ++r)
+                    tma_box(sm.q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, qrow[r], R, c.b,
+                            sm.q_full(u));
+        }
+        mbar_arrive(sm.q_full(u));
+    } else {
+        load_tile<B::ROWS, WG_PRODUCERS, true>(sm.q_tile(u), p.q, p, q_axis(p), c.b, c.h, q0);
+        mbar_arrive_cp_async(sm.q_full(u));
+    }
+}
+
+// The producer warpgroup's whole run: per item, its Q tile, then its K/V tiles into the
+// stages as the consumers free them, claiming the next item LOOKAHEAD tiles before the
+// last. After the last item, the slot that says "no item" ends the consumers' loop.
+template <int WGS>
+__device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm, const TensorPair& maps,
+                                             const TensorMap& q_map, unsigned tiles, unsigned items) {
+    typedef FwdBlock<WGS> B;
+    const bool leader = threadIdx.x == B::CONSUMERS;
+    const Axis ka = k_axis(p);
+    const int R = p.compact ? p.dil_rate : 1;
+    if (leader) fwd_claim<WGS>(p, sm, 0, tiles, items);
+    for (int u = 0, j0 = 0;; ++u) {
+        bar_sync<1, WG_PRODUCERS>();  // slot(u) is written
+        if (leader) mbar_arrive(sm.q_full(u));  // for the consumers too
+        const unsigned item = (unsigned)sm.slot(u)[0];
+        if (item >= items) {
+            mbar_arrive(sm.q_full(u));
+            if (leader && atomicAdd(&fwd_blocks_done[WGS - 2], 1u) == gridDim.x - 1) {
+                fwd_next_item[WGS - 2] = 0;
+                fwd_blocks_done[WGS - 2] = 0;
+            }
+            break;
+        }
+        const Coords c = coords_of(p, item, tiles, true);
+        const int kbeg = sm.slot(u)[1], n = sm.slot(u)[2];
+        // The Q tile of item u - 2 is free: every consumer is past its last S.
+        if (u >= 2) mbar_wait(sm.q_empty(u), ((u - 2) >> 1) & 1);
+        if (n > 0)
+            fwd_load_q<WGS>(p, sm, q_map, u, c, leader, R);
+        else
+            mbar_arrive(sm.q_full(u));
+        const int claim_at = j0 + max(n - LOOKAHEAD, 0);
+        if (leader && n == 0) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
+        // Every K/V tile of a plain launch is a box, issued by the leader: the other
+        // producer warps wait at the next item's barrier rather than poll the stages'
+        // mbarriers with it. Its own warp stays with it: bar.sync is warp-aligned.
+        if (!p.compact && threadIdx.x - B::CONSUMERS >= 32) {
+            j0 += n;
+            continue;
+        }
+        for (int j = j0; j < j0 + n; ++j) {
+            if (leader && j == claim_at) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
+            if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // its previous tile
+            const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
+            int row0 = k0, seg = -1;
+            bool box = true;
+            if (p.compact) {  // the head's offset and the key limit from the item's slot
+                const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, sm.slot(u)[7]);
+                row0 = e.row0;
+                box = ends_are_box<FBN>(p, ka, e);
+                seg = compact_key_seg(p, e, sm.slot(u)[3]);
+            }
+            if (box) {
+                if (!leader) continue;
+                sm.stage_key(j) = k0;
+                sm.stage_seg(j) = seg;
+                mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
+                #pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb)
+                    #pragma unroll
+                    for (int r = 0; r < FBN / 64; ++r) {
+                        u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
+                        tma_box(dst, &maps.a, cb * 64, c.h, row0 + 64 * r * R, R, c.b, sm.full(j));
+                        tma_box(dst + FBN * D, &maps.b, cb * 64, c.h, row0 + 64 * r * R, R, c.b, sm.full(j));
+                    }
+            } else {
+                load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j), p.k, p, ka, c.b, c.h, k0);
+                load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j) + FBN * D, p.v, p, ka, c.b, c.h, k0);
+                cp_wait<0>();
+                fence_async_smem();
+                bar_sync<1, WG_PRODUCERS>();  // producers only
+                if (leader) {
+                    sm.stage_key(j) = k0;
+                    sm.stage_seg(j) = seg;
+                    mbar_arrive(sm.full(j));
+                }
+            }
+        }
+        j0 += n;
+    }
+    cp_wait<0>();
+}

@@ -1,0 +1,67 @@
+// The tensor memory accelerator (sm_90): tensor maps, box copies into shared memory and
+// reductions out of it, and which tiles are boxes (evenly spaced rows) at all.
+
+// Tensor maps (CUtensorMap, encoded by the host: src/tma.rs) of the K and V tensors, as
+// 5-d tensors (head dim, heads, phase, step, batch) with row = step * R + phase, where R is
+// the launch's row stride (the dilation of a compact branch, else 1), read in boxes of
+// 64 x 1 x 1 x BN x 1 with the 128-byte swizzle: BN rows R apart, straight into one column
+// block of the `swz_blocks` layout. Steps cover rows below (rows / R) * R; past them the
+// box reads zeros. A kernel parameter (__grid_constant__: the TMA unit reads it there).
+struct __align__(64) TensorMap {
+    unsigned long long opaque[16];
+};
+struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)
+    TensorMap a, b;
+};
+// One TMA box: rows row0, row0 + R, ... (BN of them) of head h, batch b, head dims
+// c0..c0+63, into `dst` (1024-aligned).
+__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, int row0, int R, int b,
+                                        u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+        "%6}], [%7];\n" ::"r"((u32)__cvta_generic_to_shared(dst)),
+        "l"(map), "r"(c0), "r"(h), "r"(row0 % R), "r"(row0 / R), "r"(b), "r"(bar)
+        : "memory");
+}
+
+// Add a box of f32 values from shared memory into global memory (the TMA's reduction: no
+// per-element atomics), as tma_box with the roles swapped; 32 columns (128 bytes) per box.
+__device__ __forceinline__ void tma_reduce_add(const TensorMap* map, const float* src, int c0, int h, int row0, int R,
+                                               int b) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
+            map),
+        "r"(c0), "r"(h), "r"(row0 % R), "r"(row0 / R), "r"(b), "r"((u32)__cvta_generic_to_shared(src))
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk copies, all but the N most recent groups, have finished reading shared
+// memory (.read) or completed.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// Are a compact tile's ROWS rows R apart, all inside the TMA view (so that its 64-row parts
+// are TMA boxes, row0 + 64 R apart)? It must lie in one segment without holes (first and
+// last row valid and (ROWS-1) R apart) and below the view's last full step.
+template <int ROWS>
+__device__ __forceinline__ bool ends_are_box(const Params& p, const Axis& a, const TileEnds& e) {
+    const int R = p.dil_rate;
+    return e.row0 >= 0 && e.last >= 0 && e.last - e.row0 == (ROWS - 1) * R && e.last < (a.rows / R) * R;
+}
+// Does launch index tile k0.. map to TMA boxes (first row row0)? Always for plain launches
+// (rows = indices; rows past the tensor read as the zeros a hole needs); compact tiles as
+// ends_are_box.
+template <int ROWS = BN>
+__device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int k0, int h, int& row0) {
+    if (!p.compact) {
+        row0 = k0;
+        return true;
+    }
+    const TileEnds e = compact_tile_ends<ROWS>(p, a, k0, dil_offset(p, h));
+    row0 = e.row0;
+    return ends_are_box<ROWS>(p, a, e);
+}
+
+// One block per multiprocessor, working through items of FBM query rows of one

@@ -1,0 +1,305 @@
+//! The kernel families and their geometry: the one table of tile sizes, stage counts,
+//! threads and shared memory that the host plans with and the kernels are compiled with.
+//!
+//! Every number here reaches the CUDA source as a `#define` of the generated contract
+//! header ([`crate::kernel_source`]), so a tile size is changed in exactly one place: the
+//! method below that returns it. The kernels hold no literal of their own for any of
+//! them, and each shared-memory layout asserts at compile time that its size is the
+//! host's [`Family::forward_smem`] / [`Family::backward_smem`] (NVRTC compiles at the
+//! first call, so a disagreement fails at start-up, and in the `kernels_compile` test).
+
+use crate::plan::IndexMap;
+
+/// Rows of a plan tile: a key tile of every kernel except the wgmma forward at d = 64
+/// (twice this: [`Family::forward_key_tile`]), and a query tile of the backward kernels
+/// (the wgmma backward at d = 64 visits two at a time: [`Family::backward_q_tile`]).
+/// `BM` (query side) and `BN` (key side) in the kernels.
+pub const TILE: usize = 64;
+
+/// Query rows per forward block of the mma family (`FBM`): 4 warps of 2 m16 tiles.
+pub const FWD_Q_TILE: usize = 128;
+
+/// Threads of an mma-family block (`NTHREADS`): 4 warps.
+pub const MMA_THREADS: u32 = 128;
+
+/// Threads of the producer warpgroup of a wgmma block (`WG_PRODUCERS`).
+pub const PRODUCER_THREADS: u32 = 128;
+
+/// Environment variable that forces the portable family on sm_90 (`mma`), so that it is
+/// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
+pub const FAMILY_ENV: &str = "RINGDIL_KERNELS";
+
+/// Which kernel family a device runs. Both families walk tile plans of the same kind
+/// (forward: query tiles of [`Family::forward_q_tile`] rows over key tiles of
+/// [`Family::forward_key_tile`]; backward: key tiles over query tiles of [`TILE`]) and
+/// compute the same results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `mma.sync` tensor-core tiles: any device from sm_80 on; 4 warps per block, K/V (or
+    /// Q/dO) double-buffered with cp.async. Kernel sources `sm80_*.cu`.
+    Mma,
+    /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
+    /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 3 consumer
+    /// warpgroups and a producer warpgroup, [`Family::forward_stages`] K/V stages handed
+    /// over by mbarriers. Backward: two consumer warpgroups of 64 key rows and a producer
+    /// warpgroup per block, visiting 128 query rows at a time at d = 64 and 64 at d = 128.
+    /// Kernel sources `sm90_*.cu`.
+    Wgmma,
+}
+
+impl Family {
+    /// The family for compute capability `major.minor`: wgmma exists only on 9.0 (sm_90a
+    /// features do not carry over to later architectures).
+    pub fn for_device(major: i32, minor: i32, forced: Option<&str>) -> Self {
+        if (major, minor) == (9, 0) && forced != Some("mma") { Family::Wgmma } else { Family::Mma }
+    }
+
+    /// NVRTC's `--gpu-architecture`: wgmma needs the architecture-specific target.
+    pub fn target(self, major: i32, minor: i32) -> String {
+        match self {
+            Family::Mma => format!("sm_{major}{minor}"),
+            Family::Wgmma => format!("sm_{major}{minor}a"),
+        }
+    }
+
+    /// Short name, as `RINGDIL_KERNELS` takes it and logs print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Mma => "mma",
+            Family::Wgmma => "wgmma",
+        }
+    }
+
+    /// Query rows per forward block (`FBM`). mma: [`FWD_Q_TILE`]. wgmma: 64 per consumer
+    /// warpgroup, three of them, so that one warpgroup's softmax overlaps the other two's
+    /// MMAs (against two: 1.19-1.28x faster at d = 64, 1.01-1.06x at d = 128).
+    pub fn forward_q_tile(self) -> usize {
+        match self {
+            Family::Wgmma => 3 * TILE,
+            Family::Mma => FWD_Q_TILE,
+        }
+    }
+
+    /// The wgmma forward's second instantiation (`FBM_NARROW`, kernel `attn_fwd_128`): two
+    /// consumer warpgroups, for compact launches ([`Family::forward_q_tile_for`]).
+    pub fn forward_q_tile_narrow(self) -> usize {
+        2 * TILE
+    }
+
+    /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
+    /// the wgmma family runs a compact dilated launch whose segments keep `m` rows, `m` not
+    /// a multiple of its 192, with [`Family::forward_q_tile_narrow`] rows. Compact launch
+    /// indices start at a segment boundary, so such a tile never straddles two segments
+    /// when `m` is a multiple of 128 (LongNet's powers of two); a 192-row tile would, every
+    /// few tiles, and visit both segments' keys under the generic mask (a LongNet branch
+    /// (8192, 8) took 3.4x as long that way).
+    pub fn forward_q_tile_for(self, map: &IndexMap) -> usize {
+        match *map {
+            IndexMap::Compact { segment, dilation, .. }
+                if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
+            {
+                self.forward_q_tile_narrow()
+            }
+            _ => self.forward_q_tile(),
+        }
+    }
+
+    /// Keys per forward tile (`FBN`): [`TILE`], and twice that for the wgmma family at
+    /// d = 64 (flash-attention 3's tile there), where a 64-key tile's MMAs are short
+    /// against the per-tile work around them that does not grow with the keys (stage
+    /// hand-over, row maxima, O's rescale, MMA issue and wait).
+    pub fn forward_key_tile(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 2 * TILE,
+            _ => TILE,
+        }
+    }
+
+    /// K/V stages of the forward (`FWD_STAGES`): mma double-buffers (tile j+1 loads while
+    /// tile j computes); wgmma keeps 4 (tile j+1 computes while j+2 and j+3 load).
+    pub fn forward_stages(self) -> usize {
+        match self {
+            Family::Mma => 2,
+            Family::Wgmma => 4,
+        }
+    }
+
+    /// Threads per forward block of a launch with `q_tile`-row tiles
+    /// ([`Family::forward_q_tile_for`]): 4 warps (mma); one warpgroup per 64 query rows and a
+    /// producer warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
+    pub fn forward_threads(self, q_tile: usize) -> u32 {
+        match self {
+            Family::Mma => MMA_THREADS,
+            Family::Wgmma => (2 * q_tile) as u32 + PRODUCER_THREADS,
+        }
+    }
+
+    /// Key tiles (of [`TILE`] rows) per backward block (`WB_WGS`). mma: one (4 warps of 16
+    /// keys). wgmma: one per consumer warpgroup, two, so that each query tile's Q and dO
+    /// serve 128 keys and the block adds its dQ into global memory once per 128 keys
+    /// instead of once per 64 (1.07-1.13x faster forward + backward at d = 128).
+    pub fn backward_key_tiles(self) -> usize {
+        match self {
+            Family::Wgmma => 2,
+            Family::Mma => 1,
+        }
+    }
+
+    /// Query rows per backward visit (`QB`): [`TILE`], and two plan tiles at d = 64 for
+    /// wgmma (128 x 128 visits halve the L2 bytes per FLOP that bound that backward with
+    /// 64 x 64 ones).
+    pub fn backward_q_tile(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 2 * TILE,
+            _ => TILE,
+        }
+    }
+
+    /// Query stages of the backward (`BWD_STAGES`): one query tile computes while the next
+    /// loads, in both families.
+    pub fn backward_stages(self) -> usize {
+        2
+    }
+
+    /// dS^T tiles of the backward (`WB_DS_BUFFERS`): wgmma's two warpgroups alternate two,
+    /// so that a tile's dS^T stores need not wait for the other warpgroup's dQ MMA of the
+    /// last tile; mma has one.
+    pub fn backward_ds_buffers(self) -> usize {
+        match self {
+            Family::Wgmma => 2,
+            Family::Mma => 1,
+        }
+    }
+
+    /// f32 dQ staging tiles of the wgmma backward (`WB_DQ_BUFFERS`, [`Family::backward_q_tile`]
+    /// x head_dim each): two at d = 128 (a tile's TMA reductions get a whole tile's time
+    /// to read theirs), one at d = 64, whose 128-query stages and dS^T tiles take the
+    /// room. mma adds dQ element by element and stages nothing.
+    pub fn backward_dq_buffers(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim == 64 => 1,
+            Family::Wgmma => 2,
+            Family::Mma => 0,
+        }
+    }
+
+    /// Threads per block of the backward kernel: 4 warps per key tile, and for wgmma a
+    /// producer warpgroup that fills the query stages.
+    pub fn backward_threads(self) -> u32 {
+        let tiles = self.backward_key_tiles() as u32;
+        MMA_THREADS * tiles + if self == Family::Wgmma { PRODUCER_THREADS } else { 0 }
+    }
+
+    /// Dynamic shared memory of the forward (`FWD_SMEM_BYTES`; the kernels' `FwdSmem`
+    /// layouts assert the same sum): a Q tile of [`Family::forward_q_tile`] rows and the
+    /// [`Family::forward_stages`] K/V stages of [`Family::forward_key_tile`] rows. wgmma's
+    /// blocks run several work items each ([`Family::forward_grid`]): two Q tiles (the next
+    /// item's loads while the last one computes); 8-byte mbarriers, full and empty per K/V
+    /// stage, full, empty and slot-read per Q tile; the two items' slots (32 bytes each:
+    /// number, plan, key limit, warpgroups' tiles, head offset); each stage's first key and
+    /// key segment (8 bytes); and 1 KB of slack to round the base up to 1 KB in the kernel
+    /// (the swizzle of its operands is a function of address bits).
+    pub fn forward_smem(self, head_dim: usize) -> u32 {
+        let (row, q_tile, k_tile) = (head_dim * 2, self.forward_q_tile(), self.forward_key_tile(head_dim));
+        let stages = self.forward_stages();
+        let bytes = match self {
+            Family::Mma => (q_tile + 2 * stages * k_tile) * row,
+            Family::Wgmma => {
+                (2 * q_tile + 2 * stages * k_tile) * row + 2 * (stages + 3) * 8 + 2 * 32 + stages * 8 + 1024
+            }
+        };
+        bytes as u32
+    }
+
+    /// Dynamic shared memory of the backward (`BWD_SMEM_BYTES`; asserted by the kernels'
+    /// `BwdSmem` layouts): the block's K and V tiles, [`Family::backward_stages`] stages of
+    /// the Q and dO tiles it visits with their per-query lse2, delta, position and row, the
+    /// 16-bit dS^T tiles ([`Family::backward_ds_buffers`]) and the f32 dQ staging tiles
+    /// ([`Family::backward_dq_buffers`]); wgmma adds a full and an empty mbarrier and the
+    /// visit (query tile, warpgroups' plan tiles: 8 bytes) per stage, and no slack to
+    /// align the base (the kernel checks that it starts 1 KB-aligned, as sm_90 places it).
+    pub fn backward_smem(self, head_dim: usize) -> u32 {
+        let (row, q_tile, stages) = (head_dim * 2, self.backward_q_tile(head_dim), self.backward_stages());
+        let keys = TILE * self.backward_key_tiles();
+        let stage = 2 * q_tile * row + 4 * q_tile * 4;
+        let ds = self.backward_ds_buffers() * keys * q_tile * 2;
+        let dq = self.backward_dq_buffers(head_dim) * q_tile * head_dim * 4;
+        let bars = if self == Family::Wgmma { 3 * stages * 8 } else { 0 };
+        (2 * keys * row + stages * stage + ds + dq + bars) as u32
+    }
+
+    /// Launch grid of a forward whose work items (query tile, head, batch) form `items`
+    /// on a device of `sms` multiprocessors. mma: one block per item. wgmma: one block per
+    /// multiprocessor (at most one per item) that claims items until none is left, so
+    /// that an item's Q and first K/V tiles load while the block's last item computes (a
+    /// block start cost 5-7% of an n = 4096 forward).
+    pub fn forward_grid(self, items: (u32, u32, u32), sms: u32) -> (u32, u32, u32) {
+        match self {
+            Family::Mma => items,
+            Family::Wgmma => {
+                let total = items.0 as u64 * items.1 as u64 * items.2 as u64;
+                (total.min(sms.max(1) as u64) as u32, 1, 1)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_family_follows_the_architecture() {
+        assert_eq!(Family::for_device(9, 0, None), Family::Wgmma);
+        assert_eq!(Family::for_device(9, 0, Some("mma")), Family::Mma);
+        assert_eq!(Family::for_device(9, 0, Some("wgmma")), Family::Wgmma);
+        for (major, minor) in [(8, 0), (8, 9), (10, 0), (12, 0)] {
+            assert_eq!(Family::for_device(major, minor, None), Family::Mma, "sm_{major}{minor}");
+        }
+        assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
+        assert_eq!(Family::Mma.target(9, 0), "sm_90");
+    }
+
+    #[test]
+    fn block_geometry() {
+        assert_eq!((Family::Wgmma.forward_threads(192), Family::Wgmma.forward_q_tile()), (512, 192));
+        assert_eq!(Family::Wgmma.forward_threads(Family::Wgmma.forward_q_tile_narrow()), 384);
+        assert_eq!((Family::Wgmma.forward_key_tile(64), Family::Wgmma.forward_key_tile(128)), (2 * TILE, TILE));
+        assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
+        assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
+        assert_eq!(Family::Wgmma.backward_threads(), 384);
+        assert_eq!((Family::Wgmma.backward_q_tile(64), Family::Wgmma.backward_q_tile(128)), (2 * TILE, TILE));
+        for d in [64, 128] {
+            assert_eq!(Family::Mma.forward_key_tile(d), TILE);
+            assert_eq!(Family::Mma.backward_q_tile(d), TILE);
+        }
+        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads(FWD_Q_TILE));
+        // One block per multiprocessor, at most one per item; mma keeps one per item.
+        assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));
+        assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
+        assert_eq!(Family::Wgmma.forward_grid((u32::MAX, 65535, 65535), 132), (132, 1, 1));
+        assert_eq!(Family::Mma.forward_grid((22, 16, 4), 132), (22, 16, 4));
+    }
+
+    #[test]
+    fn shared_memory_fits_and_adds_up() {
+        assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
+        assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 208 + 1024);
+        // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
+        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 208 + 1024);
+        assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
+        assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
+        // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
+        // (32 KB), two dQ staging tiles (64 KB). d = 64: K, V (32 KB), two stages of 128
+        // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Then 48 bytes of
+        // mbarriers and visits.
+        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 48);
+        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 48);
+        // sm_90's largest dynamic shared memory per block is 227 KB.
+        for d in [64, 128] {
+            assert!(Family::Wgmma.forward_smem(d) <= 227 * 1024, "d = {d}");
+            assert!(Family::Wgmma.backward_smem(d) <= 227 * 1024, "d = {d}");
+        }
+    }
+}

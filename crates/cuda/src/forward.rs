@@ -1,0 +1,165 @@
+//! The forward calls: attention into a partial (or merged into an accumulator), the
+//! merge of two partials, and the merge identity.
+
+use crate::error::{CudaError, Result};
+use crate::family::Family;
+use crate::gpu::{Gpu, elementwise, launch_config};
+use crate::launch::LaunchSpec;
+use crate::params::Params;
+use crate::plan::IndexMap;
+use crate::shape::Dtype;
+use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
+use crate::tma::{Elem, TensorMap, TensorPair};
+use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+
+impl Gpu {
+    /// Attention of `q` over `k`, `v` (a [`Partial`](ringdil_reference::Partial) on the
+    /// device), written to `out`. One dense/masked launch writes every row. A compacted or
+    /// multi-launch (dilated) call first fills `out` with the merge identity, then each
+    /// branch's launch merges its result into it in the kernel's epilogue (the
+    /// online-softmax merge, fused: no scratch partials, no separate merge pass).
+    pub fn forward_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DevicePartial,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        self.check_partial("out", prep, out)?;
+        match prep.launches.as_slice() {
+            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
+                self.forward_launch(prep, only, q, k, v, out, false)
+            }
+            launches => {
+                self.fill_empty(prep, out)?;
+                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, out, true))
+            }
+        }
+    }
+
+    /// Merge the attention of `q` over `k`, `v` into the partial `acc` in place:
+    /// `acc <- merge(acc, attention(q, k, v))`, the reference's `Partial::merge`, fused into
+    /// the kernels' epilogue. `acc` must hold a partial over the same queries (an earlier
+    /// result, or the identity): this is how a ring step adds a key block to a query
+    /// piece's running result without a separate merge pass. (`acc` is the accumulator
+    /// being built, never an input someone else still holds: the merge of two kept
+    /// partials is [`Gpu::merge_into`].)
+    pub fn forward_accumulate(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        acc: &mut DevicePartial,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        self.check_partial("accumulator", prep, acc)?;
+        prep.launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, acc, true))
+    }
+
+    /// One launch writing `out` (`accumulate`: merging into it; rows the launch does
+    /// not visit keep what they hold).
+    #[allow(clippy::too_many_arguments)] // one launch's buffers, as the kernel takes them
+    fn forward_launch(
+        &self,
+        prep: &Prepared,
+        (l, plan): &(LaunchSpec, DevicePlan),
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DevicePartial,
+        accumulate: bool,
+    ) -> Result<()> {
+        let st = &self.stream;
+        let (qp, _a) = q.data.device_ptr(st);
+        let (kp, _b) = k.data.device_ptr(st);
+        let (vp, _c) = v.data.device_ptr(st);
+        // Written by the kernel: `_mut`, so that cudarc records a write that another stream
+        // (a ring's NCCL stream) waits for before it reads the buffer.
+        let (op, _d) = out.out.device_ptr_mut(st);
+        let (lp, _e) = out.lse.device_ptr_mut(st);
+        let (pp, _f) = plan.fwd_ptr.device_ptr(st);
+        let (pi, _g) = plan.fwd_idx.device_ptr(st);
+        let params = Params {
+            q: qp,
+            k: kp,
+            v: vp,
+            out: op,
+            lse: lp,
+            plan_ptr: pp,
+            plan_idx: pi,
+            key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            accumulate: accumulate as i32,
+            ..l.params
+        };
+        let dims = l.forward_dims(self.sms);
+        let kernel = prep.kernels.get(dims.kernel);
+        let mut launch = st.launch_builder(kernel);
+        launch.arg(&params);
+        let maps = self.tile_maps(l, kp, vp, k.dims)?;
+        // wgmma: the query tiles come by TMA too, through a map of Q.
+        let q_map = match maps {
+            Some(_) => Some(TensorMap::new(qp, Elem::U16, q.dims, l.row_stride())?),
+            None => None,
+        };
+        if let (Some(maps), Some(q_map)) = (&maps, &q_map) {
+            launch.arg(maps).arg(q_map);
+        }
+        // SAFETY: params and maps describe live buffers of the validated shapes.
+        unsafe { launch.launch(launch_config(&dims)) }?;
+        Ok(())
+    }
+
+    /// The TMA maps of the two tensors a wgmma launch streams (`a`, `b` at those addresses,
+    /// shaped `dims`): a compact branch's kept rows are its dilation apart. None for mma.
+    pub(crate) fn tile_maps(
+        &self,
+        l: &LaunchSpec,
+        a: cudarc::driver::sys::CUdeviceptr,
+        b: cudarc::driver::sys::CUdeviceptr,
+        dims: [usize; 4],
+    ) -> Result<Option<TensorPair>> {
+        Ok(match l.family {
+            Family::Mma => None,
+            Family::Wgmma => Some(TensorPair::new(a, b, dims, l.row_stride())?),
+        })
+    }
+
+    fn fill_empty(&self, prep: &Prepared, p: &mut DevicePartial) -> Result<()> {
+        let (n_out, n_lse) = (p.out.len(), p.lse.len());
+        let mut b = self.stream.launch_builder(&prep.kernels.fill);
+        b.arg(&mut p.out).arg(&mut p.lse).arg(&n_out).arg(&n_lse);
+        // SAFETY: lengths are the buffers' own.
+        unsafe { b.launch(elementwise(n_out)) }?;
+        Ok(())
+    }
+
+    /// The online-softmax merge of two partials into `out` (a third buffer: the inputs keep
+    /// their values, as the reference's `Partial::merge` requires).
+    pub fn merge_into(&self, a: &DevicePartial, b: &DevicePartial, out: &mut DevicePartial) -> Result<()> {
+        if a.dims != b.dims || a.dims != out.dims {
+            return Err(CudaError::ShapeMismatch {
+                what: "merge partials",
+                expected: a.dims.to_vec(),
+                got: b.dims.to_vec(),
+            });
+        }
+        let [batch, rows, heads, d] = a.dims;
+        if !matches!(d, 64 | 128) {
+            return Err(CudaError::UnsupportedHeadDim { head_dim: d });
+        }
+        // The merge kernel only depends on the head dim; any element type's module has it.
+        let kernels = self.kernels(Dtype::Bf16, d)?;
+        let (batch, rows, heads) = (batch as i32, rows as i32, heads as i32);
+        let n = a.out.len();
+        let mut l = self.stream.launch_builder(&kernels.merge);
+        l.arg(&a.out).arg(&a.lse).arg(&b.out).arg(&b.lse).arg(&mut out.out).arg(&mut out.lse);
+        l.arg(&batch).arg(&rows).arg(&heads);
+        // SAFETY: all three partials have the checked dims.
+        unsafe { l.launch(elementwise(n)) }?;
+        Ok(())
+    }
+}

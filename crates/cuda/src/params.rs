@@ -1,0 +1,155 @@
+//! The kernels' parameter block and the codes it carries.
+//!
+//! `Params` is declared twice by necessity, here and in `kernels/params.cuh`; the two
+//! must agree byte for byte. The macro below records every field's offset
+//! ([`Params::LAYOUT`]), and the generated contract header turns them into
+//! `static_assert`s on the CUDA struct ([`crate::kernel_source`]): a field added, removed,
+//! reordered or retyped on one side only fails NVRTC's compilation, at start-up and in the
+//! `kernels_compile` test, naming the field.
+
+/// Declares `Params` and its layout table from one field list.
+macro_rules! params {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {
+        /// The kernels' parameter block, passed by value. Pointers are raw device
+        /// addresses (0 = null). Must match `struct Params` in `kernels/params.cuh`
+        /// (checked at compile time of the kernels: see the module docs).
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq)]
+        pub struct Params {
+            $($(#[$doc])* pub $name: $ty,)*
+        }
+
+        impl Params {
+            /// Every field's name and byte offset, in declaration order.
+            pub const LAYOUT: &'static [(&'static str, usize)] =
+                &[$((stringify!($name), std::mem::offset_of!(Params, $name)),)*];
+        }
+    };
+}
+
+params! {
+    q: u64,
+    k: u64,
+    v: u64,
+    out: u64,
+    lse: u64,
+    dout: u64,
+    delta: u64,
+    /// Backward: lse * log2(e), +inf for lse = -inf (written by `bwd_delta`).
+    lse2: u64,
+    dq: u64,
+    dk: u64,
+    dv: u64,
+    /// Per batch row; 0: no padding.
+    key_len: u64,
+    /// CSR of the tile plan: row tile -> visited column tiles.
+    plan_ptr: u64,
+    plan_idx: u64,
+    /// Block-sparse user mask, `bs_mask_blocks^2` bytes, or 0.
+    block_mask: u64,
+    batch: i32,
+    heads: i32,
+    /// Launch index space (compact rows for a dilated branch).
+    nq: i32,
+    nk: i32,
+    /// Physical rows of the q / k tensors.
+    q_rows: i32,
+    k_rows: i32,
+    /// Global position of physical row 0.
+    q_offset: i32,
+    k_offset: i32,
+    /// Global sequence length the pattern is defined on.
+    seq_len: i32,
+    causal: i32,
+    /// A [`PatternCode`].
+    pattern: i32,
+    win_left: i32,
+    win_right: i32,
+    bs_block: i32,
+    bs_radius: i32,
+    bs_stride: i32,
+    bs_global: i32,
+    bs_mask_blocks: i32,
+    dil_segment: i32,
+    dil_rate: i32,
+    /// An [`OffsetRule`].
+    dil_rule: i32,
+    dil_fixed: i32,
+    /// 1: launch index c -> row of the dilated branch (compact index space).
+    compact: i32,
+    /// ceil(dil_segment / dil_rate).
+    dil_per_seg: i32,
+    /// Row i is at global position offset + i * stride.
+    q_stride: i32,
+    k_stride: i32,
+    /// Compact: global compact index of launch index 0.
+    q_cbase: i32,
+    k_cbase: i32,
+    /// Forward: merge into out / lse; backward: add into dq / dk / dv.
+    accumulate: i32,
+    scale: f32,
+    /// scale * log2(e).
+    scale_log2: f32,
+}
+
+// SAFETY: plain-old-data, `repr(C)`, laid out as the CUDA struct (asserted when the
+// kernels compile).
+unsafe impl cudarc::driver::DeviceRepr for Params {}
+
+/// `Params::pattern`: which mask the kernels evaluate (`PATTERN_*` in the kernels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum PatternCode {
+    Dense = 0,
+    Window = 1,
+    BlockSparse = 2,
+    /// One dilated branch.
+    Dilated = 3,
+}
+
+/// `Params::dil_rule`: a dilated branch's offset for head h (`OFFSET_*` in the kernels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum OffsetRule {
+    /// `h mod r`.
+    HeadMod = 0,
+    /// `floor(h / ceil(H / r))`.
+    HeadBlock = 1,
+    /// `Params::dil_fixed`.
+    Fixed = 2,
+}
+
+impl PatternCode {
+    /// Every code with its kernel-side name.
+    pub const ALL: [(&'static str, PatternCode); 4] = [
+        ("PATTERN_DENSE", PatternCode::Dense),
+        ("PATTERN_WINDOW", PatternCode::Window),
+        ("PATTERN_BLOCK_SPARSE", PatternCode::BlockSparse),
+        ("PATTERN_DILATED", PatternCode::Dilated),
+    ];
+}
+
+impl OffsetRule {
+    /// Every rule with its kernel-side name.
+    pub const ALL: [(&'static str, OffsetRule); 3] = [
+        ("OFFSET_HEAD_MOD", OffsetRule::HeadMod),
+        ("OFFSET_HEAD_BLOCK", OffsetRule::HeadBlock),
+        ("OFFSET_FIXED", OffsetRule::Fixed),
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_lists_every_field_in_order() {
+        // 15 pointers, 29 ints, 2 floats, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 29 * 4 + 2 * 4 + 4);
+        assert_eq!(Params::LAYOUT.len(), 15 + 29 + 2);
+        assert_eq!(Params::LAYOUT[0], ("q", 0));
+        assert_eq!(Params::LAYOUT[15], ("batch", 120));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 120 + 30 * 4)));
+        assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
+    }
+}

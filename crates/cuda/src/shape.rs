@@ -1,0 +1,75 @@
+//! A call's sizes and placement: element type, tensor shapes, and where the rows sit in
+//! the global sequence.
+
+use crate::plan::Axis;
+
+/// Element type of q, k, v and d_out (accumulation and outputs are f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Dtype {
+    Bf16,
+    F16,
+}
+
+/// Tensor sizes of one call: q / d_out / out are `[batch, q_rows, heads, head_dim]`,
+/// k / v are `[batch, k_rows, heads, head_dim]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub q_rows: usize,
+    pub k_rows: usize,
+}
+
+impl Shape {
+    /// Self-attention over a whole sequence.
+    pub fn square(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
+        Shape { batch, heads, head_dim, q_rows: seq, k_rows: seq }
+    }
+
+    pub fn q_len(&self) -> usize {
+        self.batch * self.q_rows * self.heads * self.head_dim
+    }
+
+    pub fn k_len(&self) -> usize {
+        self.batch * self.k_rows * self.heads * self.head_dim
+    }
+
+    /// Elements of the `[batch, heads, q_rows]` log-sum-exp.
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads * self.q_rows
+    }
+}
+
+/// Where the tensors sit in the global sequence: query row `i` is global position
+/// `q_offset + i * q_stride`, key row `j` is `k_offset + j * k_stride`; patterns are
+/// defined on `0..seq_len`. One ring step is one chunk pair; stride 1 is a contiguous
+/// piece, stride `P` a rank's rows of a striped layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub q_offset: usize,
+    pub k_offset: usize,
+    pub seq_len: usize,
+    pub q_stride: usize,
+    pub k_stride: usize,
+}
+
+impl Chunk {
+    /// Contiguous query and key rows from the given offsets.
+    pub fn new(q_offset: usize, k_offset: usize, seq_len: usize) -> Self {
+        Chunk { q_offset, k_offset, seq_len, q_stride: 1, k_stride: 1 }
+    }
+
+    /// The whole sequence (self-attention).
+    pub fn whole(shape: &Shape) -> Self {
+        Chunk::new(0, 0, shape.q_rows)
+    }
+
+    /// The query and key axes of `shape` placed by this chunk.
+    pub fn axes(&self, shape: &Shape) -> (Axis, Axis) {
+        (
+            Axis { offset: self.q_offset, stride: self.q_stride, rows: shape.q_rows },
+            Axis { offset: self.k_offset, stride: self.k_stride, rows: shape.k_rows },
+        )
+    }
+}

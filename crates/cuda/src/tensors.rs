@@ -1,0 +1,80 @@
+//! Device-side data: input tensors, forward partials, gradients, and a prepared call (its
+//! validated launches with their tile plans on the device).
+
+use crate::gpu::Kernels;
+use crate::launch::LaunchSpec;
+use crate::shape::{Dtype, Shape};
+use cudarc::driver::CudaSlice;
+use std::sync::Arc;
+
+/// A `[batch, rows, heads, head_dim]` tensor of 16-bit floats (bf16 or f16 bits).
+pub struct DeviceTensor {
+    pub data: CudaSlice<u16>,
+    pub dims: [usize; 4],
+}
+
+/// A partial attention result on the device: `out` `[batch, rows, heads, head_dim]` and
+/// `lse` `[batch, heads, rows]`, both f32 (see `ringdil_reference::Partial`).
+pub struct DevicePartial {
+    pub out: CudaSlice<f32>,
+    pub lse: CudaSlice<f32>,
+    pub dims: [usize; 4],
+}
+
+/// dQ, dK, dV (f32), shaped like q, k, v.
+pub struct DeviceGrads {
+    pub dq: CudaSlice<f32>,
+    pub dk: CudaSlice<f32>,
+    pub dv: CudaSlice<f32>,
+}
+
+/// The three gradient buffers of one backward call, borrowed: a [`DeviceGrads`]'s
+/// ([`DeviceGrads::as_mut`]) or a caller's running sums (a ring rank adds every step's
+/// gradients into its own, [`Gpu::backward_add_into`]).
+pub struct GradsMut<'a> {
+    pub dq: &'a mut CudaSlice<f32>,
+    pub dk: &'a mut CudaSlice<f32>,
+    pub dv: &'a mut CudaSlice<f32>,
+}
+
+impl DeviceGrads {
+    pub fn as_mut(&mut self) -> GradsMut<'_> {
+        GradsMut { dq: &mut self.dq, dk: &mut self.dk, dv: &mut self.dv }
+    }
+}
+
+/// A validated call with its tile plans on the device, ready to launch repeatedly.
+pub struct Prepared {
+    pub(crate) shape: Shape,
+    pub(crate) dtype: Dtype,
+    pub(crate) launches: Vec<(LaunchSpec, DevicePlan)>,
+    pub(crate) key_len: Option<CudaSlice<i32>>,
+    pub(crate) block_mask: Option<CudaSlice<u8>>,
+    pub(crate) kernels: Arc<Kernels>,
+    /// delta = rowsum(d_out * out) of the backward pass.
+    pub(crate) delta: CudaSlice<f32>,
+    /// The forward's lse as the backward reads it: lse * log2(e), +inf for -inf.
+    pub(crate) lse2: CudaSlice<f32>,
+}
+
+/// One launch's tile plans on the device (CSR: row pointers and column indices).
+pub(crate) struct DevicePlan {
+    pub(crate) fwd_ptr: CudaSlice<i32>,
+    pub(crate) fwd_idx: CudaSlice<i32>,
+    pub(crate) cols_ptr: CudaSlice<i32>,
+    pub(crate) cols_idx: CudaSlice<i32>,
+}
+impl Prepared {
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The host-side launch specs (plans, parameters) of this call.
+    pub fn launches(&self) -> impl Iterator<Item = &LaunchSpec> {
+        self.launches.iter().map(|(l, _)| l)
+    }
+}

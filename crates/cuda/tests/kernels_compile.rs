@@ -1,0 +1,101 @@
+//! Every kernel module compiles, and a host/kernel contract mismatch stops the compile.
+//!
+//! NVRTC alone is needed (no GPU): CI installs it from PyPI (`.ci/run`) and sets
+//! `RINGDIL_REQUIRE_NVRTC=1`, so that there a missing library fails instead of skipping.
+//! Elsewhere, without NVRTC, this prints "skipped: no NVRTC library" and counts nothing.
+//!
+//! The planted mismatches copy `kernels/` to a temporary directory, change one thing the
+//! host also knows (a `Params` field's place, a shared-memory layout, a block's threads),
+//! and expect NVRTC to refuse with the contract's message naming it.
+
+use ringdil_cuda::compile::compile_uncached;
+use ringdil_cuda::{CudaError, Dtype, Family};
+use std::path::{Path, PathBuf};
+
+const TARGETS: [(Family, &str); 2] = [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")];
+
+fn kernels_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels")
+}
+
+/// A copy of `kernels/` with `old` replaced by `new` in `file` (which must contain it).
+fn planted(tag: &str, file: &str, old: &str, new: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringdil-kernels-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(kernels_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if path.file_name().unwrap() == file {
+            assert!(text.contains(old), "{file} no longer contains {old:?}: update the planted mismatch");
+            text = text.replace(old, new);
+        }
+        std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
+    }
+    dir
+}
+
+fn refused(family: Family, arch: &str, dir: &Path, expect: &str) -> Result<(), String> {
+    match compile_uncached(arch, family, Dtype::Bf16, 128, Some(dir), "") {
+        Err(CudaError::Compile { log, .. }) if log.contains(expect) => Ok(()),
+        Err(e) => Err(format!("{family:?}: refused, but without {expect:?}: {e}")),
+        Ok(_) => Err(format!("{family:?}: compiled although {expect:?} should have stopped it")),
+    }
+}
+
+fn main() {
+    // SAFETY: only tries to dlopen the NVRTC library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        if std::env::var("RINGDIL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            eprintln!("RINGDIL_REQUIRE_NVRTC=1 but no NVRTC library was found (LD_LIBRARY_PATH?)");
+            std::process::exit(1);
+        }
+        println!("kernels_compile: skipped: no NVRTC library");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut passed = 0;
+    let mut check = |name: String, r: Result<(), String>| match r {
+        Ok(()) => {
+            println!("ok   {name}");
+            passed += 1;
+        }
+        Err(e) => {
+            println!("FAIL {name}: {e}");
+            failures.push(name);
+        }
+    };
+    for (family, arch) in TARGETS {
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            for head_dim in [64, 128] {
+                let r =
+                    compile_uncached(arch, family, dtype, head_dim, None, "").map(|_| ()).map_err(|e| e.to_string());
+                check(format!("{arch} {dtype:?} d={head_dim} compiles"), r);
+            }
+        }
+    }
+    // A field moved on the kernel side only: the offset asserts name it.
+    let swapped = planted(
+        "params",
+        "params.cuh",
+        "    const u16* k;\n    const u16* v;\n",
+        "    const u16* v;\n    const u16* k;\n",
+    );
+    let kv_swap = planted("params-type", "params.cuh", "    int causal;\n", "    long long causal;\n");
+    for (family, arch) in TARGETS {
+        check(format!("{arch}: a reordered Params field"), refused(family, arch, &swapped, "Params::"));
+        check(format!("{arch}: a retyped Params field"), refused(family, arch, &kv_swap, "Params"));
+    }
+    // Shared-memory layouts and block shapes that stop matching the family table.
+    let fwd = planted("fwd-smem", "sm90_forward_layout.cuh", "SLOT_INTS = 8;", "SLOT_INTS = 9;");
+    check("sm_90a: forward layout".into(), refused(Family::Wgmma, "sm_90a", &fwd, "forward shared memory differs"));
+    let bwd = planted("bwd-smem", "sm90_backward_layout.cuh", "+ 3 * BWD_STAGES * 8;", "+ 4 * BWD_STAGES * 8;");
+    check("sm_90a: backward layout".into(), refused(Family::Wgmma, "sm_90a", &bwd, "backward shared memory differs"));
+    let threads = planted("threads", "sm90_forward_layout.cuh", "CONSUMERS = 128 * WGS,", "CONSUMERS = 96 * WGS,");
+    check("sm_90a: forward threads".into(), refused(Family::Wgmma, "sm_90a", &threads, "block threads differ"));
+    let mma = planted("mma-smem", "sm80_forward.cu", "(FBM + 2 * FWD_STAGES * BN)", "(FBM + 3 * FWD_STAGES * BN)");
+    check("sm_80: forward layout".into(), refused(Family::Mma, "sm_80", &mma, "forward shared memory differs"));
+    println!("{passed} passed, {} failed", failures.len());
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+}

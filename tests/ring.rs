@@ -5,7 +5,8 @@
 
 use ndarray::Array4;
 use proptest::prelude::*;
-use ringdil_proofs::{Case, any_case, assert_schedule_exact, config, rel_err, ring_layout};
+use ringdil_proofs::{Case, any_case, assert_schedule_exact, config, ring_layout};
+use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::{Dense, Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::ring::{

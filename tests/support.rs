@@ -1,5 +1,5 @@
 //! Shared support for the proofs: naive oracles written independently of the blocked
-//! engine, error measures, proptest strategies and small renderers.
+//! engine, assertions on the error measures, proptest strategies and small renderers.
 //!
 //! The naive oracles below loop over every (query, key) pair with an explicit
 //! multiplicity function. They are deliberately the most direct transcription of the
@@ -12,25 +12,15 @@
 use ndarray::{Array, Array3, Array4, ArrayView4, Dimension};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
+use ringdil_reference::compare::{floor_err, pointwise_err, rel_err};
 use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, Offset, SlidingWindow, key_counts};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
 use ringdil_reference::{Pattern, Spec};
 use std::sync::Arc;
 
 // ---------------------------------------------------------------------------------
-// Error measures
+// Assertions on the project's error measures (`ringdil_reference::compare`)
 // ---------------------------------------------------------------------------------
-
-/// Relative error `||x - r|| / ||r||` (Frobenius), the project's one error measure.
-/// When `||r|| == 0` it is `||x||`, so an all-zero reference still catches garbage.
-pub fn rel_err<'a>(x: impl IntoIterator<Item = &'a f64>, r: impl IntoIterator<Item = &'a f64>) -> f64 {
-    let (mut num, mut den) = (0.0, 0.0);
-    for (a, b) in x.into_iter().zip(r) {
-        num += (a - b) * (a - b);
-        den += b * b;
-    }
-    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
-}
 
 /// Assert `rel_err(got, want) <= tol` for two arrays of the same shape, with a message
 /// naming `what`. NaN anywhere fails (the error is then NaN, which is not `<= tol`).
@@ -52,36 +42,11 @@ pub fn assert_close_floor<D: Dimension>(what: &str, got: &Array<f64, D>, want: &
     assert!(e <= tol, "{what}: error {e:e} > {tol:e} (||want|| = {norm:e}, floor {floor:e})");
 }
 
-/// `||x - r|| / max(||r||, floor)` (Frobenius): [`rel_err`] for gradients, which can be
-/// nearly zero by cancellation (see [`assert_close_floor`]).
-pub fn floor_err<'a>(x: impl IntoIterator<Item = &'a f64>, r: impl IntoIterator<Item = &'a f64>, floor: f64) -> f64 {
-    let (mut num, mut den) = (0.0, 0.0);
-    for (a, b) in x.into_iter().zip(r) {
-        num += (a - b) * (a - b);
-        den += b * b;
-    }
-    num.sqrt() / den.sqrt().max(floor)
-}
-
-/// Worst disagreement of two log-sum-exp arrays, which may hold `-inf` (rows without
-/// keys): `+inf` when the `-inf` entries are not in the same places (or a NaN appears),
-/// else the largest `|a - b| / (1 + |b|)` over the finite entries.
-pub fn lse_err<D: Dimension>(got: &Array<f64, D>, want: &Array<f64, D>) -> f64 {
-    assert_eq!(got.shape(), want.shape(), "lse shapes differ");
-    got.iter().zip(want).fold(0.0_f64, |worst, (&a, &b)| {
-        if a.is_nan() || b.is_nan() || (a == f64::NEG_INFINITY) != (b == f64::NEG_INFINITY) {
-            f64::INFINITY
-        } else if b == f64::NEG_INFINITY {
-            worst
-        } else {
-            worst.max((a - b).abs() / (1.0 + b.abs()))
-        }
-    })
-}
-
-/// Assert [`lse_err`]`(got, want) <= tol`.
+/// Assert [`pointwise_err`]`(got, want) <= tol` for two log-sum-exp arrays of the same
+/// shape: `-inf` (rows without keys) exactly where `want` has it, close elsewhere.
 pub fn assert_lse_close<D: Dimension>(what: &str, got: &Array<f64, D>, want: &Array<f64, D>, tol: f64) {
-    let e = lse_err(got, want);
+    assert_eq!(got.shape(), want.shape(), "{what}: lse shapes differ");
+    let e = pointwise_err(got.iter(), want.iter());
     assert!(e <= tol, "{what}: lse error {e:e} > {tol:e}");
 }
 
@@ -477,8 +442,7 @@ pub fn assert_schedule_exact(
         prop_assert!(e < tol, "{kind:?} {what}: error {e} (relative above the floor)");
     }
     // LSE: -inf exactly where the reference has no key, close elsewhere.
-    for (g, w) in got.lse.iter().zip(&want.lse) {
-        prop_assert!(g == w || (g - w).abs() <= tol * w.abs().max(1.0), "{kind:?} lse {g} vs {w}");
-    }
+    let e = pointwise_err(got.lse.iter(), want.lse.iter());
+    prop_assert!(e <= tol, "{kind:?} lse: pointwise error {e}");
     Ok(report)
 }

@@ -8,6 +8,7 @@ use ringdil_cli::verify::{self, Check, Row};
 use ringdil_cli::{attend, pattern_view, table};
 use ringdil_cuda::dist::{LaunchOptions, launch};
 use ringdil_reference::Spec;
+use ringdil_reference::compare::worst;
 use ringdil_reference::ring::{ChunkPlan, Kind};
 use std::error::Error;
 use std::path::PathBuf;
@@ -414,11 +415,11 @@ fn render_summary(rows: &[Row]) -> String {
         .iter()
         .map(|&check| {
             let mine: Vec<&Row> = rows.iter().filter(|r| r.check == check).collect();
-            let worst = mine.iter().map(|r| r.rel_err).fold(0.0, |a: f64, b| if b.is_nan() { b } else { a.max(b) });
+            let largest = worst(mine.iter().map(|r| r.rel_err));
             vec![
                 check.name().to_string(),
                 mine.len().to_string(),
-                format!("{worst:.2e}"),
+                format!("{largest:.2e}"),
                 format!("{:.0e}", check.bound()),
                 mine.iter().filter(|r| !r.pass).count().to_string(),
             ]

@@ -8,7 +8,7 @@
 
 use crate::distributed;
 use ndarray::{Array3, Array4, Axis, s};
-use ringdil_reference::compare::rel_err;
+use ringdil_reference::compare::{rel_err, worst};
 use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow, key_counts};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout, simulate};
@@ -198,9 +198,9 @@ pub fn run_case(case: &Case) -> Res<Vec<Row>> {
     Ok(rows)
 }
 
-/// Largest of the relative errors of `out` and `lse`.
+/// Largest of the relative errors of `out` and `lse` (NaN if either is).
 fn err_pair(out: &Array4<f64>, lse: &Array3<f64>, reference: &Attention<f64>) -> f64 {
-    rel_err(out, &reference.out).max(rel_err(lse, &reference.lse))
+    worst([rel_err(out, &reference.out), rel_err(lse, &reference.lse)])
 }
 
 /// Dense softmax over the whole score matrix with the count mask written out from the
@@ -256,14 +256,14 @@ fn check_merge(p: &Problem, seed: u64) -> Res<f64> {
     }
     let empty = Partial::empty(batch, n, heads, d);
     let forward = Partial::merge_all(partials.iter().rev(), empty.clone())?;
-    let mut worst = rel_err(&forward.out, &Partial::merge_all(&partials, empty.clone())?.out);
+    let mut errs = vec![rel_err(&forward.out, &Partial::merge_all(&partials, empty.clone())?.out)];
     if let [a, b, c, ..] = partials.as_slice() {
         let left = a.merge(b)?.merge(c)?;
         let right = a.merge(&b.merge(c)?)?;
-        worst = worst.max(rel_err(&left.out, &right.out)).max(rel_err(&a.merge(b)?.out, &b.merge(a)?.out));
+        errs.extend([rel_err(&left.out, &right.out), rel_err(&a.merge(b)?.out, &b.merge(a)?.out)]);
     }
     let finished = forward.finish(spec);
-    worst = worst.max(err_pair(&finished.out, &finished.lse, full));
+    errs.push(err_pair(&finished.out, &finished.lse, full));
 
     let g = normal_tensor([batch, n, heads, d], seed ^ 0x67);
     let exact = attention_backward(q.view(), k.view(), v.view(), spec, full, g.view())?;
@@ -279,7 +279,8 @@ fn check_merge(p: &Problem, seed: u64) -> Res<f64> {
             dv.slice_mut(s![.., key, .., ..]).assign(&part.dv.slice(s![.., local, .., ..]));
         }
     }
-    Ok(worst.max(rel_err(&dq, &exact.dq)).max(rel_err(&dk, &exact.dk)).max(rel_err(&dv, &exact.dv)))
+    errs.extend([rel_err(&dq, &exact.dq), rel_err(&dk, &exact.dk), rel_err(&dv, &exact.dv)]);
+    Ok(worst(errs))
 }
 
 /// Compare the analytic gradient of `L = sum(out * G)` with central differences at a
@@ -352,10 +353,12 @@ fn check_ring(p: &Problem, seed: u64) -> Res<(f64, String)> {
     let exact = attention_backward(q.view(), k.view(), v.view(), spec, full, g.view())?;
     let (out, grads, _) = simulate(&schedule, spec, q.view(), k.view(), v.view(), Some(g.view()))?;
     let grads = grads.expect("backward was requested");
-    let err = err_pair(&out.out, &out.lse, full)
-        .max(rel_err(&grads.dq, &exact.dq))
-        .max(rel_err(&grads.dk, &exact.dk))
-        .max(rel_err(&grads.dv, &exact.dv));
+    let err = worst([
+        err_pair(&out.out, &out.lse, full),
+        rel_err(&grads.dq, &exact.dq),
+        rel_err(&grads.dk, &exact.dk),
+        rel_err(&grads.dv, &exact.dv),
+    ]);
     let layout_name = match layout {
         Layout::Contiguous => "contiguous",
         Layout::Zigzag => "zigzag",

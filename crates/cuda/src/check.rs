@@ -4,17 +4,19 @@
 //! the reference in f64 on *the same rounded values*, so the only differences are the
 //! kernel's own arithmetic (16-bit P and dS operands of the tensor-core products, f32
 //! accumulation, exp2 approximations). The metric is the relative error
-//! `||gpu - ref||_2 / ||ref||_2` over a whole tensor, with the bounds of [`bound`]:
+//! `||gpu - ref||_2 / ||ref||_2` over a whole tensor ([`rel_err`], the project's measure),
+//! with the bounds of [`bound`]:
 //!
 //! * bf16: `< 1e-2` (8-bit mantissa: one rounding of P is ~2e-3 relative);
 //! * f16: `< 1e-3` (11-bit mantissa: ~2.4e-4).
 //!
 //! Gradients use the same measure with the reference's norm floored at
-//! [`GRAD_RMS_FLOOR`]` * sqrt(len)`, since a gradient can be exactly zero (one key per
-//! row) and then only rounding noise is left to compare.
+//! [`GRAD_RMS_FLOOR`]` * sqrt(len)` ([`floor_err`]), since a gradient can be exactly zero
+//! (one key per row) and then only rounding noise is left to compare.
 //!
-//! The LSE must be `-inf` exactly where the reference's is (rows with no key) and within
-//! the same bound elsewhere. Outputs are poisoned with NaN before each launch, so a
+//! The LSE is measured like the output: `-inf` must be exactly where the reference's is
+//! (rows with no key; an unmatched infinity is an infinite error), and the finite values
+//! are within the same bound. Outputs are poisoned with NaN before each launch, so a
 //! row the kernel forgets to write fails, and a NaN anywhere fails (every comparison is
 //! written so that NaN is not below a bound). Sequence lengths include primes and lengths
 //! that are not multiples of the 64-row tile.
@@ -23,7 +25,8 @@ use crate::error::Result;
 use crate::gpu::{DevicePartial, Gpu};
 use crate::launch::{Chunk, Dtype, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
-use ndarray::{Array3, Array4, ArrayView3, Axis, s};
+use ndarray::{Array3, Array4, Axis, s};
+use ringdil_reference::compare::{floor_err, rel_err, worst as worst_of};
 use ringdil_reference::pattern::{BlockSparse, Dilated};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::{Attention, Partial, attend_chunk, attention, attention_backward};
@@ -40,16 +43,6 @@ pub fn bound(dtype: Dtype) -> f64 {
 /// the same inputs in f64, it must agree to f32 rounding.
 pub const MERGE_BOUND: f64 = 1e-5;
 
-/// `||a - b|| / ||b||`, the project's measure ([`ringdil_reference::compare::rel_err`]):
-/// `-inf` must match `-inf` exactly (the LSE of a row with no key), and NaN or an
-/// unmatched infinity gives NaN, which no bound accepts.
-pub use ringdil_reference::compare::rel_err;
-
-/// LSE comparison: `-inf` exactly where the reference has it, relative error elsewhere.
-pub fn lse_err(gpu: ArrayView3<f64>, reference: ArrayView3<f64>) -> f64 {
-    rel_err(gpu.iter(), reference.iter())
-}
-
 /// The smallest root-mean-square a gradient is measured against. A gradient can be
 /// exactly zero in exact arithmetic (a row with one key: `P = 1`, so
 /// `dS = P (dP - delta) = 0`, hence `dQ = 0` and that key's `dK = 0`); the kernel then
@@ -62,9 +55,7 @@ pub const GRAD_RMS_FLOOR: f64 = 1e-2;
 /// Relative error of a gradient, with the norm of the reference floored at
 /// `GRAD_RMS_FLOOR * sqrt(len)` (see there).
 pub fn grad_err(a: &[f64], b: &[f64]) -> f64 {
-    let norm = b.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let floor = GRAD_RMS_FLOOR * (b.len() as f64).sqrt();
-    rel_err(a, b) * norm / norm.max(floor)
+    floor_err(a, b, GRAD_RMS_FLOOR * (b.len() as f64).sqrt())
 }
 
 /// What a case exercises.
@@ -237,7 +228,7 @@ fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
 
 fn compare_partial(metrics: &mut Vec<Metric>, gpu: &Partial<f64>, reference: &Partial<f64>, bound: f64) {
     metrics.push(Metric { what: "out", err: rel_err(gpu.out.iter(), reference.out.iter()), bound });
-    metrics.push(Metric { what: "lse", err: lse_err(gpu.lse.view(), reference.lse.view()), bound });
+    metrics.push(Metric { what: "lse", err: rel_err(gpu.lse.iter(), reference.lse.iter()), bound });
 }
 
 /// Run one case on the GPU and compare with the reference.
@@ -347,7 +338,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             });
             metrics.push(Metric {
                 what: "merge kernel lse",
-                err: lse_err(got.lse.view(), exact.lse.view()),
+                err: rel_err(got.lse.iter(), exact.lse.iter()),
                 bound: MERGE_BOUND,
             });
             // Inputs keep their meaning: the left partial is still the left ring step.
@@ -373,7 +364,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             ring_step_into(gpu, case, (&qb, all_rows), (&kb, &vb, right_rows), &mut running, true)?;
             let fused = partial_to_host(gpu, &running)?;
             metrics.push(Metric { what: "accumulate out", err: rel_err(fused.out.iter(), want.out.iter()), bound });
-            metrics.push(Metric { what: "accumulate lse", err: lse_err(fused.lse.view(), want.lse.view()), bound });
+            metrics.push(Metric { what: "accumulate lse", err: rel_err(fused.lse.iter(), want.lse.iter()), bound });
         }
     }
     Ok(Outcome { case: describe(case), metrics })
@@ -460,7 +451,7 @@ pub fn worst(cases: &[Case], outcomes: &[Outcome]) -> Vec<(String, f64, f64)> {
         for m in &o.metrics {
             let key = format!("{:?} {:?} {}", c.kind, c.dtype, m.what);
             match table.iter_mut().find(|(k, _, _)| *k == key) {
-                Some(entry) => entry.1 = if m.err.is_nan() || entry.1.is_nan() { f64::NAN } else { entry.1.max(m.err) },
+                Some(entry) => entry.1 = worst_of([entry.1, m.err]),
                 None => table.push((key, m.err, m.bound)),
             }
         }
@@ -473,14 +464,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn relative_error_rejects_nan_and_infinity() {
-        let r = [1.0, 2.0, 3.0];
-        assert_eq!(rel_err(&r, &r), 0.0);
-        assert!(rel_err(&[1.0, f64::NAN, 3.0], &r).is_nan());
-        assert!(rel_err(&[1.0, f64::INFINITY, 3.0], &r).is_nan());
-        let m = Metric { what: "out", err: f64::NAN, bound: 1.0 };
-        assert!(!m.passed());
-        assert!((rel_err(&[1.0, 2.0, 3.3], &r) - 0.3 / 14f64.sqrt()).abs() < 1e-12);
+    fn a_nan_metric_fails() {
+        assert!(!Metric { what: "out", err: f64::NAN, bound: 1.0 }.passed());
+        assert!(!Metric { what: "out", err: f64::INFINITY, bound: 1.0 }.passed());
+        assert!(Metric { what: "out", err: 0.5, bound: 1.0 }.passed());
     }
 
     #[test]
@@ -494,17 +481,6 @@ mod tests {
         let err = grad_err(&noise, &zero);
         assert!(err < 1e-3 && err > 1e-5, "{err}");
         assert!(grad_err(&[f64::NAN, 0.0, 0.0, 0.0], &zero).is_nan());
-    }
-
-    #[test]
-    fn lse_error_requires_the_same_empty_rows() {
-        let inf = f64::NEG_INFINITY;
-        let a = Array3::from_shape_vec((1, 1, 3), vec![1.0, inf, 2.0]).unwrap();
-        let b = Array3::from_shape_vec((1, 1, 3), vec![1.0, inf, 2.0]).unwrap();
-        assert_eq!(lse_err(a.view(), b.view()), 0.0);
-        let c = Array3::from_shape_vec((1, 1, 3), vec![1.0, 0.5, 2.0]).unwrap();
-        assert!(lse_err(c.view(), b.view()).is_nan());
-        assert!(lse_err(b.view(), c.view()).is_nan());
     }
 
     #[test]

@@ -11,10 +11,11 @@
 //! non-zero. The full proof with its committed log is the `gpu_check` binary.
 
 use ringdil_cuda::Gpu;
-use ringdil_cuda::check::{bound, cases, describe, rel_err, run_case};
+use ringdil_cuda::check::{bound, cases, describe, run_case};
 use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks};
 use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::compare::rel_err;
 use ringdil_reference::ring::{ChunkPlan, Layout};
 use std::process::ExitCode;
 

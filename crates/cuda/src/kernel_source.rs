@@ -119,11 +119,15 @@ pub fn contract(family: Family, dtype: Dtype, head_dim: usize) -> String {
     s
 }
 
-/// `static_assert`s tying `struct Params` in `params.cuh` to [`Params::LAYOUT`].
+/// `static_assert`s tying `struct Params` in `params.cuh` to [`Params::LAYOUT`]: the size
+/// always, and every field's offset where NVRTC has `__builtin_offsetof` (13.5 on, as CI
+/// installs; NVRTC 13.0 has no constant offsetof at all, so there the size alone is
+/// checked).
 pub fn params_layout_check() -> String {
     let mut s = String::from("// Generated from Params::LAYOUT (crates/cuda/src/params.rs): the host's layout.\n");
     let size = std::mem::size_of::<Params>();
     writeln!(s, "static_assert(sizeof(Params) == {size}, \"Params: the host's struct has {size} bytes\");").unwrap();
+    s.push_str("#if defined(__has_builtin)\n#if __has_builtin(__builtin_offsetof)\n");
     for (name, offset) in Params::LAYOUT {
         writeln!(
             s,
@@ -131,6 +135,7 @@ pub fn params_layout_check() -> String {
         )
         .unwrap();
     }
+    s.push_str("#endif\n#endif\n");
     s
 }
 

@@ -81,8 +81,18 @@ fn main() {
         "    const u16* v;\n    const u16* k;\n",
     );
     let kv_swap = planted("params-type", "params.cuh", "    int causal;\n", "    long long causal;\n");
+    // Offsets are checked where NVRTC has a constant offsetof (13.5 on; CI's): elsewhere
+    // only the size, which a reordering of equal-sized fields keeps.
+    let offsets = cudarc::nvrtc::compile_ptx(
+        "#if !defined(__has_builtin) || !__has_builtin(__builtin_offsetof)\n#error no offsetof\n#endif\n",
+    )
+    .is_ok();
     for (family, arch) in TARGETS {
-        check(format!("{arch}: a reordered Params field"), refused(family, arch, &swapped, "Params::"));
+        if offsets {
+            check(format!("{arch}: a reordered Params field"), refused(family, arch, &swapped, "Params::"));
+        } else {
+            println!("skip {arch}: a reordered Params field (this NVRTC has no __builtin_offsetof)");
+        }
         check(format!("{arch}: a retyped Params field"), refused(family, arch, &kv_swap, "Params"));
     }
     // Shared-memory layouts and block shapes that stop matching the family table.

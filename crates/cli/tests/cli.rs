@@ -4,9 +4,11 @@
 
 use ndarray::{Array3, Array4};
 use ndarray_npy::{read_npy, write_npy};
+use ringdil_cuda::Dtype;
+use ringdil_cuda::check::rounded;
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::Dilated;
-use ringdil_reference::random::normal_tensor;
+use ringdil_reference::random::{SplitMix64, normal_tensor};
 use ringdil_reference::{Spec, attention};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -337,10 +339,9 @@ fn launch_starts_one_process_per_rank_with_its_environment() {
 #[test]
 fn attend_reads_bf16_safetensors() {
     let shape = [1, 37, 2, 8];
-    let rounded: Vec<Array4<f64>> =
-        (31..34).map(|seed| normal_tensor(shape, seed).mapv(|x| half::bf16::from_f64(x).to_f64())).collect();
-    let bytes: Vec<Vec<u8>> =
-        rounded.iter().map(|t| t.iter().flat_map(|&x| half::bf16::from_f64(x).to_le_bytes()).collect()).collect();
+    let (bits, values): (Vec<Vec<u16>>, Vec<Array4<f64>>) =
+        (31..34).map(|seed| rounded(shape, Dtype::Bf16, &mut SplitMix64::new(seed))).unzip();
+    let bytes: Vec<Vec<u8>> = bits.iter().map(|t| t.iter().flat_map(|b| b.to_le_bytes()).collect()).collect();
     let views: Vec<(&str, safetensors::tensor::TensorView)> = ["q", "k", "v"]
         .iter()
         .zip(&bytes)
@@ -370,7 +371,7 @@ fn attend_reads_bf16_safetensors() {
     assert_eq!(report["dtype"], "f32");
     let got: Array4<f32> = read_npy(&out).unwrap();
     let expected =
-        attention(rounded[0].view(), rounded[1].view(), rounded[2].view(), &Spec::dense().causal(true)).unwrap();
+        attention(values[0].view(), values[1].view(), values[2].view(), &Spec::dense().causal(true)).unwrap();
     let err = rel_err(&got.mapv(f64::from), &expected.out);
     assert!(err < 1e-5, "{err}");
     // A file with several tensors needs a name.

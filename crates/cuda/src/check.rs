@@ -192,27 +192,39 @@ fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -
     spec
 }
 
-/// Random normals rounded to `dtype`: the 16-bit words and their exact f64 values.
-fn rounded(dims: [usize; 4], dtype: Dtype, rng: &mut SplitMix64) -> (Vec<u16>, Array4<f64>) {
-    let n: usize = dims.iter().product();
-    let mut bits = Vec::with_capacity(n);
-    let mut vals = Vec::with_capacity(n);
-    for _ in 0..n {
-        let x = rng.normal();
-        let (b, v) = match dtype {
-            Dtype::Bf16 => {
-                let h = half::bf16::from_f64(x);
-                (h.to_bits(), h.to_f64())
-            }
-            Dtype::F16 => {
-                let h = half::f16::from_f64(x);
-                (h.to_bits(), h.to_f64())
-            }
-        };
-        bits.push(b);
-        vals.push(v);
+/// `x` rounded to `dtype` (to nearest, ties to even): its 16-bit word and the word's
+/// exact value in f64 (both formats widen to f64 without rounding).
+pub fn round(x: f64, dtype: Dtype) -> (u16, f64) {
+    match dtype {
+        Dtype::Bf16 => {
+            let h = half::bf16::from_f64(x);
+            (h.to_bits(), h.to_f64())
+        }
+        Dtype::F16 => {
+            let h = half::f16::from_f64(x);
+            (h.to_bits(), h.to_f64())
+        }
     }
-    (bits, Array4::from_shape_vec(dims, vals).expect("sized above"))
+}
+
+/// The next `len` standard normals of `rng`, each rounded to `dtype` ([`round`]).
+fn rounded_draws(len: usize, dtype: Dtype, rng: &mut SplitMix64) -> impl Iterator<Item = (u16, f64)> + '_ {
+    (0..len).map(move |_| round(rng.normal(), dtype))
+}
+
+/// Random test inputs: a `dims` tensor of standard normals from `rng`, rounded to
+/// `dtype`, as the 16-bit words a kernel reads and their exact f64 values for the
+/// reference. Both sides then hold the same numbers, so a comparison measures the
+/// kernel's arithmetic and not the rounding of its inputs. Draws are taken in order, so
+/// consecutive calls on one `rng` give q, k, v, ... reproducibly from one seed.
+pub fn rounded(dims: [usize; 4], dtype: Dtype, rng: &mut SplitMix64) -> (Vec<u16>, Array4<f64>) {
+    let (bits, values): (Vec<u16>, Vec<f64>) = rounded_draws(dims.iter().product(), dtype, rng).unzip();
+    (bits, Array4::from_shape_vec(dims, values).expect("sized by dims"))
+}
+
+/// The words of [`rounded`] alone (same draws), for benchmarks that need no reference.
+pub fn rounded_bits(len: usize, dtype: Dtype, rng: &mut SplitMix64) -> Vec<u16> {
+    rounded_draws(len, dtype, rng).map(|(bits, _)| bits).collect()
 }
 
 fn to_f64(x: &[f32]) -> Vec<f64> {
@@ -502,16 +514,24 @@ mod tests {
         assert!(c.iter().zip(&other).any(|(a, b)| (a.seq, a.heads) != (b.seq, b.heads)));
     }
 
+    /// The f64 values are exactly the words' values, the words are the nearest 16-bit
+    /// numbers to the draws (transcribed here from the formats' unit roundoff), and the
+    /// bits-only helper gives the same words.
     #[test]
-    fn rounded_inputs_are_exact_in_f64() {
-        let mut rng = SplitMix64::new(3);
-        let (bits, vals) = rounded([1, 5, 1, 4], Dtype::Bf16, &mut rng);
-        for (b, v) in bits.iter().zip(vals.iter()) {
-            assert_eq!(half::bf16::from_bits(*b).to_f64(), *v);
-        }
-        let (bits, vals) = rounded([1, 5, 1, 4], Dtype::F16, &mut rng);
-        for (b, v) in bits.iter().zip(vals.iter()) {
-            assert_eq!(half::f16::from_bits(*b).to_f64(), *v);
+    fn rounded_inputs_are_exact_in_f64_and_nearest_to_the_draws() {
+        for (dtype, unit) in [(Dtype::Bf16, 2f64.powi(-8)), (Dtype::F16, 2f64.powi(-11))] {
+            let (bits, vals) = rounded([1, 5, 1, 4], dtype, &mut SplitMix64::new(3));
+            let mut draws = SplitMix64::new(3);
+            for (b, v) in bits.iter().zip(vals.iter()) {
+                let exact = match dtype {
+                    Dtype::Bf16 => half::bf16::from_bits(*b).to_f64(),
+                    Dtype::F16 => half::f16::from_bits(*b).to_f64(),
+                };
+                assert_eq!(exact, *v);
+                let x = draws.normal();
+                assert!((v - x).abs() <= unit * x.abs(), "{dtype:?}: {x} rounded to {v}");
+            }
+            assert_eq!(rounded_bits(20, dtype, &mut SplitMix64::new(3)), bits);
         }
     }
 }

@@ -11,7 +11,7 @@
 //! non-zero. The full proof with its committed log is the `gpu_check` binary.
 
 use ringdil_cuda::Gpu;
-use ringdil_cuda::check::{bound, cases, describe, run_case};
+use ringdil_cuda::check::{bound, cases, describe, rounded, run_case};
 use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks};
 use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
@@ -26,13 +26,8 @@ fn virtual_ranks_error(gpu: &Gpu) -> Result<f64, Box<dyn std::error::Error>> {
     let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
     let plan = DistPlan::new(ChunkPlan::new(n, 3, &Layout::Zigzag)?, spec.clone(), b, h, d)?;
     let mut rng = ringdil_reference::random::SplitMix64::new(3);
-    let vals: Vec<Vec<half::bf16>> =
-        (0..3).map(|_| (0..b * n * h * d).map(|_| half::bf16::from_f64(rng.normal())).collect()).collect();
-    let bits: Vec<Vec<u16>> = vals.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect();
-    let f64s: Vec<ndarray::Array4<f64>> = vals
-        .iter()
-        .map(|v| ndarray::Array4::from_shape_vec((b, n, h, d), v.iter().map(|x| x.to_f64()).collect()))
-        .collect::<Result<_, _>>()?;
+    let (bits, f64s): (Vec<Vec<u16>>, Vec<ndarray::Array4<f64>>) =
+        (0..3).map(|_| rounded([b, n, h, d], Dtype::Bf16, &mut rng)).unzip();
     let reference = ringdil_reference::attention(f64s[0].view(), f64s[1].view(), f64s[2].view(), &spec.to_reference())?;
     let data: Vec<RankData> =
         (0..3).map(|r| RankData::upload(gpu, &plan, r, &bits[0], &bits[1], &bits[2])).collect::<Result<_, _>>()?;

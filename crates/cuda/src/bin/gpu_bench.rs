@@ -17,6 +17,7 @@
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
+use ringdil_cuda::check::rounded_bits;
 use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
 use ringdil_reference::pattern::Dilated;
@@ -46,11 +47,6 @@ fn time(gpu: &Gpu, mut f: impl FnMut()) -> f64 {
     start.elapsed_ms(&end).expect("elapsed") as f64 / ITERS as f64
 }
 
-fn random_bits(n: usize, seed: u64) -> Vec<u16> {
-    let mut rng = SplitMix64::new(seed);
-    (0..n).map(|_| half::bf16::from_f64(rng.normal()).to_bits()).collect()
-}
-
 struct Inputs {
     q: ringdil_cuda::DeviceTensor,
     k: ringdil_cuda::DeviceTensor,
@@ -65,7 +61,7 @@ struct HostInputs([Vec<u16>; 4]);
 
 impl HostInputs {
     fn new() -> Self {
-        HostInputs([1, 2, 3, 4].map(|seed| random_bits(TOKENS * HIDDEN, seed)))
+        HostInputs([1, 2, 3, 4].map(|seed| rounded_bits(TOKENS * HIDDEN, Dtype::Bf16, &mut SplitMix64::new(seed))))
     }
 
     /// The first `shape.q_len()` of each (the benchmark's shapes hold at most TOKENS * HIDDEN).

@@ -31,7 +31,7 @@
 use cudarc::driver::CudaSlice;
 use ndarray::{Array3, Array4};
 use ringdil_cuda::Gpu;
-use ringdil_cuda::check::bound;
+use ringdil_cuda::check::{bound, rounded};
 use ringdil_cuda::dist::{
     Communicator, DistPlan, DistRank, DistResult, Grid, LaunchOptions, RankData, RankEnv, RankGrads, SCHEDULES,
     VirtualRanks, launch, run_threads,
@@ -139,18 +139,6 @@ fn describe(c: &Case) -> String {
     )
 }
 
-/// bf16 bits and their exact f64 values.
-fn rounded(dims: [usize; 4], rng: &mut SplitMix64) -> (Vec<u16>, Array4<f64>) {
-    let n: usize = dims.iter().product();
-    let (mut bits, mut vals) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for _ in 0..n {
-        let h = half::bf16::from_f64(rng.normal());
-        bits.push(h.to_bits());
-        vals.push(h.to_f64());
-    }
-    (bits, Array4::from_shape_vec(dims, vals).expect("sized"))
-}
-
 struct Inputs {
     bits: [Vec<u16>; 4],
     reference: (Attention<f64>, ringdil_reference::Gradients<f64>),
@@ -171,10 +159,10 @@ fn cached(cache: &mut Cache, c: &Case, seed: u64, with_reference: bool) -> std::
 fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
     let dims = [c.batch, c.seq, c.heads, c.head_dim];
     let mut rng = SplitMix64::new(seed);
-    let (q, qf) = rounded(dims, &mut rng);
-    let (k, kf) = rounded(dims, &mut rng);
-    let (v, vf) = rounded(dims, &mut rng);
-    let (g, gf) = rounded(dims, &mut rng);
+    let (q, qf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (k, kf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (v, vf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (g, gf) = rounded(dims, Dtype::Bf16, &mut rng);
     let reference = if with_reference {
         let spec = c.pattern.1.to_reference();
         let fwd = attention(qf.view(), kf.view(), vf.view(), &spec).expect("reference forward");

@@ -1,0 +1,296 @@
+//! Tile plans: which key tiles each query tile visits (and the transpose for dK/dV).
+//!
+//! The kernels evaluate the mask per element from global positions; the plan decides, per
+//! tile, whether the tile can hold *any* allowed pair. A tile the plan leaves out is
+//! never loaded nor multiplied: that is how a causal, windowed, block-sparse or dilated
+//! pattern costs its share of the dense work. The plan must be *sound* (every allowed
+//! pair lies in a planned tile; the tests check it against the reference's key sets) and
+//! is exact for dense and causal masks on any [`Axis`], and for windows on contiguous
+//! ones. It does not depend on the batch row or the head; key padding, which depends on
+//! the batch row, is cut in the kernel (the padded tail of a plan row).
+
+use crate::spec::GpuPattern;
+use ringdil_reference::pattern::{BlockSparse, Branch};
+
+pub use crate::family::{FWD_Q_TILE, TILE};
+
+/// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
+/// `offset + i * stride`. Stride 1 is a contiguous chunk (a whole sequence, a ring
+/// piece); stride `P` with offset `r` is rank `r`'s rows of a striped layout, so the
+/// kernels see *true* positions for every layout and every mask stays exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Axis {
+    pub offset: usize,
+    pub stride: usize,
+    pub rows: usize,
+}
+
+impl Axis {
+    /// `rows` consecutive positions from `offset`.
+    pub fn contiguous(offset: usize, rows: usize) -> Self {
+        Axis { offset, stride: 1, rows }
+    }
+
+    /// Global position of the last row (`rows >= 1`).
+    fn last(&self) -> usize {
+        self.offset + (self.rows - 1) * self.stride
+    }
+}
+
+/// How a launch index becomes a row of the tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexMap {
+    /// Index `c` is row `c`, at global position `offset + c * stride` of its axis.
+    Identity { q: Axis, k: Axis },
+    /// One dilated branch `(w, r)` on contiguous axes, compacted. Index `c` is the global
+    /// compact index `G = c + base` (`base = (offset div w) * m`, `m = ceil(w / r)`):
+    /// kept position `t = G mod m` of segment `s = G div m`, i.e. position
+    /// `s*w + o(h) + t*r`; a *hole* when that lies past the segment's end or outside the
+    /// axis (a chunk that starts or ends inside a segment). Only kept rows are visited, so
+    /// a branch costs `rows_q * w / r^2` per head on a whole sequence *and* on a ring
+    /// step, instead of the `rows_q * w` of evaluating its mask in place.
+    Compact { segment: usize, dilation: usize, q: Axis, k: Axis },
+}
+
+impl IndexMap {
+    /// Both sides of a self-attention over a whole sequence of `n` tokens.
+    pub fn whole(n: usize) -> Self {
+        IndexMap::Identity { q: Axis::contiguous(0, n), k: Axis::contiguous(0, n) }
+    }
+
+    /// The query and key axes.
+    pub fn axes(&self) -> (Axis, Axis) {
+        match *self {
+            IndexMap::Identity { q, k } | IndexMap::Compact { q, k, .. } => (q, k),
+        }
+    }
+
+    /// Compact rows per segment and the first segment an axis touches.
+    fn compact_seg(segment: usize, dilation: usize, a: Axis) -> (usize, usize) {
+        (segment.div_ceil(dilation), a.offset / segment)
+    }
+
+    /// Launch indices on the query and key side.
+    pub fn extents(&self) -> (usize, usize) {
+        match *self {
+            IndexMap::Identity { q, k } => (q.rows, k.rows),
+            IndexMap::Compact { segment, dilation, q, k } => {
+                let ext = |a: Axis| {
+                    let (m, first) = Self::compact_seg(segment, dilation, a);
+                    (a.last() / segment - first + 1) * m
+                };
+                (ext(q), ext(k))
+            }
+        }
+    }
+
+    /// Global compact index of launch index 0 on the query and key side (0 for identity).
+    pub fn bases(&self) -> (usize, usize) {
+        match *self {
+            IndexMap::Identity { .. } => (0, 0),
+            IndexMap::Compact { segment, dilation, q, k } => {
+                let base = |a: Axis| {
+                    let (m, first) = Self::compact_seg(segment, dilation, a);
+                    first * m
+                };
+                (base(q), base(k))
+            }
+        }
+    }
+
+    /// The launch index whose row is global position `pos` on `side`, for a head whose
+    /// branch offset is `o` (read by compact maps only): the inverse of the kernels'
+    /// `row_of` / `pos_of`. None when the launch holds no such row: outside the axis, off
+    /// its stride, or (compact) not kept by the branch for that head.
+    pub fn index_of(&self, side: Side, pos: usize, o: usize) -> Option<usize> {
+        let ((q, k), (qb, kb)) = (self.axes(), self.bases());
+        let (axis, base) = match side {
+            Side::Query => (q, qb),
+            Side::Key => (k, kb),
+        };
+        let i = pos.checked_sub(axis.offset)?;
+        if i % axis.stride != 0 || i / axis.stride >= axis.rows {
+            return None;
+        }
+        match *self {
+            IndexMap::Identity { .. } => Some(i / axis.stride),
+            IndexMap::Compact { segment, dilation, .. } => {
+                let t = (pos % segment).checked_sub(o)?;
+                (t % dilation == 0).then(|| (pos / segment) * segment.div_ceil(dilation) + t / dilation - base)
+            }
+        }
+    }
+}
+
+/// The two sides of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Query,
+    Key,
+}
+
+/// A CSR list: for each row tile, the ascending column tiles it visits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TilePlan {
+    pub row_tiles: usize,
+    pub col_tiles: usize,
+    /// `ptr[r]..ptr[r + 1]` indexes `idx` (i32: what the kernels read).
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+}
+
+impl TilePlan {
+    fn build(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> bool) -> Self {
+        let mut ptr = Vec::with_capacity(row_tiles + 1);
+        let mut idx = Vec::new();
+        ptr.push(0);
+        for r in 0..row_tiles {
+            idx.extend((0..col_tiles).filter(|&c| visit(r, c)).map(|c| c as i32));
+            ptr.push(idx.len() as i32);
+        }
+        TilePlan { row_tiles, col_tiles, ptr, idx }
+    }
+
+    /// The same tiles seen from the columns (key tile -> query tiles), for dK/dV.
+    pub fn transpose(&self) -> TilePlan {
+        let mut cols: Vec<Vec<i32>> = vec![Vec::new(); self.col_tiles];
+        for r in 0..self.row_tiles {
+            for &c in self.row(r) {
+                cols[c as usize].push(r as i32);
+            }
+        }
+        let mut ptr = vec![0];
+        let mut idx = Vec::with_capacity(self.idx.len());
+        for c in cols {
+            idx.extend(c);
+            ptr.push(idx.len() as i32);
+        }
+        TilePlan { row_tiles: self.col_tiles, col_tiles: self.row_tiles, ptr, idx }
+    }
+
+    pub fn row(&self, r: usize) -> &[i32] {
+        &self.idx[self.ptr[r] as usize..self.ptr[r + 1] as usize]
+    }
+
+    pub fn contains(&self, r: usize, c: usize) -> bool {
+        self.row(r).binary_search(&(c as i32)).is_ok()
+    }
+
+    /// Tiles computed; `row_tiles * col_tiles` for a dense non-causal plan.
+    pub fn visits(&self) -> usize {
+        self.idx.len()
+    }
+}
+
+/// Inclusive global position range of the rows of launch indices `a..b` (clipped to the
+/// axis), or None past its end.
+fn positions(a: usize, b: usize, axis: Axis) -> Option<(usize, usize)> {
+    (a < axis.rows).then(|| (axis.offset + a * axis.stride, axis.offset + (b.min(axis.rows) - 1) * axis.stride))
+}
+
+/// The positions that compact indices `g0..=g1` (global compact indices) can take inside
+/// segment `s`, over every head offset `o in 0..r`, clipped to the segment and the axis:
+/// `[s*w + t0*r, s*w + (r-1) + t1*r]`. None when the indices miss `s` or are all holes.
+fn compact_span(
+    (segment, dilation): (usize, usize),
+    s: usize,
+    (g0, g1): (usize, usize),
+    axis: Axis,
+) -> Option<(usize, usize)> {
+    let m = segment.div_ceil(dilation);
+    let (t0, t1) = (g0.max(s * m).checked_sub(s * m)?, g1.min(s * m + m - 1).checked_sub(s * m)?);
+    if t0 > t1 {
+        return None;
+    }
+    let lo = (s * segment + t0 * dilation).max(axis.offset);
+    let hi = (s * segment + dilation - 1 + t1 * dilation).min(s * segment + segment - 1).min(axis.last());
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// The tile plan of one launch under `map`: query indices in tiles of `q_tile`, key
+/// indices in tiles of `k_tile` (the extents of `map`). `pattern` is the launch's pattern
+/// (for a dilated pattern, `branch` is the branch).
+pub fn plan(
+    pattern: &GpuPattern,
+    branch: Option<&Branch>,
+    causal: bool,
+    map: IndexMap,
+    (q_tile, k_tile): (usize, usize),
+) -> TilePlan {
+    let (nq, nk) = map.extents();
+    let (qa, ka) = map.axes();
+    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(k_tile));
+    match map {
+        IndexMap::Compact { segment, dilation, .. } => {
+            // A tile pair can hold a kept pair only inside a segment both tiles reach,
+            // with (causal) some key position at or before some query position there.
+            let m = segment.div_ceil(dilation);
+            let (qb, kb) = map.bases();
+            TilePlan::build(rt, ct, |r, c| {
+                let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
+                let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
+                ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
+                    match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
+                        (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
+                        _ => false,
+                    }
+                })
+            })
+        }
+        IndexMap::Identity { .. } => TilePlan::build(rt, ct, |r, c| {
+            let (Some(q), Some(k)) =
+                (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
+            else {
+                return false;
+            };
+            ranges_may_attend(pattern, branch, causal, q, k)
+        }),
+    }
+}
+
+/// Can some query position in `q` (inclusive) see some key position in `k`?
+fn ranges_may_attend(
+    pattern: &GpuPattern,
+    branch: Option<&Branch>,
+    causal: bool,
+    q: (usize, usize),
+    k: (usize, usize),
+) -> bool {
+    if causal && k.0 > q.1 {
+        return false;
+    }
+    match pattern {
+        GpuPattern::Dense => true,
+        // Keys seen by the tile's queries form the interval [q.0 - left, q.1 + right']
+        // (right' = 0 when causal): exact.
+        GpuPattern::Window { left, right } => {
+            let hi = if causal { q.1 } else { q.1.saturating_add(*right) };
+            k.1.saturating_add(*left) >= q.0 && k.0 <= hi
+        }
+        GpuPattern::BlockSparse(bs) => block_sparse_may_attend(bs, causal, q, k),
+        // Same segment needed; residues are left to the element mask.
+        GpuPattern::Dilated(_) => {
+            let w = branch.expect("a dilated launch names its branch").segment;
+            (q.0 / w).max(k.0 / w) <= (q.1 / w).min(k.1 / w)
+        }
+    }
+}
+
+fn block_sparse_may_attend(bs: &BlockSparse, causal: bool, q: (usize, usize), k: (usize, usize)) -> bool {
+    if q.0 < bs.global_tokens || k.0 < bs.global_tokens {
+        return true;
+    }
+    let b = bs.block;
+    ((q.0 / b)..=(q.1 / b)).any(|qa| {
+        let q_hi = q.1.min(qa * b + b - 1);
+        ((k.0 / b)..=(k.1 / b)).any(|kb| {
+            (!causal || kb * b <= q_hi)
+                && (bs.local_radius.is_some_and(|w| qa.abs_diff(kb) <= w)
+                    || bs.dilated_stride.is_some_and(|s| qa.abs_diff(kb) % s == 0)
+                    || bs.block_mask.as_ref().is_some_and(|m| m[qa][kb]))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -45,6 +45,7 @@ pub mod kernel_source;
 pub mod launch;
 pub mod params;
 pub mod plan;
+pub mod programs;
 pub mod shape;
 pub mod spec;
 pub mod tensors;

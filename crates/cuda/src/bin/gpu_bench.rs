@@ -19,6 +19,7 @@
 
 use ringdil_cuda::check::rounded_bits;
 use ringdil_cuda::launch::Dtype;
+use ringdil_cuda::programs::{Args, Program};
 use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
@@ -94,19 +95,15 @@ fn tflops(flops: f64, ms: f64) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let Some(gpu) = Gpu::probe().expect("CUDA probe") else {
-        println!("GPU bench: skipped: no CUDA device");
-        return;
-    };
+    let args = Args::from_env(Program::GpuBench);
+    let gpu = args.gpu();
     let device = gpu.describe().expect("device");
-    let date = value("--date").unwrap_or_else(|| "unknown".into());
-    let command =
-        std::iter::once("gpu_bench").chain(args.iter().skip(1).map(String::as_str)).collect::<Vec<_>>().join(" ");
-    let forward_only = args.iter().any(|a| a == "--forward-only");
+    let date = args.date();
+    let command = args.command();
+    let forward_only = args.switch("--forward-only");
     let host = HostInputs::new();
-    let torch: Value = value("--torch")
+    let torch: Value = args
+        .value("--torch")
         .map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("torch json")).expect("torch json parses"))
         .unwrap_or(json!({"rows": []}));
     let torch_ms = |seq: usize, d: usize, causal: bool, backend: &str, key: &str| -> Option<f64> {
@@ -118,7 +115,7 @@ fn main() {
     };
     let mut rows = Vec::new();
     let mut md = String::new();
-    writeln!(md, "## {} on {device}\n", value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
+    writeln!(md, "## {} on {device}\n", args.value("--label").unwrap_or_else(|| "gpu_bench".into())).unwrap();
     writeln!(md, "Date {date}; command `{command}`.\n").unwrap();
     writeln!(
         md,
@@ -174,7 +171,7 @@ fn main() {
         }
     }
     if forward_only {
-        if let Some(p) = value("--md") {
+        if let Some(p) = args.value("--md") {
             std::fs::write(p, md).expect("write md");
         }
         return;
@@ -221,10 +218,10 @@ fn main() {
     }
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated}});
-    if let Some(p) = value("--json") {
+    if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
     }
-    if let Some(p) = value("--md") {
+    if let Some(p) = args.value("--md") {
         std::fs::write(p, md).expect("write md");
     }
 }

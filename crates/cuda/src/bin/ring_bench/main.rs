@@ -15,16 +15,18 @@
 //! chunk pair, segment bases per side). Times are
 //! medians of 3 after a warm-up, the slowest rank's, forward only and forward + backward.
 
+mod report;
+
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::auto::{Decision, Problem, Selected, Speeds, choose, select};
+use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
 use ringdil_cuda::dist::{
     Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, SCHEDULES, launch,
 };
 use ringdil_cuda::launch::{Chunk, Dtype, Shape};
+use ringdil_cuda::programs::{Args, Program};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
-use std::fmt::Write;
 use std::time::Instant;
 
 const HEADS: usize = 8;
@@ -223,34 +225,26 @@ fn distributed(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let env = RankEnv::from_env().unwrap_or_else(|e| {
-        eprintln!("ring bench: {e}");
-        std::process::exit(2)
-    });
+    let args = Args::from_env(Program::RingBench);
+    let env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
     let Some(env) = env else {
-        let n: usize = value("--nproc").map(|s| s.parse().expect("--nproc takes an integer")).unwrap_or(1);
+        let n: usize = args.integer("--nproc").unwrap_or(1);
         let exe = std::env::current_exe().expect("own path");
-        if let Err(e) = launch(&exe, &args[1..], &LaunchOptions::local(n)) {
-            eprintln!("ring bench: {e}");
-            std::process::exit(1);
+        if let Err(e) = launch(&exe, args.rest(), &LaunchOptions::local(n)) {
+            args.fail(1, e);
         }
         return;
     };
     let (gpu, comm) = match env.connect() {
         Ok(Some(x)) => x,
-        Ok(None) => {
-            println!("ring bench: skipped: no CUDA device");
-            return;
-        }
+        Ok(None) => args.skip(),
         Err(e) => {
             eprintln!("ring bench rank {}: {e}", env.rank);
             std::process::exit(1);
         }
     };
     let (me, p) = (comm.rank(), comm.world());
-    let max_per_gpu: usize = value("--max-per-gpu").map(|s| s.parse().expect("integer")).unwrap_or(1024 * 1024);
+    let max_per_gpu: usize = args.integer("--max-per-gpu").unwrap_or(1024 * 1024);
     let start = Instant::now();
     let k = 1024;
     // One GPU (rank 0 alone; the others wait at the barrier).
@@ -358,19 +352,7 @@ fn main() {
     if me != 0 {
         return;
     }
-    report(
-        &gpu,
-        p,
-        &singles,
-        &rows,
-        &largest,
-        (&speeds, &autos),
-        start.elapsed().as_secs_f64(),
-        &value("--date").unwrap_or_else(|| "unknown".into()),
-        &args,
-        value("--json"),
-        value("--md"),
-    );
+    report::report(&gpu, p, &singles, &rows, &largest, (&speeds, &autos), start.elapsed().as_secs_f64(), &args);
 }
 
 /// The auto rule's speeds from this run (rank 0): compute from one GPU's dense causal
@@ -437,102 +419,4 @@ fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds) -> Vec<AutoRow> {
         out.push(AutoRow { pattern: pat.into(), seq_len: n, decision, selected, measured_ms: measured });
     }
     out
-}
-
-#[allow(clippy::too_many_arguments)]
-fn report(
-    gpu: &Gpu,
-    p: usize,
-    singles: &[Row],
-    rows: &[(Measured, &str)],
-    largest: &[(usize, f64, f64)],
-    (speeds, autos): (&Speeds, &[AutoRow]),
-    secs: f64,
-    date: &str,
-    args: &[String],
-    json: Option<String>,
-    md: Option<String>,
-) {
-    let single_at = |pat: &str, n: usize| singles.iter().find(|r| r.pattern == pat && r.seq_len == n);
-    let mut out = String::new();
-    let command = format!("ring_bench {}", args[1..].join(" "));
-    writeln!(out, "# Ring attention scaling ({p} GPUs)\n").unwrap();
-    writeln!(out, "* device: {} x {p}, NCCL, one process per GPU", gpu.describe().unwrap_or_default()).unwrap();
-    writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
-    writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up")
-        .unwrap();
-    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use on the GPU after the pass (`total - free`: includes the CUDA context, NCCL buffers and the allocator's pool; own K/V is the model figure `2 * 2 B (N/P) H d` bytes)\n").unwrap();
-    writeln!(
-        out,
-        "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|"
-    )
-    .unwrap();
-    for r in singles {
-        writeln!(
-            out,
-            "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |",
-            r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib
-        )
-        .unwrap();
-    }
-    writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | K/V sent MiB (fwd, rank 0) | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
-    let mut json_rows = Vec::new();
-    for (m, what) in rows {
-        let r = &m.row;
-        let s = single_at(&r.pattern, r.seq_len);
-        let ratio_f = s.map_or(f64::NAN, |s| s.fwd_ms / (p as f64 * r.fwd_ms));
-        let ratio_b = s.map_or(f64::NAN, |s| s.fwd_bwd_ms / (p as f64 * r.fwd_bwd_ms));
-        let hidden = (m.compute_ms + m.comm_ms - m.full_ms).max(0.0);
-        writeln!(
-            out,
-            "| {what} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3e} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
-            r.pattern, r.schedule, r.layout, r.seq_len, r.seq_len / p, r.fwd_ms, ratio_f, r.fwd_bwd_ms, ratio_b, r.tokens_per_s_fwd, r.memory_gib, r.kv_block_mib, m.sent_mib, m.compute_ms, m.comm_ms, hidden
-        )
-        .unwrap();
-        json_rows.push(serde_json::json!({"row": r, "what": what, "ratio_fwd": ratio_f, "ratio_fwd_bwd": ratio_b, "sent_mib": m.sent_mib, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden}));
-    }
-    writeln!(out, "\n## Largest sequence (dense causal, zigzag ring, forward)\n\n| N | N/GPU | fwd ms | GiB in use on rank 0 |\n|---|---|---|---|").unwrap();
-    for (n, ms, mem) in largest {
-        writeln!(out, "| {n} | {} | {ms:.1} | {mem:.1} |", n / p).unwrap();
-    }
-    let (flops, link, step) = (speeds.flops, speeds.link_bytes, speeds.step_overhead);
-    writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, step * 1e3).unwrap();
-    let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
-    for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
-        let pr = Problem { batch: 1, heads: HEADS, head_dim: DIM, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 };
-        let d = choose(&pr, p, speeds);
-        writeln!(out, "| {n} | {:?} | {} | {} | {} |", d.choice, f(d.single_s), f(d.ring_s), f(d.gather_s)).unwrap();
-    }
-    writeln!(out, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast), then every option is timed on it. \"best\" is the fastest measured option; the choice is right when it is the best or within 10% of it.\n\n| pattern | N | selected | predicted s (single / ring / all-gather) | measured ms (single / ring / pattern ring / all-gather) | best | chosen / best |\n|---|---|---|---|---|---|---|").unwrap();
-    for a in autos {
-        let name = match a.selected {
-            Selected::Single => "single",
-            Selected::Distributed(s) => s.name(),
-        };
-        let chosen = a.measured_ms.iter().find(|(n, _)| n == name).map_or(f64::NAN, |x| x.1);
-        let best = a.measured_ms.iter().filter(|x| x.1.is_finite()).min_by(|x, y| x.1.total_cmp(&y.1));
-        let d = &a.decision;
-        let ms: Vec<String> = a.measured_ms.iter().map(|(_, t)| format!("{t:.2}")).collect();
-        writeln!(
-            out,
-            "| {} | {} | {name} | {} / {} / {} | {} | {} | {:.2} |",
-            a.pattern,
-            a.seq_len,
-            f(d.single_s),
-            f(d.ring_s),
-            f(d.gather_s),
-            ms.join(" / "),
-            best.map_or("-", |b| b.0.as_str()),
-            best.map_or(f64::NAN, |b| chosen / b.1)
-        )
-        .unwrap();
-    }
-    println!("{out}");
-    if let Some(path) = md {
-        std::fs::write(&path, &out).expect("write md");
-    }
-    if let Some(path) = json {
-        let j = serde_json::json!({"gpus": p, "device": gpu.describe().unwrap_or_default(), "command": command, "single": singles, "distributed": json_rows, "largest": largest, "speeds": speeds, "auto": autos});
-        std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).expect("write json");
-    }
 }

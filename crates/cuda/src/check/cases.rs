@@ -1,0 +1,150 @@
+//! The kernel check's cases: for each element type and head dim, every kernel (forward,
+//! ring step, merge, backward) under every mask family, with sizes and pattern
+//! parameters drawn from the run's seed. Lengths favour primes and lengths that are not
+//! multiples of the 64-row tile.
+
+use crate::launch::Dtype;
+use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::pattern::{BlockSparse, Dilated};
+use ringdil_reference::random::SplitMix64;
+
+/// What a case exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One forward call over the whole sequence.
+    Forward,
+    /// One forward call of a query chunk over a key chunk (a ring step).
+    RingStep,
+    /// Two ring steps over disjoint key chunks, merged on the GPU.
+    Merge,
+    /// Forward, then dQ, dK, dV.
+    Backward,
+}
+
+/// One kernel-check case: the kernel, its name, element type, sizes and mask.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub kind: Kind,
+    pub name: String,
+    pub dtype: Dtype,
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub seq: usize,
+    pub spec: GpuSpec,
+}
+
+/// Sequence lengths: primes and non-multiples of 64 first, a few exact multiples.
+const LENGTHS: [usize; 12] = [1, 61, 97, 127, 131, 192, 257, 263, 509, 521, 640, 1021];
+
+/// The case list of one run, sizes and patterns drawn from `seed`. `quick` keeps the
+/// sizes small (the `cargo test` version).
+pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = Vec::new();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        for head_dim in [64, 128] {
+            let mut add = |kind: Kind, name: &str, spec: GpuSpec, rng: &mut SplitMix64| {
+                let seq = if quick {
+                    LENGTHS[rng.range(0, 6)]
+                } else if rng.uniform() < 0.75 {
+                    LENGTHS[rng.range(0, LENGTHS.len() - 1)]
+                } else {
+                    rng.range(2, 1100)
+                };
+                let (batch, heads) = (rng.range(1, 2), rng.range(1, 4));
+                let spec = fit_spec(spec, batch, seq, rng);
+                out.push(Case { kind, name: name.into(), dtype, batch, heads, head_dim, seq, spec });
+            };
+            let causal = rng.uniform() < 0.5;
+            let dense = GpuSpec::new(GpuPattern::Dense);
+            add(Kind::Forward, "dense", dense.clone(), &mut rng);
+            add(Kind::Forward, "dense causal", dense.clone().causal(true), &mut rng);
+            add(Kind::Forward, "causal + key padding", dense.clone().causal(true).key_lengths(vec![]), &mut rng);
+            let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
+            add(Kind::Forward, "sliding window", GpuSpec::new(window.clone()).causal(causal), &mut rng);
+            let bs = BlockSparse {
+                block: [16, 32, 64, 100][rng.range(0, 3)],
+                local_radius: Some(rng.range(0, 1)),
+                dilated_stride: Some(rng.range(2, 5)),
+                global_tokens: rng.range(0, 20),
+                block_mask: None,
+            };
+            add(
+                Kind::Forward,
+                "block sparse",
+                GpuSpec::new(GpuPattern::BlockSparse(bs.clone())).causal(causal),
+                &mut rng,
+            );
+            let user = BlockSparse { block_mask: Some(vec![]), local_radius: None, dilated_stride: None, ..bs };
+            add(Kind::Forward, "block sparse, user mask", GpuSpec::new(GpuPattern::BlockSparse(user)), &mut rng);
+            let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
+            let longnet = GpuPattern::Dilated(Dilated::longnet(&branches));
+            add(Kind::Forward, "dilated longnet", GpuSpec::new(longnet.clone()).causal(causal), &mut rng);
+            let torchscale =
+                GpuPattern::Dilated(Dilated::torchscale(&[(rng.range(64, 256), 2), (rng.range(256, 1024), 8)]));
+            add(Kind::Forward, "dilated torchscale offsets", GpuSpec::new(torchscale), &mut rng);
+            add(Kind::RingStep, "ring step dense", dense.clone().causal(causal), &mut rng);
+            add(Kind::RingStep, "ring step dilated", GpuSpec::new(longnet.clone()).causal(true), &mut rng);
+            add(
+                Kind::RingStep,
+                "ring step window + padding",
+                GpuSpec::new(window.clone()).key_lengths(vec![]),
+                &mut rng,
+            );
+            add(Kind::Merge, "ring merge causal", dense.clone().causal(true), &mut rng);
+            add(Kind::Merge, "ring merge window + padding", GpuSpec::new(window).key_lengths(vec![]), &mut rng);
+            add(Kind::Backward, "backward dense", dense.clone().causal(causal), &mut rng);
+            add(Kind::Backward, "backward causal + padding", dense.causal(true).key_lengths(vec![]), &mut rng);
+            add(Kind::Backward, "backward dilated", GpuSpec::new(longnet).causal(causal), &mut rng);
+        }
+    }
+    out
+}
+
+/// Draw what depends on the drawn sizes: key lengths (an empty list means "draw them")
+/// and a user block mask (an empty mask means "draw one for this length").
+fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -> GpuSpec {
+    if spec.key_lengths.is_some() {
+        spec.key_lengths = Some((0..batch).map(|_| rng.range(0, seq)).collect());
+    }
+    if let GpuPattern::BlockSparse(bs) = &mut spec.pattern
+        && bs.block_mask.as_ref().is_some_and(Vec::is_empty)
+    {
+        let nb = seq.div_ceil(bs.block);
+        bs.block_mask = Some((0..nb).map(|_| (0..nb).map(|_| rng.uniform() < 0.3).collect()).collect());
+    }
+    spec
+}
+
+/// One line naming the case completely (enough to reproduce it with its seed).
+pub fn describe(c: &Case) -> String {
+    format!(
+        "{:?} {} {:?} d={} b={} h={} n={} causal={} pattern={:?} key_lengths={:?}",
+        c.kind, c.name, c.dtype, c.head_dim, c.batch, c.heads, c.seq, c.spec.causal, c.spec.pattern, c.spec.key_lengths
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_cover_every_kernel_type_and_awkward_lengths() {
+        let c = cases(7, false);
+        for kind in [Kind::Forward, Kind::RingStep, Kind::Merge, Kind::Backward] {
+            for dtype in [Dtype::Bf16, Dtype::F16] {
+                for d in [64, 128] {
+                    assert!(c.iter().any(|x| x.kind == kind && x.dtype == dtype && x.head_dim == d));
+                }
+            }
+        }
+        assert!(c.iter().any(|x| x.seq % 64 != 0));
+        for x in &c {
+            x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", describe(x)));
+        }
+        // Fresh draws: another seed gives other sizes.
+        let other = cases(8, false);
+        assert!(c.iter().zip(&other).any(|(a, b)| (a.seq, a.heads) != (b.seq, b.heads)));
+    }
+}

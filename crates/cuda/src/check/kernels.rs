@@ -1,0 +1,233 @@
+//! One kernel-check case on the GPU: inputs drawn and rounded ([`super::rounded`]),
+//! outputs poisoned with NaN, the kernel run, and every output compared with the f64
+//! reference on the same rounded inputs ([`super::Metric`]).
+
+use super::{Case, Kind, MERGE_BOUND, Metric, Outcome, bound, describe, grad_err, rounded};
+use crate::error::Result;
+use crate::gpu::{DevicePartial, Gpu};
+use crate::launch::{Chunk, Shape};
+use ndarray::{Array3, Array4, Axis, s};
+use ringdil_reference::compare::rel_err;
+use ringdil_reference::random::SplitMix64;
+use ringdil_reference::{Attention, Partial, attend_chunk, attention, attention_backward};
+
+fn to_f64(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
+    let [b, n, h, d] = p.dims;
+    let out = Array4::from_shape_vec((b, n, h, d), to_f64(&gpu.download(&p.out)?)).expect("dims");
+    let lse = Array3::from_shape_vec((b, h, n), to_f64(&gpu.download(&p.lse)?)).expect("dims");
+    Ok(Partial { out, lse })
+}
+
+fn compare_partial(metrics: &mut Vec<Metric>, gpu: &Partial<f64>, reference: &Partial<f64>, bound: f64) {
+    metrics.push(Metric { what: "out", err: rel_err(gpu.out.iter(), reference.out.iter()), bound });
+    metrics.push(Metric { what: "lse", err: rel_err(gpu.lse.iter(), reference.lse.iter()), bound });
+}
+
+/// Run one case on the GPU and compare with the reference.
+pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
+    let mut rng = SplitMix64::new(seed);
+    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
+    let dims = [b, n, h, d];
+    let (qb, q) = rounded(dims, case.dtype, &mut rng);
+    let (kb, k) = rounded(dims, case.dtype, &mut rng);
+    let (vb, v) = rounded(dims, case.dtype, &mut rng);
+    let reference_spec = case.spec.to_reference();
+    let bound = bound(case.dtype);
+    let mut metrics = Vec::new();
+    let all: Vec<usize> = (0..n).collect();
+    match case.kind {
+        Kind::Forward | Kind::Backward => {
+            let shape = Shape::square(b, n, h, d);
+            let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &Chunk::whole(&shape))?;
+            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, dims)?, gpu.upload(&vb, dims)?);
+            let mut out = poisoned_partial(gpu, dims)?;
+            gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
+            let got = partial_to_host(gpu, &out)?;
+            let want = attention(q.view(), k.view(), v.view(), &reference_spec)?;
+            let want_partial = Partial { out: want.out.clone(), lse: want.lse.clone() };
+            compare_partial(&mut metrics, &got, &want_partial, bound);
+            if case.kind == Kind::Backward {
+                let (dob, dout) = rounded(dims, case.dtype, &mut rng);
+                let dod = gpu.upload(&dob, dims)?;
+                let mut grads = crate::gpu::DeviceGrads {
+                    dq: gpu.filled(shape.q_len(), f32::NAN)?,
+                    dk: gpu.filled(shape.k_len(), f32::NAN)?,
+                    dv: gpu.filled(shape.k_len(), f32::NAN)?,
+                };
+                gpu.backward_into(&mut prep, &qd, &kd, &vd, &out, &dod, &mut grads)?;
+                let want_g = attention_backward(
+                    q.view(),
+                    k.view(),
+                    v.view(),
+                    &reference_spec,
+                    &Attention { out: want.out, lse: want.lse },
+                    dout.view(),
+                )?;
+                let references: Vec<Vec<f64>> =
+                    [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
+                let mut first = Vec::new();
+                for ((what, buf), reference) in
+                    [("dq", &grads.dq), ("dk", &grads.dk), ("dv", &grads.dv)].into_iter().zip(&references)
+                {
+                    let got = to_f64(&gpu.download(buf)?);
+                    metrics.push(Metric { what, err: grad_err(&got, reference), bound });
+                    first.push(got);
+                }
+                // Adding mode (a ring rank's running sums): a second pass onto the first
+                // must add the same gradients again.
+                gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, &dod, grads.as_mut())?;
+                for (((what, buf), reference), first) in
+                    [("dq added", &grads.dq), ("dk added", &grads.dk), ("dv added", &grads.dv)]
+                        .into_iter()
+                        .zip(&references)
+                        .zip(&first)
+                {
+                    let added: Vec<f64> = to_f64(&gpu.download(buf)?).iter().zip(first).map(|(b, a)| b - a).collect();
+                    metrics.push(Metric { what, err: grad_err(&added, reference), bound });
+                }
+            }
+        }
+        Kind::RingStep => {
+            // Query rows at positions qa + i*qs against key rows ka + j*ks of the global
+            // sequence (contiguous ring pieces, or a striped rank's rows).
+            let qc = chunk_of(n, &mut rng);
+            let kc = chunk_of(n, &mut rng);
+            let got = ring_step(gpu, case, (&qb, qc), (&kb, &vb, kc))?;
+            let got = partial_to_host(gpu, &got)?;
+            let (qpos, kpos) = (qc.positions(), kc.positions());
+            let want = attend_chunk(
+                q.select(Axis(1), &qpos).view(),
+                &qpos,
+                k.select(Axis(1), &kpos).view(),
+                v.select(Axis(1), &kpos).view(),
+                &kpos,
+                n,
+                &reference_spec,
+            )?;
+            compare_partial(&mut metrics, &got, &want, bound);
+        }
+        Kind::Merge => {
+            // All queries; keys split in two ring steps [0, cut) and [cut, n), merged.
+            if n < 2 {
+                return run_case(gpu, &Case { kind: Kind::Forward, ..case.clone() }, seed);
+            }
+            let cut = rng.range(1, n - 1);
+            let all_rows = Rows { start: 0, len: n, stride: 1 };
+            let left = ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: 0, len: cut, stride: 1 }))?;
+            let right =
+                ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: cut, len: n - cut, stride: 1 }))?;
+            let mut merged = poisoned_partial(gpu, dims)?;
+            gpu.merge_into(&left, &right, &mut merged)?;
+            let got = partial_to_host(gpu, &merged)?;
+            let want = attend_chunk(q.view(), &all, k.view(), v.view(), &all, n, &reference_spec)?;
+            compare_partial(&mut metrics, &got, &want, bound);
+            // The merge kernel itself against the reference merge of the same partials.
+            let exact = partial_to_host(gpu, &left)?.merge(&partial_to_host(gpu, &right)?)?;
+            metrics.push(Metric {
+                what: "merge kernel out",
+                err: rel_err(got.out.iter(), exact.out.iter()),
+                bound: MERGE_BOUND,
+            });
+            metrics.push(Metric {
+                what: "merge kernel lse",
+                err: rel_err(got.lse.iter(), exact.lse.iter()),
+                bound: MERGE_BOUND,
+            });
+            // Inputs keep their meaning: the left partial is still the left ring step.
+            let left_ref = attend_chunk(
+                q.view(),
+                &all,
+                k.slice(s![.., 0..cut, .., ..]),
+                v.slice(s![.., 0..cut, .., ..]),
+                &(0..cut).collect::<Vec<_>>(),
+                n,
+                &reference_spec,
+            )?;
+            let left_now = partial_to_host(gpu, &left)?;
+            metrics.push(Metric {
+                what: "merge input intact",
+                err: rel_err(left_now.out.iter(), left_ref.out.iter()),
+                bound,
+            });
+            // The fused merge: the right step accumulated into the left result in place.
+            let mut running =
+                ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: 0, len: cut, stride: 1 }))?;
+            let right_rows = Rows { start: cut, len: n - cut, stride: 1 };
+            ring_step_into(gpu, case, (&qb, all_rows), (&kb, &vb, right_rows), &mut running, true)?;
+            let fused = partial_to_host(gpu, &running)?;
+            metrics.push(Metric { what: "accumulate out", err: rel_err(fused.out.iter(), want.out.iter()), bound });
+            metrics.push(Metric { what: "accumulate lse", err: rel_err(fused.lse.iter(), want.lse.iter()), bound });
+        }
+    }
+    Ok(Outcome { case: describe(case), metrics })
+}
+
+/// Rows of one side of a ring step: global positions `start + i * stride`, `i < len`.
+#[derive(Debug, Clone, Copy)]
+struct Rows {
+    start: usize,
+    len: usize,
+    stride: usize,
+}
+
+impl Rows {
+    fn positions(&self) -> Vec<usize> {
+        (0..self.len).map(|i| self.start + i * self.stride).collect()
+    }
+}
+
+/// Random non-empty rows of `0..n`: contiguous half of the time, else a stride of 2 to 4
+/// (a striped layout's rank).
+fn chunk_of(n: usize, rng: &mut SplitMix64) -> Rows {
+    let stride = if n < 8 || rng.uniform() < 0.5 { 1 } else { rng.range(2, 4) };
+    let start = rng.range(0, n - 1);
+    Rows { start, len: rng.range(1, (n - 1 - start) / stride + 1), stride }
+}
+
+/// One ring step on the GPU: query rows `qr` over key rows `kr`.
+fn ring_step(
+    gpu: &Gpu,
+    case: &Case,
+    (qb, qr): (&[u16], Rows),
+    (kb, vb, kr): (&[u16], &[u16], Rows),
+) -> Result<DevicePartial> {
+    let mut out = poisoned_partial(gpu, [case.batch, qr.len, case.heads, case.head_dim])?;
+    ring_step_into(gpu, case, (qb, qr), (kb, vb, kr), &mut out, false)?;
+    Ok(out)
+}
+
+/// One ring step on the GPU, written to `out`, or (`accumulate`) merged into the partial
+/// `out` holds ([`Gpu::forward_accumulate`]).
+fn ring_step_into(
+    gpu: &Gpu,
+    case: &Case,
+    (qb, qr): (&[u16], Rows),
+    (kb, vb, kr): (&[u16], &[u16], Rows),
+    out: &mut DevicePartial,
+    accumulate: bool,
+) -> Result<()> {
+    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
+    let rows = |src: &[u16], r: Rows| -> Vec<u16> {
+        let a = ndarray::ArrayView4::from_shape((b, n, h, d), src).expect("dims");
+        a.select(Axis(1), &r.positions()).iter().copied().collect()
+    };
+    let shape = Shape { batch: b, heads: h, head_dim: d, q_rows: qr.len, k_rows: kr.len };
+    let chunk = Chunk { q_stride: qr.stride, k_stride: kr.stride, ..Chunk::new(qr.start, kr.start, n) };
+    let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &chunk)?;
+    let qd = gpu.upload(&rows(qb, qr), [b, qr.len, h, d])?;
+    let kd = gpu.upload(&rows(kb, kr), [b, kr.len, h, d])?;
+    let vd = gpu.upload(&rows(vb, kr), [b, kr.len, h, d])?;
+    match accumulate {
+        true => gpu.forward_accumulate(&mut prep, &qd, &kd, &vd, out),
+        false => gpu.forward_into(&mut prep, &qd, &kd, &vd, out),
+    }
+}
+
+fn poisoned_partial(gpu: &Gpu, dims: [usize; 4]) -> Result<DevicePartial> {
+    let [b, n, h, d] = dims;
+    Ok(DevicePartial { out: gpu.filled(b * n * h * d, f32::NAN)?, lse: gpu.filled(b * h * n, f32::NAN)?, dims })
+}

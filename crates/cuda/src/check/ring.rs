@@ -1,0 +1,366 @@
+//! The ring check's cases and comparisons (run by `ring_check`): distributed attention
+//! against the f64 reference for every schedule the GPU runs, layout (contiguous,
+//! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
+//! (dense, causal, window, LongNet dilated, with segments inside one rank and across
+//! ranks), on lengths that do not divide evenly.
+//!
+//! Inputs are bf16-rounded normals ([`super::rounded`]). The ranks' output, LSE, dQ, dK
+//! and dV pieces are gathered into host arrays that start as NaN (a row nobody wrote
+//! fails) and compared with the reference's `attention` / `attention_backward` on the
+//! same rounded inputs: relative L2 error below `bound(Bf16)` ([`compare`]). With `R`
+//! rings side by side (`dist::grid`) each ring covers a slice of the batch (cases use
+//! batch `b + R - 1`, so an uneven split is covered) and its ranks' pieces go back into
+//! its rows. [`run_virtual`] runs one ring on virtual ranks of one GPU, which the real
+//! dense ring must match bit for bit ([`max_diff`]).
+
+use super::{Metric, bound, rounded};
+use crate::dist::ring::upload_pieces;
+use crate::dist::{DistPlan, DistResult, Grid, RankData, RankGrads, VirtualRanks};
+use crate::gpu::{DevicePartial, Gpu};
+use crate::launch::Dtype;
+use crate::spec::{GpuPattern, GpuSpec};
+use cudarc::driver::CudaSlice;
+use ndarray::{Array3, Array4};
+use ringdil_reference::compare::rel_err;
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::SplitMix64;
+use ringdil_reference::ring::{ChunkPlan, Layout};
+use ringdil_reference::{Attention, attention, attention_backward};
+use std::ops::Range;
+
+/// One ring-check case: ranks per ring, rings side by side, the layout and pattern, and
+/// the sizes.
+pub struct Case {
+    /// Ranks per ring.
+    pub ranks: usize,
+    /// Rings side by side (1: the plain ring).
+    pub rings: usize,
+    pub layout: Layout,
+    pub layout_name: String,
+    pub pattern: (&'static str, GpuSpec),
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub seq: usize,
+    /// Inputs and reference depend only on (size, pattern): computed once, shared by
+    /// every rank count, layout and schedule.
+    pub key: (usize, usize),
+}
+
+/// The patterns of a sequence of `n` tokens (the longest LongNet segment capped at `n`).
+fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
+    vec![
+        ("dense", GpuSpec::new(GpuPattern::Dense)),
+        ("causal", GpuSpec::new(GpuPattern::Dense).causal(true)),
+        ("window 100/0 causal", GpuSpec::new(GpuPattern::Window { left: 100, right: 0 }).causal(true)),
+        (
+            "dilated (64,1)(256,2)(512,4) causal",
+            GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true),
+        ),
+        ("dilated (128,2)", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
+    ]
+}
+
+/// The layouts of `n` tokens over `p` ranks, named for the log.
+fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
+    if p == 1 {
+        // One rank per ring (pure data parallelism): every layout is the identity.
+        return vec![("contiguous".into(), Layout::Contiguous)];
+    }
+    let mut v = vec![
+        ("contiguous".into(), Layout::Contiguous),
+        ("zigzag".into(), Layout::Zigzag),
+        ("striped".into(), Layout::Striped),
+    ];
+    // Unequal: rank 0 gets 7 tokens, the rest split unevenly; with 3+ ranks one is empty.
+    let mut b = vec![0, 7];
+    if p >= 3 {
+        b.push(7);
+    }
+    while b.len() < p {
+        let last = *b.last().unwrap();
+        b.push(last + (n - last) * 2 / 3);
+    }
+    b.push(n);
+    v.push((format!("boundaries {b:?}"), Layout::Boundaries(b)));
+    v
+}
+
+/// The cases for `ranks` per ring and `rings` rings; with several rings the batch grows
+/// by `rings - 1` so that every ring gets rows and the split is uneven for one size.
+pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    for &p in ranks {
+        for (i, &(seq, head_dim, batch)) in [(1000usize, 64usize, 1usize), (777, 128, 2)].iter().enumerate() {
+            for (layout_name, layout) in layouts(seq, p) {
+                for (j, pattern) in patterns(seq).into_iter().enumerate() {
+                    if i == 1 && pattern.0.starts_with("window") {
+                        continue;
+                    }
+                    out.push(Case {
+                        ranks: p,
+                        rings,
+                        layout: layout.clone(),
+                        layout_name: layout_name.clone(),
+                        pattern,
+                        batch: batch + rings - 1,
+                        heads: 4,
+                        head_dim,
+                        seq,
+                        key: (i, j),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One line naming the case (the log's case column).
+pub fn describe(c: &Case) -> String {
+    let rings = if c.rings > 1 { format!(" x R={}", c.rings) } else { String::new() };
+    format!(
+        "P={}{rings} {} | {} | B={} N={} H={} d={}",
+        c.ranks, c.layout_name, c.pattern.0, c.batch, c.seq, c.heads, c.head_dim
+    )
+}
+
+/// A case's inputs as bf16 words (q, k, v, d_out) and the reference forward and
+/// gradients on their exact values (empty unless asked for: only rank 0 compares).
+pub struct Inputs {
+    pub bits: [Vec<u16>; 4],
+    pub reference: (Attention<f64>, ringdil_reference::Gradients<f64>),
+}
+
+/// Inputs by case key, shared by every rank count, layout and schedule.
+pub type Cache = std::collections::HashMap<(usize, usize), std::rc::Rc<Inputs>>;
+
+/// The inputs (and, when asked, the reference) of `c`, computed once per key.
+pub fn cached(cache: &mut Cache, c: &Case, seed: u64, with_reference: bool) -> std::rc::Rc<Inputs> {
+    cache
+        .entry(c.key)
+        .or_insert_with(|| {
+            std::rc::Rc::new(inputs(c, seed ^ (c.key.0 as u64 * 1000 + c.key.1 as u64 + 1), with_reference))
+        })
+        .clone()
+}
+
+/// The inputs of `c` drawn from `seed`, with the reference when `with_reference`.
+fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
+    let dims = [c.batch, c.seq, c.heads, c.head_dim];
+    let mut rng = SplitMix64::new(seed);
+    let (q, qf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (k, kf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (v, vf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (g, gf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let reference = if with_reference {
+        let spec = c.pattern.1.to_reference();
+        let fwd = attention(qf.view(), kf.view(), vf.view(), &spec).expect("reference forward");
+        let grads =
+            attention_backward(qf.view(), kf.view(), vf.view(), &spec, &fwd, gf.view()).expect("reference backward");
+        (fwd, grads)
+    } else {
+        let z = Array4::zeros((0, 0, 0, 0));
+        (
+            Attention { out: z.clone(), lse: Array3::zeros((0, 0, 0)) },
+            ringdil_reference::Gradients { dq: z.clone(), dk: z.clone(), dv: z },
+        )
+    };
+    Inputs { bits: [q, k, v, g], reference }
+}
+
+/// Per rank: [out, lse, dq, dk, dv], each per piece, on the host.
+pub type HostResult = Vec<[Vec<Vec<f32>>; 5]>;
+
+/// One ring's share of a case: its plan (over its batch rows) and those rows.
+pub struct RingPart {
+    pub plan: DistPlan,
+    pub rows: Range<usize>,
+}
+
+/// The ring parts of `c` on `grid` (one part covering the whole batch when `R = 1`).
+pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
+    grid.batch_rows(c.batch)?
+        .into_iter()
+        .map(|rows| {
+            let chunks = ChunkPlan::new(c.seq, c.ranks, &c.layout)?;
+            let plan = DistPlan::new(chunks, c.pattern.1.clone(), rows.len(), c.heads, c.head_dim)?;
+            Ok(RingPart { plan, rows })
+        })
+        .collect()
+}
+
+/// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c`.
+pub fn batch_slice<'a>(x: &'a [u16], c: &Case, rows: &Range<usize>) -> &'a [u16] {
+    let per_row = c.seq * c.heads * c.head_dim;
+    &x[rows.start * per_row..rows.end * per_row]
+}
+
+/// The errors of the whole batch, each against the bf16 bound: every ring's ranks
+/// (`res[ring][position]`) are gathered into the rows of its ring, in host arrays that
+/// start as NaN.
+pub fn compare(
+    c: &Case,
+    parts: &[RingPart],
+    res: &[HostResult],
+    reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
+) -> Vec<Metric> {
+    let (b, n, h, d) = (c.batch, c.seq, c.heads, c.head_dim);
+    let mut arrays: Vec<Vec<f64>> =
+        (0..5).map(|i| vec![f64::NAN; if i == 1 { b * h * n } else { b * n * h * d }]).collect();
+    for (part, ring) in parts.iter().zip(res) {
+        let Range { start, end } = part.rows;
+        for (r, kinds) in ring.iter().enumerate() {
+            for (i, part_of) in kinds.iter().enumerate() {
+                let p64: Vec<Vec<f64>> = part_of.iter().map(|x| x.iter().map(|&v| v as f64).collect()).collect();
+                if i == 1 {
+                    part.plan.gather_lse_into(&mut arrays[1][start * h * n..end * h * n], r, &p64);
+                } else {
+                    part.plan.gather_into(&mut arrays[i][start * n * h * d..end * n * h * d], d, r, &p64);
+                }
+            }
+        }
+    }
+    let (fwd, g) = reference;
+    let bound = bound(Dtype::Bf16);
+    [
+        ("out", rel_err(&arrays[0], fwd.out.iter())),
+        ("lse", rel_err(&arrays[1], fwd.lse.iter())),
+        ("dq", rel_err(&arrays[2], g.dq.iter())),
+        ("dk", rel_err(&arrays[3], g.dk.iter())),
+        ("dv", rel_err(&arrays[4], g.dv.iter())),
+    ]
+    .into_iter()
+    .map(|(what, err)| Metric { what, err, bound })
+    .collect()
+}
+
+/// Largest absolute difference of two results of the same plans (equal infinities count 0).
+pub fn max_diff(a: &[HostResult], b: &[HostResult]) -> f64 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y))
+        .flat_map(|(x, y)| x.iter().zip(y.iter()))
+        .flat_map(|(x, y)| x.iter().zip(y.iter()))
+        .flat_map(|(x, y)| x.iter().zip(y.iter()))
+        .map(|(a, b)| if a == b || (a.is_infinite() && b.is_infinite()) { 0.0 } else { (a - b).abs() as f64 })
+        .fold(0.0, f64::max)
+}
+
+/// A rank's output, LSE and gradient pieces, on the host.
+pub fn download(gpu: &Gpu, out: &[DevicePartial], grads: &RankGrads) -> [Vec<Vec<f32>>; 5] {
+    let dl = |xs: Vec<&CudaSlice<f32>>| xs.into_iter().map(|x| gpu.download(x).expect("download")).collect::<Vec<_>>();
+    [
+        dl(out.iter().map(|p| &p.out).collect()),
+        dl(out.iter().map(|p| &p.lse).collect()),
+        dl(grads.dq.iter().collect()),
+        dl(grads.dk.iter().collect()),
+        dl(grads.dv.iter().collect()),
+    ]
+}
+
+/// One ring's part of `c` on virtual ranks of one GPU.
+pub fn run_virtual(gpu: &Gpu, c: &Case, part: &RingPart, inp: &Inputs) -> DistResult<HostResult> {
+    let [q, k, v, g] = inp.bits.each_ref().map(|x| batch_slice(x, c, &part.rows));
+    let plan = &part.plan;
+    let data: Vec<RankData> =
+        (0..plan.ranks()).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
+    let dout: Vec<_> = (0..plan.ranks()).map(|r| upload_pieces(gpu, plan, r, g)).collect::<Result<_, _>>()?;
+    let mut vr = VirtualRanks::new(gpu, plan, Dtype::Bf16)?;
+    let outs = vr.forward(&data)?;
+    let grads = vr.backward(&data, &outs, &dout)?;
+    Ok(outs.iter().zip(&grads).map(|(o, g)| download(gpu, o, g)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(ranks: usize, rings: usize, batch: usize, layout: Layout) -> Case {
+        let pattern = ("causal", GpuSpec::new(GpuPattern::Dense).causal(true));
+        let layout_name = format!("{layout:?}");
+        Case { ranks, rings, layout, layout_name, pattern, batch, heads: 2, head_dim: 64, seq: 200, key: (0, 0) }
+    }
+
+    /// What every rank would hold if it computed exactly: the reference (as f32) cut into
+    /// ring rows and rank pieces, `[ring][position]`.
+    fn exact(c: &Case, parts: &[RingPart], inp: &Inputs) -> Vec<HostResult> {
+        let (n, h, d) = (c.seq, c.heads, c.head_dim);
+        let (fwd, g) = &inp.reference;
+        let [out, dq, dk, dv] =
+            [&fwd.out, &g.dq, &g.dk, &g.dv].map(|x| x.iter().map(|&v| v as f32).collect::<Vec<_>>());
+        let lse: Vec<f32> = fwd.lse.iter().map(|&v| v as f32).collect();
+        let ring = |part: &RingPart| -> HostResult {
+            let rows = |x: &[f32]| x[part.rows.start * n * h * d..part.rows.end * n * h * d].to_vec();
+            (0..part.plan.ranks())
+                .map(|r| {
+                    let tokens = part.plan.chunks.tokens(r);
+                    let lse_pieces = part
+                        .plan
+                        .pieces(r)
+                        .iter()
+                        .map(|pc| {
+                            let mut v = Vec::new();
+                            for bi in part.rows.clone() {
+                                for hi in 0..h {
+                                    v.extend(
+                                        tokens[pc.local..pc.local + pc.rows]
+                                            .iter()
+                                            .map(|&t| lse[(bi * h + hi) * n + t]),
+                                    );
+                                }
+                            }
+                            v
+                        })
+                        .collect();
+                    let pieces = |x: &[f32]| part.plan.scatter(&rows(x), d, r);
+                    [pieces(&out), lse_pieces, pieces(&dq), pieces(&dk), pieces(&dv)]
+                })
+                .collect()
+        };
+        parts.iter().map(ring).collect()
+    }
+
+    /// The 2-D assembly on the host: exact per-rank pieces of every ring, put back by
+    /// `compare`, reproduce the reference; rings put in each other's rows do not.
+    #[test]
+    fn rings_are_assembled_into_their_batch_rows() {
+        for (world, rings, batch, layout) in [
+            (4, 2, 3, Layout::Zigzag),     // 2 rings x 2 ranks, uneven batch 2 + 1
+            (1, 1, 2, Layout::Contiguous), // the plain ring (and the virtual-rank path)
+            (3, 3, 4, Layout::Contiguous), // pure data parallelism, 2 + 1 + 1
+            (6, 2, 2, Layout::Striped),    // 2 rings x 3 ranks, striped
+        ] {
+            let grid = Grid::new(world, rings).unwrap();
+            let c = case(grid.ring_size(), rings, batch, layout);
+            let parts = ring_parts(&c, &grid).unwrap();
+            assert_eq!(parts.iter().map(|p| p.rows.len()).sum::<usize>(), batch);
+            let inp = inputs(&c, 3, true);
+            let mut res = exact(&c, &parts, &inp);
+            for m in compare(&c, &parts, &res, &inp.reference) {
+                assert!(m.err < 1e-6, "W={world} R={rings} {}: {}", m.what, m.err);
+            }
+            if rings > 1 && parts[0].rows.len() == parts[1].rows.len() {
+                res.swap(0, 1);
+                let errs = compare(&c, &parts, &res, &inp.reference);
+                assert!(errs.iter().all(|m| !m.passed()), "swapped rings must fail: {errs:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_ring_with_no_batch_rows_is_a_typed_error() {
+        let c = case(1, 2, 1, Layout::Contiguous);
+        let e = ring_parts(&c, &Grid::new(2, 2).unwrap()).err().unwrap();
+        assert!(matches!(e, crate::dist::DistError::EmptyRing { batch: 1, rings: 2 }), "{e}");
+    }
+
+    #[test]
+    fn cases_grow_the_batch_with_the_rings() {
+        let one: Vec<usize> = cases(&[2], 1).iter().map(|c| c.batch).collect();
+        let two: Vec<usize> = cases(&[2], 2).iter().map(|c| c.batch).collect();
+        assert_eq!(one.len(), two.len());
+        assert!(one.iter().zip(&two).all(|(a, b)| b == &(a + 1)));
+        assert!(cases(&[1], 2).iter().all(|c| c.layout == Layout::Contiguous));
+    }
+}

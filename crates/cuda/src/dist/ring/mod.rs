@@ -1,0 +1,136 @@
+//! One rank of ring attention over NCCL: the dense ring, the pattern-aware plan and the
+//! all-gather baseline, forward and backward.
+//!
+//! # Dense ring ([`Kind::Ring`])
+//! Rank `r` keeps its query pieces and, at step `s = 0..P-1`, computes over the block
+//! of `src = (r - s) mod P`. Before that compute is enqueued, the block it holds is sent
+//! to `r + 1` and the block of `(r - s - 1) mod P` is received from `r - 1`, in one NCCL
+//! group on the communication stream, into a fresh buffer: **double buffering** (the
+//! block being computed on and the block arriving are different buffers), ordered by
+//! events, so the transfer of step `s + 1` runs while step `s` computes. Per step and
+//! rank `2 B H d n_src` elements move; in total `2 B H d (N - n_{r+1})` (reference
+//! `ring` module). Memory: own block + two travelling blocks, `~3 N/P` rows of K and V.
+//!
+//! Backward (ring-flash-attention): the block travels with f32 `dK`, `dV` accumulators.
+//! At step `s` the kernels write this pair's gradients into fresh buffers; they are added
+//! to the accumulators after the accumulators of step `s - 1` arrive, so the accumulator
+//! hop overlaps the next step's kernels. One more hop after the last step brings each
+//! accumulator home. Volume `4 B H d (N - n_{r+1}) + 2 B H d n_{r+1}` per rank (K/V in
+//! bf16, dK/dV in f32: bytes are `2*2 + 2*4` per element pair).
+//!
+//! # Pattern-aware plan ([`Kind::PatternRing`])
+//! Same steps, but at step `s` rank `r` receives **directly** from `src = r - s` only
+//! the pieces it needs ([`DistPlan::needed_pieces`]) and sends its own needed pieces to
+//! `r + s`; a step nobody needs moves nothing (a dilated branch whose segments fit in
+//! one rank, causal blocks above the diagonal). Of a LongNet piece only the head rows
+//! kept by the branches that cross the two ranks travel ([`DistPlan::kept_rows`]: about
+//! `sum 1/r` of the piece): gathered into a send buffer, scattered into a zeroed piece on
+//! arrival, just before the step that reads it. Backward: the dK/dV contributions go back
+//! to their owner directly at the same step, packed the same way and scatter-added.
+//! Volume received by `r`: `sum_{s != r} 2 B H d sum_{kj needed} kept_kj` (`kept_kj` =
+//! rows of piece `kj`, or its kept head rows / H).
+//!
+//! # All-gather ([`Kind::AllGather`])
+//! One group gathers every other rank's pieces (`2 B H d (N - n_r)` received), then the
+//! same computes run in the same order; backward gathers again and returns each block's
+//! dK/dV contributions to its owner in one group. Memory `O(N)` per rank: the baseline.
+//!
+//! # Files
+//! * `forward.rs`, `backward.rs`: the steps of each schedule, which block a step
+//!   computes on and when its transfer is enqueued;
+//! * `transfers.rs`: the NCCL groups that move blocks and gradients, and the packing of
+//!   kept head rows;
+//! * `data.rs`: a rank's input and gradient pieces.
+
+mod backward;
+mod data;
+mod forward;
+mod transfers;
+
+pub use data::{RankData, RankGrads, upload_pieces};
+
+use super::comm::Communicator;
+use super::error::{DistError, DistResult};
+use super::exec::{Helpers, RankCompute};
+use super::layout::DistPlan;
+use crate::gpu::Gpu;
+use crate::launch::Dtype;
+use cudarc::driver::CudaSlice;
+use ringdil_reference::ring::Kind;
+use std::collections::HashMap;
+
+/// The schedules the GPU runtime runs, in the reference's order ([`Kind::ALL`] without
+/// Ulysses, which splits heads rather than tokens and has no GPU implementation).
+pub const SCHEDULES: [Kind; 3] = [Kind::Ring, Kind::PatternRing, Kind::AllGather];
+
+/// `Ok` for a schedule of [`SCHEDULES`], a typed error for the others.
+fn supported(schedule: Kind) -> DistResult<()> {
+    match SCHEDULES.contains(&schedule) {
+        true => Ok(()),
+        false => Err(DistError::UnsupportedSchedule(schedule)),
+    }
+}
+
+/// What [`DistRank::forward_probe`] runs: everything, or one half, to measure overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The real forward.
+    Full,
+    /// The same kernels over zeroed stand-in blocks of each source's shapes, no transfer.
+    ComputeOnly,
+    /// The same transfers, no kernel.
+    CommOnly,
+}
+
+/// One rank of a distributed attention call.
+pub struct DistRank<'a> {
+    gpu: &'a Gpu,
+    comm: &'a Communicator,
+    plan: &'a DistPlan,
+    compute: RankCompute,
+    helpers: Helpers,
+    /// [`DistPlan::kept_rows`] on the device, for the pieces this rank sends or receives:
+    /// key `(dst, src, kj)`.
+    kept: HashMap<(usize, usize, usize), CudaSlice<u32>>,
+}
+
+impl<'a> DistRank<'a> {
+    /// Prepare this rank's launches (tile plans for every needed pair) and helpers.
+    pub fn new(gpu: &'a Gpu, comm: &'a Communicator, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
+        if plan.ranks() != comm.world() {
+            return Err(DistError::WorldMismatch { plan: plan.ranks(), world: comm.world() });
+        }
+        let me = comm.rank();
+        let compute = RankCompute::new(gpu, plan, dtype, me)?;
+        let mut kept = HashMap::new();
+        for (dst, src) in (0..plan.ranks()).flat_map(|o| [(me, o), (o, me)]) {
+            for kj in 0..plan.pieces(src).len() {
+                if let Some(idx) = plan.kept_rows(dst, src, kj) {
+                    kept.insert((dst, src, kj), gpu.stream().clone_htod(idx)?);
+                }
+            }
+        }
+        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)?, kept })
+    }
+
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU runs every schedule of the reference but Ulysses, which is a typed error
+    /// that says what the GPU runs instead.
+    #[test]
+    fn ulysses_is_a_typed_error_naming_the_schedules_the_gpu_runs() {
+        for kind in Kind::ALL {
+            assert_eq!(supported(kind).is_ok(), kind != Kind::Ulysses, "{kind}");
+        }
+        let e = supported(Kind::Ulysses).unwrap_err();
+        assert!(matches!(e, DistError::UnsupportedSchedule(Kind::Ulysses)), "{e}");
+        assert_eq!(e.to_string(), "the GPU runtime has no ulysses schedule (it runs ring, pattern_ring, all_gather)");
+    }
+}

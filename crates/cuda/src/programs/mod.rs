@@ -1,0 +1,18 @@
+//! What the four GPU programs in `src/bin/` share: `gpu_check` (every kernel against
+//! the reference), `gpu_bench` (kernels against torch), `ring_check` (distributed
+//! attention against the reference) and `ring_bench` (distributed scaling).
+//!
+//! * [`Args`]: their command lines (`--flag value` options and bare switches), the
+//!   command recorded in their reports, and how they stop: on a bad flag, on an error,
+//!   or on a machine without a GPU (skipped, never passed);
+//! * [`CheckLog`]: the Markdown log of a check run, one row per case with its errors,
+//!   the pass / fail counts and the worst error per quantity.
+//!
+//! The cases the checks run live with what they check: [`crate::check`] (kernels) and
+//! [`crate::check::ring`] (distributed attention).
+
+mod args;
+mod log;
+
+pub use args::{Args, Program};
+pub use log::CheckLog;

@@ -30,7 +30,7 @@ pub struct DeviceGrads {
 
 /// The three gradient buffers of one backward call, borrowed: a [`DeviceGrads`]'s
 /// ([`DeviceGrads::as_mut`]) or a caller's running sums (a ring rank adds every step's
-/// gradients into its own, [`Gpu::backward_add_into`]).
+/// gradients into its own, `Gpu::backward_add_into`).
 pub struct GradsMut<'a> {
     pub dq: &'a mut CudaSlice<f32>,
     pub dk: &'a mut CudaSlice<f32>,

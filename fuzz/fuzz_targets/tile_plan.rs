@@ -9,8 +9,11 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use ringdil_cuda::launch::{Chunk, Family, Shape, launches_for};
-use ringdil_cuda::plan::{Side, TILE};
+use ringdil_cuda::launch::launches_for;
+use ringdil_cuda::shape::{Chunk, Shape};
+use ringdil_cuda::family::Family;
+use ringdil_cuda::plan::Side;
+use ringdil_cuda::family::TILE;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Dilated, key_counts};
 

@@ -4,15 +4,14 @@
 //! (no CUDA), so it is tested on machines without a GPU.
 
 use crate::error::{CudaError, Result};
-use crate::family::TILE;
+use crate::family::{Family, TILE};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::{IndexMap, TilePlan, plan};
+use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
 
 // The call description and the family table, where launch construction takes them.
-pub use crate::family::{FAMILY_ENV, Family};
-pub use crate::shape::{Chunk, Dtype, Shape};
 
 /// One kernel launch of a call: a dense/masked pattern is one launch; a dilated pattern is
 /// one launch per branch, each merged into the call's result.

@@ -13,7 +13,7 @@
 use ringdil_cuda::Gpu;
 use ringdil_cuda::check::{bound, cases, describe, rounded, run_case};
 use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks};
-use ringdil_cuda::launch::Dtype;
+use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::ring::{ChunkPlan, Layout};

@@ -18,8 +18,8 @@
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
 use ringdil_cuda::check::rounded_bits;
-use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::programs::{Args, Program};
+use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;

@@ -7,8 +7,8 @@
 //! with `--require-gpu`): a skip is never reported as a pass.
 
 use ringdil_cuda::check::{MERGE_BOUND, bound, cases, describe, run_case};
-use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::programs::{Args, CheckLog, Program};
+use ringdil_cuda::shape::Dtype;
 use std::fmt::Write;
 
 fn main() {

@@ -37,10 +37,10 @@ use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, LaunchOptions, RankData, RankEnv, RankGrads, SCHEDULES, launch,
     run_threads,
 };
-use ringdil_cuda::gpu::DevicePartial;
-use ringdil_cuda::launch::Dtype;
 use ringdil_cuda::programs::{Args, CheckLog, Program};
+use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_cuda::tensors::DevicePartial;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use std::fmt::Write;
 

@@ -3,7 +3,7 @@
 //! parameters drawn from the run's seed. Lengths favour primes and lengths that are not
 //! multiples of the 64-row tile.
 
-use crate::launch::Dtype;
+use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{BlockSparse, Dilated};
 use ringdil_reference::random::SplitMix64;

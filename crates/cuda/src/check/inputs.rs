@@ -2,7 +2,7 @@
 //! or f16, as the 16-bit words a kernel reads and their exact f64 values for the
 //! reference (the one helper every check, test and benchmark draws inputs from).
 
-use crate::launch::Dtype;
+use crate::shape::Dtype;
 use ndarray::Array4;
 use ringdil_reference::random::SplitMix64;
 

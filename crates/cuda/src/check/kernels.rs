@@ -4,8 +4,9 @@
 
 use super::{Case, Kind, MERGE_BOUND, Metric, Outcome, bound, describe, grad_err, rounded};
 use crate::error::Result;
-use crate::gpu::{DevicePartial, Gpu};
-use crate::launch::{Chunk, Shape};
+use crate::gpu::Gpu;
+use crate::shape::{Chunk, Shape};
+use crate::tensors::DevicePartial;
 use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::random::SplitMix64;
@@ -53,7 +54,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             if case.kind == Kind::Backward {
                 let (dob, dout) = rounded(dims, case.dtype, &mut rng);
                 let dod = gpu.upload(&dob, dims)?;
-                let mut grads = crate::gpu::DeviceGrads {
+                let mut grads = crate::tensors::DeviceGrads {
                     dq: gpu.filled(shape.q_len(), f32::NAN)?,
                     dk: gpu.filled(shape.k_len(), f32::NAN)?,
                     dv: gpu.filled(shape.k_len(), f32::NAN)?,

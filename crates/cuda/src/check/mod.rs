@@ -36,7 +36,7 @@ pub use cases::{Case, Kind, cases, describe};
 pub use inputs::{round, rounded, rounded_bits};
 pub use kernels::run_case;
 
-use crate::launch::Dtype;
+use crate::shape::Dtype;
 use ringdil_reference::compare;
 
 /// The relative-error bound of an element type (module docs).

@@ -16,9 +16,10 @@
 use super::{Metric, bound, rounded};
 use crate::dist::ring::upload_pieces;
 use crate::dist::{DistPlan, DistResult, Grid, RankData, RankGrads, VirtualRanks};
-use crate::gpu::{DevicePartial, Gpu};
-use crate::launch::Dtype;
+use crate::gpu::Gpu;
+use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
+use crate::tensors::DevicePartial;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array3, Array4};
 use ringdil_reference::compare::rel_err;

@@ -34,8 +34,9 @@
 
 use super::error::DistResult;
 use super::layout::DistPlan;
-use crate::launch::{Chunk, Shape, launches};
-use crate::plan::{FWD_Q_TILE, TILE};
+use crate::family::{FWD_Q_TILE, TILE};
+use crate::launch::launches;
+use crate::shape::{Chunk, Shape};
 use ringdil_reference::ring::Kind;
 use serde::Serialize;
 

@@ -12,8 +12,9 @@
 
 use super::error::DistResult;
 use super::layout::DistPlan;
-use crate::gpu::{DevicePartial, DeviceTensor, Gpu, GradsMut, Prepared};
-use crate::launch::Dtype;
+use crate::gpu::Gpu;
+use crate::shape::Dtype;
+use crate::tensors::{DevicePartial, DeviceTensor, GradsMut, Prepared};
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;

@@ -23,7 +23,8 @@
 //! left out wrongly.
 
 use super::error::{DistError, DistResult};
-use crate::launch::{Chunk, Shape, launches};
+use crate::launch::launches;
+use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::ring::ChunkPlan;
 use std::sync::OnceLock;

@@ -10,8 +10,9 @@ use super::error::{DistError, DistResult};
 use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, zeros};
 use super::layout::DistPlan;
 use super::ring::{RankData, RankGrads};
-use crate::gpu::{DevicePartial, DeviceTensor, Gpu};
-use crate::launch::Dtype;
+use crate::gpu::Gpu;
+use crate::shape::Dtype;
+use crate::tensors::{DevicePartial, DeviceTensor};
 
 pub struct VirtualRanks<'a> {
     gpu: &'a Gpu,

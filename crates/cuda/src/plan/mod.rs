@@ -12,8 +12,6 @@
 use crate::spec::GpuPattern;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
-pub use crate::family::{FWD_Q_TILE, TILE};
-
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
 /// `offset + i * stride`. Stride 1 is a contiguous chunk (a whole sequence, a ring
 /// piece); stride `P` with offset `r` is rank `r`'s rows of a striped layout, so the

@@ -2,6 +2,7 @@
 //! and tile shape the kernels use, exactness where the plan claims it.
 
 use super::*;
+use crate::family::{FWD_Q_TILE, TILE};
 use crate::spec::GpuSpec;
 use ringdil_reference::pattern::{Dilated, key_counts};
 

@@ -22,8 +22,8 @@ use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
 use ringdil_cuda::dist::{
     Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, SCHEDULES, launch,
 };
-use ringdil_cuda::launch::{Chunk, Dtype, Shape};
 use ringdil_cuda::programs::{Args, Program};
+use ringdil_cuda::shape::{Chunk, Dtype, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};

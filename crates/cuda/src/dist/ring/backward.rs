@@ -8,7 +8,7 @@ use super::transfers::{Block, GradPieces};
 use super::{DistRank, supported};
 use crate::dist::error::{DistError, DistResult};
 use crate::dist::exec::{all_of, all_of_mut, zeros};
-use crate::gpu::{DevicePartial, DeviceTensor};
+use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
 use ringdil_reference::ring::Kind;
 

@@ -3,7 +3,8 @@
 
 use crate::dist::error::{DistError, DistResult};
 use crate::dist::layout::DistPlan;
-use crate::gpu::{DeviceTensor, Gpu};
+use crate::gpu::Gpu;
+use crate::tensors::DeviceTensor;
 use cudarc::driver::CudaSlice;
 
 /// A rank's inputs, one device tensor per piece (see [`DistPlan::scatter`]).

@@ -8,7 +8,7 @@ use super::transfers::Block;
 use super::{DistRank, Probe, supported};
 use crate::dist::error::DistResult;
 use crate::dist::exec::{all_of, finish};
-use crate::gpu::{DevicePartial, DeviceTensor};
+use crate::tensors::{DevicePartial, DeviceTensor};
 use ringdil_reference::ring::Kind;
 
 impl DistRank<'_> {

@@ -54,7 +54,7 @@ use super::error::{DistError, DistResult};
 use super::exec::{Helpers, RankCompute};
 use super::layout::DistPlan;
 use crate::gpu::Gpu;
-use crate::launch::Dtype;
+use crate::shape::Dtype;
 use cudarc::driver::CudaSlice;
 use ringdil_reference::ring::Kind;
 use std::collections::HashMap;

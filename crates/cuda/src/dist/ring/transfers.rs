@@ -6,7 +6,7 @@
 use super::DistRank;
 use super::data::RankData;
 use crate::dist::error::DistResult;
-use crate::gpu::DeviceTensor;
+use crate::tensors::DeviceTensor;
 use cudarc::driver::CudaSlice;
 
 /// A block travelling the ring: its K pieces and its V pieces.

@@ -27,12 +27,14 @@ pub mod block_sparse;
 pub mod dense;
 pub mod dilated;
 pub mod explicit;
+pub mod expr;
 pub mod window;
 
 pub use block_sparse::BlockSparse;
 pub use dense::Dense;
 pub use dilated::{Branch, Combine, Dilated, Offset};
 pub use explicit::Explicit;
+pub use expr::{ExprBranch, ExprCombine, ExprDilated, ExprPattern};
 pub use window::SlidingWindow;
 
 use crate::error::Result;

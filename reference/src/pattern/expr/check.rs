@@ -63,7 +63,8 @@ pub(super) fn check(source: &str, node: &Node) -> Result<Ty, ExprError> {
     }
 }
 
-/// Check `node` and that its type is `wanted` (`what` names the expression's role).
+/// Check `node` and that its type is `wanted` (`what` names the expression's role:
+/// "a mask").
 pub(super) fn check_root(source: &str, node: &Node, wanted: Ty, what: &str) -> Result<(), ExprError> {
     let got = check(source, node)?;
     if got == wanted {
@@ -72,6 +73,6 @@ pub(super) fn check_root(source: &str, node: &Node, wanted: Ty, what: &str) -> R
     Err(ExprError::Type {
         at: Pos::of(source, node.at.start),
         token: token_text(source, node.at),
-        message: format!("a {what} must be {wanted}, found {got}"),
+        message: format!("{what} must be {wanted}, found {got}"),
     })
 }

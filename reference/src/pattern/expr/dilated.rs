@@ -53,13 +53,13 @@ impl ExprBranch {
         mask: Option<&str>,
         constants: &Constants,
     ) -> std::result::Result<Self, ExprError> {
-        let int = |source, scope: &Scope| {
-            Expression::new(source, scope, constants, Ty::Int).map_err(|e| e.in_field(scope.what))
+        let int = |source, scope: &Scope, field| {
+            Expression::new(source, scope, constants, Ty::Int).map_err(|e| e.in_field(field))
         };
         Ok(ExprBranch {
-            segment: int(segment, &Scope::SEGMENT)?,
-            dilation: int(dilation, &Scope::DILATION)?,
-            offset: int(offset, &Scope::OFFSET)?,
+            segment: int(segment, &Scope::SEGMENT, "segment")?,
+            dilation: int(dilation, &Scope::DILATION, "dilation")?,
+            offset: int(offset, &Scope::OFFSET, "offset")?,
             mask: mask
                 .map(|m| {
                     Expression::new(m, &Scope::BRANCH_MASK, constants, Ty::Bool)

@@ -63,7 +63,7 @@ pub struct Expression {
 
 impl Expression {
     /// Build the expression `source` of type `ty`, with the variables of `scope` and the
-    /// `constants`. `scope.what` names its role in a type error ("a mask must be bool").
+    /// `constants`. `scope.what` names its role in a type error ("a mask must be bool, found int").
     pub fn new(source: &str, scope: &Scope, constants: &Constants, ty: Ty) -> Result<Self, ExprError> {
         if source.len() > MAX_SOURCE_BYTES {
             return Err(ExprError::TooLong { bytes: source.len(), limit: MAX_SOURCE_BYTES });

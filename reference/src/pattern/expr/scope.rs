@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 /// The named integer constants of a pattern file, shared by all its expressions.
 pub type Constants = BTreeMap<String, i64>;
 
-/// Where an expression stands: a description for messages and its variables.
+/// Where an expression stands: its role for messages ("a mask") and its variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
     pub what: &'static str,
@@ -29,15 +29,16 @@ use Var::{Batch, Dilation, Head, Heads, Key, Query, Segment, SegmentIndex, SeqLe
 
 impl Scope {
     /// A mask pattern's `mask`: `b h q k n H`.
-    pub const MASK: Scope = Scope { what: "mask", vars: &[Batch, Head, Query, Key, SeqLen, Heads] };
+    pub const MASK: Scope = Scope { what: "a mask", vars: &[Batch, Head, Query, Key, SeqLen, Heads] };
     /// A branch's `segment` length: `h H n`.
-    pub const SEGMENT: Scope = Scope { what: "segment", vars: &[Head, Heads, SeqLen] };
+    pub const SEGMENT: Scope = Scope { what: "a segment", vars: &[Head, Heads, SeqLen] };
     /// A branch's `dilation` rate: `h H n s w`.
-    pub const DILATION: Scope = Scope { what: "dilation", vars: &[Head, Heads, SeqLen, SegmentIndex, Segment] };
+    pub const DILATION: Scope = Scope { what: "a dilation", vars: &[Head, Heads, SeqLen, SegmentIndex, Segment] };
     /// A branch's `offset`: `h H n s w r`.
-    pub const OFFSET: Scope = Scope { what: "offset", vars: &[Head, Heads, SeqLen, SegmentIndex, Segment, Dilation] };
+    pub const OFFSET: Scope =
+        Scope { what: "an offset", vars: &[Head, Heads, SeqLen, SegmentIndex, Segment, Dilation] };
     /// A branch's extra `mask`: every variable.
-    pub const BRANCH_MASK: Scope = Scope { what: "branch mask", vars: &Var::ALL };
+    pub const BRANCH_MASK: Scope = Scope { what: "a branch mask", vars: &Var::ALL };
 }
 
 /// What the parser resolves identifiers against.
@@ -59,7 +60,7 @@ impl Names<'_> {
     /// The names known here, for an unknown-name message.
     pub fn known(&self) -> String {
         let vars: Vec<&str> = self.scope.vars.iter().map(|v| v.name()).collect();
-        let mut known = format!("{} (in a {})", vars.join(", "), self.scope.what);
+        let mut known = format!("{} (in {})", vars.join(", "), self.scope.what);
         if !self.constants.is_empty() {
             let names: Vec<&str> = self.constants.keys().map(String::as_str).collect();
             known += &format!(" and the constants {}", names.join(", "));

@@ -1,8 +1,10 @@
 //! The kernel check's cases: for each element type and head dim, every kernel (forward,
 //! ring step, merge, backward) under every mask family, with sizes and pattern
-//! parameters drawn from the run's seed. Lengths favour primes and lengths that are not
-//! multiples of the 64-row tile.
+//! parameters drawn from the run's seed, then the large-score and all-masked cases of
+//! [`super::extreme`] (85 cases in all: 64 + 21). Lengths favour primes and lengths that
+//! are not multiples of the 64-row tile.
 
+use super::Logits;
 use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{BlockSparse, Dilated};
@@ -21,7 +23,7 @@ pub enum Kind {
     Backward,
 }
 
-/// One kernel-check case: the kernel, its name, element type, sizes and mask.
+/// One kernel-check case: the kernel, its name, element type, sizes, mask and scores.
 #[derive(Debug, Clone)]
 pub struct Case {
     pub kind: Kind,
@@ -32,6 +34,11 @@ pub struct Case {
     pub head_dim: usize,
     pub seq: usize,
     pub spec: GpuSpec,
+    /// How q and k are drawn (the magnitude of the scores).
+    pub logits: Logits,
+    /// Built to have query rows with no key (a ring step then takes its key rows after
+    /// its first query, [`super::kernels`]); a run without one fails.
+    pub empty_rows: bool,
 }
 
 /// Sequence lengths: primes and non-multiples of 64 first, a few exact multiples.
@@ -45,16 +52,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     for dtype in [Dtype::Bf16, Dtype::F16] {
         for head_dim in [64, 128] {
             let mut add = |kind: Kind, name: &str, spec: GpuSpec, rng: &mut SplitMix64| {
-                let seq = if quick {
-                    LENGTHS[rng.range(0, 6)]
-                } else if rng.uniform() < 0.75 {
-                    LENGTHS[rng.range(0, LENGTHS.len() - 1)]
-                } else {
-                    rng.range(2, 1100)
-                };
-                let (batch, heads) = (rng.range(1, 2), rng.range(1, 4));
-                let spec = fit_spec(spec, batch, seq, rng);
-                out.push(Case { kind, name: name.into(), dtype, batch, heads, head_dim, seq, spec });
+                out.push(Case::drawn(kind, name, (dtype, head_dim), spec, quick, rng));
             };
             let causal = rng.uniform() < 0.5;
             let dense = GpuSpec::new(GpuPattern::Dense);
@@ -99,12 +97,54 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
             add(Kind::Backward, "backward dilated", GpuSpec::new(longnet).causal(causal), &mut rng);
         }
     }
+    // After the draws above, so that a seed gives the unit-scale cases it always gave.
+    out.extend(super::extreme::cases(&mut rng, quick));
     out
+}
+
+/// A sequence length, batch size and head count from `rng`.
+pub(super) fn sizes(quick: bool, rng: &mut SplitMix64) -> (usize, usize, usize) {
+    let seq = if quick {
+        LENGTHS[rng.range(0, 6)]
+    } else if rng.uniform() < 0.75 {
+        LENGTHS[rng.range(0, LENGTHS.len() - 1)]
+    } else {
+        rng.range(2, 1100)
+    };
+    (seq, rng.range(1, 2), rng.range(1, 4))
+}
+
+impl Case {
+    /// A unit-score case of `kind` with sizes from `rng` ([`sizes`]) and what of `spec`
+    /// depends on them ([`fit_spec`]).
+    pub(super) fn drawn(
+        kind: Kind,
+        name: &str,
+        (dtype, head_dim): (Dtype, usize),
+        spec: GpuSpec,
+        quick: bool,
+        rng: &mut SplitMix64,
+    ) -> Case {
+        let (seq, batch, heads) = sizes(quick, rng);
+        Case::new(kind, name, (dtype, head_dim), [batch, seq, heads], fit_spec(spec, batch, seq, rng))
+    }
+
+    /// A unit-score case of `kind` with sizes `[batch, seq, heads]`.
+    pub(super) fn new(
+        kind: Kind,
+        name: &str,
+        (dtype, head_dim): (Dtype, usize),
+        [batch, seq, heads]: [usize; 3],
+        spec: GpuSpec,
+    ) -> Case {
+        let name = name.into();
+        Case { kind, name, dtype, batch, heads, head_dim, seq, spec, logits: Logits::Unit, empty_rows: false }
+    }
 }
 
 /// Draw what depends on the drawn sizes: key lengths (an empty list means "draw them")
 /// and a user block mask (an empty mask means "draw one for this length").
-fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -> GpuSpec {
+pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -> GpuSpec {
     if spec.key_lengths.is_some() {
         spec.key_lengths = Some((0..batch).map(|_| rng.range(0, seq)).collect());
     }
@@ -140,8 +180,14 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        for x in &c {
-            x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", describe(x)));
+        assert_eq!(c.len(), 85);
+        // Both lists hold the extreme cases (the quick one is the GPU test's).
+        for list in [&c, &cases(7, true)] {
+            assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));
+            assert_eq!(list.iter().filter(|x| x.empty_rows).count(), 5);
+            for x in list.iter() {
+                x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", describe(x)));
+            }
         }
         // Fresh draws: another seed gives other sizes.
         let other = cases(8, false);

@@ -1,8 +1,13 @@
-//! One kernel-check case on the GPU: inputs drawn and rounded ([`super::rounded`]),
-//! outputs poisoned with NaN, the kernel run, and every output compared with the f64
-//! reference on the same rounded inputs ([`super::Metric`]).
+//! One kernel-check case on the GPU: inputs drawn and rounded ([`super::Logits`]), outputs
+//! poisoned with NaN, the kernel run, and every output compared with the f64 reference on
+//! the same rounded inputs ([`super::Metric`]), rows with no key exactly
+//! ([`super::extreme`]).
 
-use super::{Case, Kind, MERGE_BOUND, Metric, Outcome, bound, describe, grad_err, rounded};
+use super::extreme::{exact_empty, exact_zero_grads};
+use super::{
+    Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err, large_lse_bound, lse_err,
+    partial_bound, rounded,
+};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::shape::{Chunk, Shape};
@@ -10,7 +15,7 @@ use crate::tensors::DevicePartial;
 use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::random::SplitMix64;
-use ringdil_reference::{Attention, Partial, attend_chunk, attention, attention_backward};
+use ringdil_reference::{Attention, Partial, Spec, attend_chunk, attention, attention_backward};
 
 fn to_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
@@ -23,21 +28,62 @@ fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
     Ok(Partial { out, lse })
 }
 
-fn compare_partial(metrics: &mut Vec<Metric>, gpu: &Partial<f64>, reference: &Partial<f64>, bound: f64) {
-    metrics.push(Metric { what: "out", err: rel_err(gpu.out.iter(), reference.out.iter()), bound });
-    metrics.push(Metric { what: "lse", err: rel_err(gpu.lse.iter(), reference.lse.iter()), bound });
+/// Out and LSE of `got` against `want`, named `out` and `lse`: the relative error of out; the
+/// relative error of the LSE for unit scores, its error relative to the magnitude for
+/// large ones ([`lse_err`]); and the exact identity of the rows with no key.
+fn compare_partial(
+    metrics: &mut Vec<Metric>,
+    case: &Case,
+    got: &Partial<f64>,
+    want: &Partial<f64>,
+    [out, lse]: [&'static str; 2],
+) {
+    let bound = bound_for(case.dtype, case.logits);
+    metrics.push(Metric { what: out, err: rel_err(got.out.iter(), want.out.iter()), bound });
+    metrics.push(match case.logits {
+        Logits::Unit => Metric { what: lse, err: rel_err(got.lse.iter(), want.lse.iter()), bound },
+        Logits::Large | Logits::Offset => Metric {
+            what: lse,
+            err: lse_err(got.lse.iter(), want.lse.iter(), partial_bound(case.logits)),
+            bound: large_lse_bound(),
+        },
+    });
+    metrics.extend(empty_metric("empty rows", case, exact_empty(got, want)));
+}
+
+/// The exact check of rows with no key as a metric: the number of values that are not
+/// the identity (it passes at 0). None where there is no such row, except in a case built
+/// to have one, which then fails with an infinite error.
+fn empty_metric(what: &'static str, case: &Case, violations: Option<usize>) -> Option<Metric> {
+    match violations {
+        Some(n) => Some(Metric { what, err: n as f64, bound: 1.0 }),
+        None if case.empty_rows => Some(Metric { what, err: f64::INFINITY, bound: 1.0 }),
+        None => None,
+    }
+}
+
+/// An input tensor: the 16-bit words a kernel reads and their exact values.
+pub(super) type Rounded = (Vec<u16>, Array4<f64>);
+
+/// A case's q, k (shaped by its [`Logits`]) and v, rounded, drawn in this order from its
+/// seed, and the generator, from which the case draws the rest (d_out, ring rows, the
+/// merge's cut) in [`run_case`]'s order.
+pub(super) fn draw(case: &Case, seed: u64) -> (SplitMix64, [Rounded; 3]) {
+    let mut rng = SplitMix64::new(seed);
+    let dims = [case.batch, case.seq, case.heads, case.head_dim];
+    let q = case.logits.rounded(dims, case.dtype, true, &mut rng);
+    let k = case.logits.rounded(dims, case.dtype, false, &mut rng);
+    let v = rounded(dims, case.dtype, &mut rng);
+    (rng, [q, k, v])
 }
 
 /// Run one case on the GPU and compare with the reference.
 pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
-    let mut rng = SplitMix64::new(seed);
+    let (mut rng, [(qb, q), (kb, k), (vb, v)]) = draw(case, seed);
     let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
     let dims = [b, n, h, d];
-    let (qb, q) = rounded(dims, case.dtype, &mut rng);
-    let (kb, k) = rounded(dims, case.dtype, &mut rng);
-    let (vb, v) = rounded(dims, case.dtype, &mut rng);
     let reference_spec = case.spec.to_reference();
-    let bound = bound(case.dtype);
+    let bound = bound_for(case.dtype, case.logits);
     let mut metrics = Vec::new();
     let all: Vec<usize> = (0..n).collect();
     match case.kind {
@@ -50,7 +96,13 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             let got = partial_to_host(gpu, &out)?;
             let want = attention(q.view(), k.view(), v.view(), &reference_spec)?;
             let want_partial = Partial { out: want.out.clone(), lse: want.lse.clone() };
-            compare_partial(&mut metrics, &got, &want_partial, bound);
+            compare_partial(
+                &mut metrics,
+                case,
+                &got,
+                &want_partial,
+                [quantity!(case.logits, "out"), quantity!(case.logits, "lse")],
+            );
             if case.kind == Kind::Backward {
                 let (dob, dout) = rounded(dims, case.dtype, &mut rng);
                 let dod = gpu.upload(&dob, dims)?;
@@ -65,14 +117,15 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     k.view(),
                     v.view(),
                     &reference_spec,
-                    &Attention { out: want.out, lse: want.lse },
+                    &Attention { out: want.out, lse: want.lse.clone() },
                     dout.view(),
                 )?;
                 let references: Vec<Vec<f64>> =
                     [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
+                let names = [quantity!(case.logits, "dq"), quantity!(case.logits, "dk"), quantity!(case.logits, "dv")];
                 let mut first = Vec::new();
                 for ((what, buf), reference) in
-                    [("dq", &grads.dq), ("dk", &grads.dk), ("dv", &grads.dv)].into_iter().zip(&references)
+                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references)
                 {
                     let got = to_f64(&gpu.download(buf)?);
                     metrics.push(Metric { what, err: grad_err(&got, reference), bound });
@@ -81,35 +134,40 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 // Adding mode (a ring rank's running sums): a second pass onto the first
                 // must add the same gradients again.
                 gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, &dod, grads.as_mut())?;
+                let names = [
+                    quantity!(case.logits, "dq added"),
+                    quantity!(case.logits, "dk added"),
+                    quantity!(case.logits, "dv added"),
+                ];
+                let mut twice = Vec::new();
                 for (((what, buf), reference), first) in
-                    [("dq added", &grads.dq), ("dk added", &grads.dk), ("dv added", &grads.dv)]
-                        .into_iter()
-                        .zip(&references)
-                        .zip(&first)
+                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(&first)
                 {
-                    let added: Vec<f64> = to_f64(&gpu.download(buf)?).iter().zip(first).map(|(b, a)| b - a).collect();
+                    let sum = to_f64(&gpu.download(buf)?);
+                    let added: Vec<f64> = sum.iter().zip(first).map(|(b, a)| b - a).collect();
                     metrics.push(Metric { what, err: grad_err(&added, reference), bound });
+                    twice.push(sum);
                 }
+                // Exact zeros of rows with no key, after one pass and after two.
+                let zeros = [&first, &twice].map(|g| exact_zero_grads(case, &want.lse, [&g[0], &g[1], &g[2]]));
+                let violations = zeros[0].zip(zeros[1]).map(|(a, b)| a + b);
+                metrics.extend(empty_metric("empty grads", case, violations));
             }
         }
         Kind::RingStep => {
             // Query rows at positions qa + i*qs against key rows ka + j*ks of the global
             // sequence (contiguous ring pieces, or a striped rank's rows).
-            let qc = chunk_of(n, &mut rng);
-            let kc = chunk_of(n, &mut rng);
+            let (qc, kc) = ring_rows(case, &mut rng);
             let got = ring_step(gpu, case, (&qb, qc), (&kb, &vb, kc))?;
             let got = partial_to_host(gpu, &got)?;
-            let (qpos, kpos) = (qc.positions(), kc.positions());
-            let want = attend_chunk(
-                q.select(Axis(1), &qpos).view(),
-                &qpos,
-                k.select(Axis(1), &kpos).view(),
-                v.select(Axis(1), &kpos).view(),
-                &kpos,
-                n,
-                &reference_spec,
-            )?;
-            compare_partial(&mut metrics, &got, &want, bound);
+            let want = ring_reference(&q, &k, &v, (qc, kc), &reference_spec)?;
+            compare_partial(
+                &mut metrics,
+                case,
+                &got,
+                &want,
+                [quantity!(case.logits, "out"), quantity!(case.logits, "lse")],
+            );
         }
         Kind::Merge => {
             // All queries; keys split in two ring steps [0, cut) and [cut, n), merged.
@@ -125,7 +183,13 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             gpu.merge_into(&left, &right, &mut merged)?;
             let got = partial_to_host(gpu, &merged)?;
             let want = attend_chunk(q.view(), &all, k.view(), v.view(), &all, n, &reference_spec)?;
-            compare_partial(&mut metrics, &got, &want, bound);
+            compare_partial(
+                &mut metrics,
+                case,
+                &got,
+                &want,
+                [quantity!(case.logits, "out"), quantity!(case.logits, "lse")],
+            );
             // The merge kernel itself against the reference merge of the same partials.
             let exact = partial_to_host(gpu, &left)?.merge(&partial_to_host(gpu, &right)?)?;
             metrics.push(Metric {
@@ -150,7 +214,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             )?;
             let left_now = partial_to_host(gpu, &left)?;
             metrics.push(Metric {
-                what: "merge input intact",
+                what: quantity!(case.logits, "merge input intact"),
                 err: rel_err(left_now.out.iter(), left_ref.out.iter()),
                 bound,
             });
@@ -160,8 +224,8 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             let right_rows = Rows { start: cut, len: n - cut, stride: 1 };
             ring_step_into(gpu, case, (&qb, all_rows), (&kb, &vb, right_rows), &mut running, true)?;
             let fused = partial_to_host(gpu, &running)?;
-            metrics.push(Metric { what: "accumulate out", err: rel_err(fused.out.iter(), want.out.iter()), bound });
-            metrics.push(Metric { what: "accumulate lse", err: rel_err(fused.lse.iter(), want.lse.iter()), bound });
+            let names = [quantity!(case.logits, "accumulate out"), quantity!(case.logits, "accumulate lse")];
+            compare_partial(&mut metrics, case, &fused, &want, names);
         }
     }
     Ok(Outcome { case: describe(case), metrics })
@@ -169,24 +233,52 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
 
 /// Rows of one side of a ring step: global positions `start + i * stride`, `i < len`.
 #[derive(Debug, Clone, Copy)]
-struct Rows {
+pub(super) struct Rows {
     start: usize,
     len: usize,
     stride: usize,
 }
 
 impl Rows {
-    fn positions(&self) -> Vec<usize> {
+    pub(super) fn positions(&self) -> Vec<usize> {
         (0..self.len).map(|i| self.start + i * self.stride).collect()
     }
 }
 
-/// Random non-empty rows of `0..n`: contiguous half of the time, else a stride of 2 to 4
-/// (a striped layout's rank).
-fn chunk_of(n: usize, rng: &mut SplitMix64) -> Rows {
+/// Random non-empty rows of `0..n` starting in `first..=last`: contiguous half of the
+/// time, else a stride of 2 to 4 (a striped layout's rank).
+fn chunk_from(first: usize, last: usize, n: usize, rng: &mut SplitMix64) -> Rows {
     let stride = if n < 8 || rng.uniform() < 0.5 { 1 } else { rng.range(2, 4) };
-    let start = rng.range(0, n - 1);
+    let start = rng.range(first, last);
     Rows { start, len: rng.range(1, (n - 1 - start) / stride + 1), stride }
+}
+
+/// The query and key rows of a ring step, random ([`chunk_from`]). In a case built to
+/// have rows with no key (causal), the key rows start after the first query row, which
+/// then sees none of them, and (where there is one) at or before the last, which sees
+/// some: both kinds of rows in one launch.
+pub(super) fn ring_rows(case: &Case, rng: &mut SplitMix64) -> (Rows, Rows) {
+    let n = case.seq;
+    if case.empty_rows {
+        let q = chunk_from(0, n - 2, n, rng);
+        let last = q.start + (q.len - 1) * q.stride;
+        (q, chunk_from(q.start + 1, last.max(q.start + 1), n, rng))
+    } else {
+        (chunk_from(0, n - 1, n, rng), chunk_from(0, n - 1, n, rng))
+    }
+}
+
+/// The reference of a ring step: queries `qc` of `q` over keys `kc` of `k`, `v`.
+pub(super) fn ring_reference(
+    q: &Array4<f64>,
+    k: &Array4<f64>,
+    v: &Array4<f64>,
+    (qc, kc): (Rows, Rows),
+    spec: &Spec,
+) -> ringdil_reference::Result<Partial<f64>> {
+    let (qpos, kpos) = (qc.positions(), kc.positions());
+    let (kr, vr) = (k.select(Axis(1), &kpos), v.select(Axis(1), &kpos));
+    attend_chunk(q.select(Axis(1), &qpos).view(), &qpos, kr.view(), vr.view(), &kpos, q.dim().1, spec)
 }
 
 /// One ring step on the GPU: query rows `qr` over key rows `kr`.

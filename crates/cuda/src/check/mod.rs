@@ -16,24 +16,95 @@
 //!
 //! The LSE is measured like the output: `-inf` must be exactly where the reference's is
 //! (rows with no key; an unmatched infinity is an infinite error), and the finite values
-//! are within the same bound. Outputs are poisoned with NaN before each launch, so a
-//! row the kernel forgets to write fails, and a NaN anywhere fails (every comparison is
-//! written so that NaN is not below a bound). Sequence lengths include primes and lengths
-//! that are not multiples of the 64-row tile.
+//! are within the same bound. Rows with no key must moreover come back *exactly* as the
+//! merge identity (out = 0, LSE = `-inf`; in the backward dQ = 0, and dK = dV = 0 for a
+//! key that no query sees): a relative error over the tensor would let small garbage in
+//! them pass, so [`extreme::exact_empty`] counts every value that differs, NaN included.
+//! Outputs are poisoned with NaN before each launch, so a row the kernel forgets to write
+//! fails, and a NaN anywhere fails (every comparison is written so that NaN is not below
+//! a bound). Sequence lengths include primes and lengths that are not multiples of the
+//! 64-row tile.
+//!
+//! # Large scores
+//! The cases of large-magnitude q and k ([`Logits`]: `|s| <= 1e4`, or every score `5e3 +
+//! O(1)`) add an error the bounds above do not hold: the f32 sum of a score. Let `T`
+//! bound a score's scaled partial sums, `T >= scale * sum_i |q_i k_i|` over all pairs
+//! (`1.01` times the nominal magnitude, [`partial_bound`]; a host test checks it on the
+//! rounded inputs). A product of two 16-bit numbers is exact in f32, the sum of `d` of
+//! them is not. Pessimistically (tensor cores align the addends of one instruction to the
+//! largest and truncate; assume no guard bits), each product loses up to one unit of the
+//! accumulator's last place, at most `2^-23 T` in scaled units, by an amount uniform
+//! over the unit and of the product's sign: a mean square of at most `1/4 + 1/12 = 1/3`
+//! unit^2 each. One score is then off by
+//!
+//! ```text
+//!   eps(T, d) = sqrt(d / 3) * 2^-23 * T         (rms, natural-log units; score_err)
+//! ```
+//!
+//! 2.8e-3 (d = 64) and 3.9e-3 (d = 128) at `T = 5.05e3`; twice that at `1.01e4`.
+//!
+//! * **Output.** The weights `p_j ~ exp(s_j + e_j)` are off by `e_j - e_mean` relative
+//!   (a shift common to a row cancels in the normalisation), so `out`, a weighted mean of
+//!   v, is off by about `eps` relative (a one-hot row, most rows of `|s| <= 1e4`, not at
+//!   all).
+//! * **Gradients.** The backward recomputes `P = exp(s_b - lse)` from its own sums `s_b`
+//!   of the scores and the saved LSE, so nothing cancels: `e_b,j - e_mean` (two
+//!   independent errors, `<= sqrt(2) eps` rms) plus the LSE's f32 arithmetic and a
+//!   one-signed truncation that may differ between the passes (`<= 1.6 eps`, next
+//!   point): P, dS, hence dQ, dK, dV, are off by `<~ 3 eps` relative. Where the
+//!   softmax is one-hot, dS is 0 up to the f32 noise of `dP - delta` (`<~ 3e-5` in the
+//!   same model), which dQ = scale dS K multiplies by K's elements (about 35 at `|s| <=
+//!   1e4`): an RMS of about `1.3e-4` against [`GRAD_RMS_FLOOR`], an error `<~ 1.3e-2`,
+//!   inside the bound below (`>= 2.5e-2` at that magnitude).
+//!
+//!   Both are bounded by [`bound_for`] `= bound(dtype) + 3 eps(T, 128)`: the 16-bit
+//!   rounding of P and dS as for unit scores, plus three score errors. `eps` is taken at
+//!   `d = 128`, the larger head dim, for both head dims, so that one quantity of one
+//!   kernel and element type has one bound (the log's worst-error table keeps one per
+//!   name; the metrics of these cases carry the magnitude in their names, `quantity!`).
+//! * **LSE.** Its absolute error is the weighted mean of its scores' errors (a single
+//!   score's in a one-hot row: under `4 eps` over every row of a case), plus the
+//!   accumulator's truncations of one sign (`d / 16` instructions of one unit: `1.2
+//!   eps`), plus the f32 arithmetic of `(m + log2 l) ln 2` and the f32 constants `scale
+//!   log2(e)` and `ln 2` (five roundings of numbers up to `1.44 T`: `0.4 eps`): under
+//!   `6 eps`. It is measured relative to the magnitude, [`lse_err`] `= max_i |lse_i -
+//!   ref_i| / T`, below [`large_lse_bound`] `= 8 eps(T, 128) / T = 6.2e-6`; an error
+//!   relative to each row's own LSE would let a row whose LSE is near 0 while its scores
+//!   are not pass with a large absolute error.
+//!
+//! The merge kernel is f32 arithmetic on partials whose LSEs differ by little where both
+//! weights matter (`a - max(a, b)` is then exact, Sterbenz), so [`MERGE_BOUND`] holds at
+//! every magnitude.
 //!
 //! * [`cases`](mod@cases): the case list of a run, drawn from a seed;
+//! * [`extreme`]: the large-score cases and the cases built to have rows with no key,
+//!   with the exact check of those rows;
 //! * [`inputs`]: random inputs rounded to bf16 / f16, their words and exact values;
 //! * [`kernels`]: one case on the GPU ([`run_case`]), measured against the reference;
 //! * [`ring`]: the same for distributed attention (`ring_check`): its cases, and the
 //!   ranks' results gathered and compared with the reference.
 
+/// A quantity's name in the log: the plain name for unit scores, with the magnitude of
+/// large-score cases appended, so that the log's worst-error table (one bound per kernel,
+/// element type and name) never mixes two bounds.
+macro_rules! quantity {
+    ($logits:expr, $what:literal) => {
+        match $logits {
+            $crate::check::Logits::Unit => $what,
+            $crate::check::Logits::Large => concat!($what, " |s|<=1e4"),
+            $crate::check::Logits::Offset => concat!($what, " s=5e3"),
+        }
+    };
+}
+
 pub mod cases;
+pub mod extreme;
 pub mod inputs;
 pub mod kernels;
 pub mod ring;
 
 pub use cases::{Case, Kind, cases, describe};
-pub use inputs::{round, rounded, rounded_bits};
+pub use inputs::{LARGE_LOGITS, Logits, OFFSET_LOGITS, round, rounded, rounded_bits};
 pub use kernels::run_case;
 
 use crate::shape::Dtype;
@@ -44,6 +115,49 @@ pub fn bound(dtype: Dtype) -> f64 {
     match dtype {
         Dtype::Bf16 => 1e-2,
         Dtype::F16 => 1e-3,
+    }
+}
+
+/// A score's f32 summation error for scaled partial sums bounded by `magnitude` at head
+/// dim `head_dim`: `eps = sqrt(d / 3) * 2^-23 * T` (rms, natural-log units; module docs).
+pub fn score_err(magnitude: f64, head_dim: usize) -> f64 {
+    (head_dim as f64 / 3.0).sqrt() * 2f64.powi(-23) * magnitude
+}
+
+/// The bound on a score's scaled partial sums `scale * sum_i |q_i k_i|` that the
+/// tolerances assume: 1.01 times the nominal magnitude (the host tests check it).
+pub fn partial_bound(logits: Logits) -> f64 {
+    1.01 * logits.magnitude()
+}
+
+/// The bound of out and of the gradients: [`bound`] for unit scores, `bound(dtype) + 3
+/// eps(T, 128)` for large ones (module docs).
+pub fn bound_for(dtype: Dtype, logits: Logits) -> f64 {
+    match logits {
+        Logits::Unit => bound(dtype),
+        Logits::Large | Logits::Offset => bound(dtype) + 3.0 * score_err(partial_bound(logits), 128),
+    }
+}
+
+/// The bound of [`lse_err`] in large-score cases: `8 eps(T, 128) / T`, the same at
+/// every magnitude (module docs).
+pub fn large_lse_bound() -> f64 {
+    8.0 * score_err(1.0, 128)
+}
+
+/// `max_i |x_i - r_i| / magnitude`: the LSE's absolute error relative to the magnitude of
+/// the scores. Equal values (the `-inf` of a row with no key on both sides) agree, NaN
+/// stays NaN ([`compare::worst`]) and an unmatched infinity is an infinite error: the
+/// rule of [`compare`].
+pub fn lse_err<'a>(x: impl IntoIterator<Item = &'a f64>, r: impl IntoIterator<Item = &'a f64>, magnitude: f64) -> f64 {
+    let (mut x, mut r) = (x.into_iter(), r.into_iter());
+    let mut errors = Vec::new();
+    loop {
+        match (x.next(), r.next()) {
+            (Some(a), Some(b)) => errors.push(if a == b { 0.0 } else { (a - b).abs() / magnitude }),
+            (None, None) => return compare::worst(errors),
+            _ => panic!("compared sequences differ in length"),
+        }
     }
 }
 
@@ -105,6 +219,32 @@ mod tests {
         assert!(!Metric { what: "out", err: f64::NAN, bound: 1.0 }.passed());
         assert!(!Metric { what: "out", err: f64::INFINITY, bound: 1.0 }.passed());
         assert!(Metric { what: "out", err: 0.5, bound: 1.0 }.passed());
+    }
+
+    /// The numbers of the module docs: eps at T = 5.05e3 and 1.01e4, the bounds built
+    /// from it, and the LSE bound.
+    #[test]
+    fn large_score_bounds_are_the_derived_ones() {
+        let eps = |logits, d| score_err(partial_bound(logits), d);
+        assert!((eps(Logits::Offset, 64) / 2.78e-3 - 1.0).abs() < 1e-2);
+        assert!((eps(Logits::Offset, 128) / 3.93e-3 - 1.0).abs() < 1e-2);
+        assert!((eps(Logits::Large, 128) / eps(Logits::Offset, 128) - 2.0).abs() < 1e-12);
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            assert_eq!(bound_for(dtype, Logits::Unit), bound(dtype));
+            let extra = bound_for(dtype, Logits::Large) - bound(dtype);
+            assert!((extra / (3.0 * eps(Logits::Large, 128)) - 1.0).abs() < 1e-12);
+        }
+        assert!((large_lse_bound() / 6.23e-6 - 1.0).abs() < 1e-2);
+    }
+
+    /// The largest absolute difference over the magnitude, under the rule of `compare`.
+    #[test]
+    fn lse_error_is_absolute_over_the_magnitude() {
+        let inf = f64::INFINITY;
+        assert_eq!(lse_err(&[5000.5, -inf, 3.0], &[5000.0, -inf, 3.25], 5e3), 0.5 / 5e3);
+        assert_eq!(lse_err(&[-inf, 1.0], &[0.0, 1.0], 5e3), inf);
+        assert!(lse_err(&[f64::NAN, -inf], &[1.0, 0.0], 5e3).is_nan());
+        assert!(lse_err(&[-inf, f64::NAN], &[0.0, 1.0], 5e3).is_nan());
     }
 
     #[test]

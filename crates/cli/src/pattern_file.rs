@@ -14,8 +14,23 @@
 //! `sliding_window` (`left`, `right`), `block_sparse` (`block`, `local_radius`,
 //! `dilated_stride`, `global_tokens`, `block_mask`). Unknown fields are errors, so a typo
 //! never silently falls back to a default.
+//!
+//! Pattern expressions (issue 21; the language is `docs/semantics.md` section 14):
+//! `expr` is a boolean `mask` over `h q k n H` and the file's `constants`;
+//! `dilated_expr` has `branches`, each a `segment`, `dilation` (default `1`) and
+//! `offset` (default `h % r`) written as expressions or plain integers, with an optional
+//! `mask`, and a `combine` of `"softmax_denominator"` (default) or `"union"`:
+//!
+//! ```toml
+//! kind = "dilated_expr"
+//! branches = [{ segment = 8, dilation = 2, offset = "h + s" }]
+//! ```
 
-use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dense, Dilated, Offset, SlidingWindow};
+use ringdil_reference::pattern::expr::{Constants, ExprError};
+use ringdil_reference::pattern::{
+    BlockSparse, Branch, Combine, Dense, Dilated, ExprBranch, ExprCombine, ExprDilated, ExprPattern, Offset,
+    SlidingWindow,
+};
 use ringdil_reference::{Pattern, Spec};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -64,10 +79,78 @@ pub enum PatternFile {
         causal: bool,
         scale: Option<f64>,
     },
+    Expr {
+        mask: String,
+        #[serde(default)]
+        constants: Constants,
+        #[serde(default)]
+        causal: bool,
+        scale: Option<f64>,
+    },
+    DilatedExpr {
+        branches: Vec<ExprBranchFile>,
+        #[serde(default = "softmax_denominator_expr")]
+        combine: ExprCombine,
+        #[serde(default)]
+        constants: Constants,
+        #[serde(default)]
+        causal: bool,
+        scale: Option<f64>,
+    },
+}
+
+/// One branch of a `dilated_expr` file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExprBranchFile {
+    segment: ExprText,
+    #[serde(default = "one")]
+    dilation: ExprText,
+    #[serde(default = "head_mod")]
+    offset: ExprText,
+    mask: Option<ExprText>,
+}
+
+fn one() -> ExprText {
+    ExprText("1".to_string())
+}
+
+fn head_mod() -> ExprText {
+    ExprText("h % r".to_string())
+}
+
+fn softmax_denominator_expr() -> ExprCombine {
+    ExprCombine::SoftmaxDenominator
+}
+
+/// An expression field: a string, or an integer (`segment = 64` for `segment = "64"`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExprText(String);
+
+impl<'de> Deserialize<'de> for ExprText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl Visitor<'_> for TextVisitor {
+            type Value = ExprText;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an expression (a string) or an integer")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ExprText, E> {
+                Ok(ExprText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ExprText, E> {
+                Ok(ExprText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ExprText, E> {
+                Ok(ExprText(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor)
+    }
 }
 
 /// The values `kind` may take, for error messages.
-const KINDS: &str = "`dense`, `dilated`, `sliding_window`, `block_sparse`";
+const KINDS: &str = "`dense`, `dilated`, `sliding_window`, `block_sparse`, `expr`, `dilated_expr`";
 
 fn softmax_denominator() -> Combine {
     Combine::SoftmaxDenominator
@@ -129,6 +212,8 @@ pub enum FileError {
         other: &'static str,
         other_len: usize,
     },
+    /// An expression that does not build (the error names the field, line, column and token).
+    Expression(ExprError),
 }
 
 impl fmt::Display for FileError {
@@ -140,6 +225,7 @@ impl fmt::Display for FileError {
                 f,
                 "`{field}` has {len} entries but `{other}` has {other_len}; they must have one entry per branch"
             ),
+            FileError::Expression(error) => write!(f, "{error}"),
         }
     }
 }
@@ -222,6 +308,21 @@ impl PatternFile {
                     block_mask: block_mask.clone(),
                 })
             }
+            PatternFile::Expr { mask, constants, .. } => {
+                Arc::new(ExprPattern::new(mask, constants).map_err(FileError::Expression)?)
+            }
+            PatternFile::DilatedExpr { branches, combine, constants, .. } => {
+                let branches = branches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| {
+                        let mask = b.mask.as_ref().map(|m| m.0.as_str());
+                        ExprBranch::new(&b.segment.0, &b.dilation.0, &b.offset.0, mask, constants)
+                            .map_err(|e| FileError::Expression(e.in_field(format!("branches[{i}]"))))
+                    })
+                    .collect::<Result<_, _>>()?;
+                Arc::new(ExprDilated { branches, combine: *combine })
+            }
         })
     }
 
@@ -231,8 +332,52 @@ impl PatternFile {
             PatternFile::Dense { causal, scale }
             | PatternFile::Dilated { causal, scale, .. }
             | PatternFile::SlidingWindow { causal, scale, .. }
-            | PatternFile::BlockSparse { causal, scale, .. } => (*causal, *scale),
+            | PatternFile::BlockSparse { causal, scale, .. }
+            | PatternFile::Expr { causal, scale, .. }
+            | PatternFile::DilatedExpr { causal, scale, .. } => (*causal, *scale),
         };
         Ok(Spec { pattern: self.pattern()?, causal, key_lengths: None, scale })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringdil_reference::KeyRun;
+
+    fn example(name: &str) -> PatternFile {
+        PatternFile::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/patterns").join(name)).unwrap()
+    }
+
+    /// The rotating-offsets example: branch 2 (`w = 32`, `r = 2`, offset `h + s`) keeps
+    /// residue `(h + s) mod 2` of segment `s`, so head 0 keeps the odd positions of
+    /// segment 1; integers and strings are both accepted as expressions.
+    #[test]
+    fn rotating_offsets_example_builds() {
+        let spec = example("rotating_offsets.toml").spec().unwrap();
+        assert!(spec.causal);
+        spec.pattern.validate(2, 100).unwrap();
+        let mut runs = Vec::new();
+        spec.pattern.key_runs(33, 0, 2, 100, &mut runs);
+        assert_eq!(runs, [KeyRun::range(32, 48), KeyRun { start: 33, end: 64, step: 2 }]);
+    }
+
+    #[test]
+    fn mask_example_builds() {
+        let spec = example("local_global.json").spec().unwrap();
+        let mut runs = Vec::new();
+        spec.pattern.key_runs(100, 0, 1, 200, &mut runs);
+        assert_eq!(runs, [KeyRun::range(0, 4), KeyRun::range(36, 165)]);
+    }
+
+    #[test]
+    fn expression_errors_name_the_branch_and_field() {
+        let text =
+            r#"{ "kind": "dilated_expr", "branches": [{ "segment": 8 }, { "segment": 8, "offset": "(h + s" }] }"#;
+        let err = PatternFile::parse(text, false).unwrap().pattern().unwrap_err();
+        assert_eq!(err.to_string(), "branches[1]: offset: expected ')' at 1:7, found end of input");
+        let text = "kind = \"expr\"\nmask = \"q < k\"\nwindow = 3";
+        let err = PatternFile::parse(text, true).unwrap_err();
+        assert!(err.starts_with("field `window`: unknown field"), "{err}");
     }
 }

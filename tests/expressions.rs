@@ -322,8 +322,8 @@ proptest! {
     #![proptest_config(config(96))]
 
     /// (b) A random mask as a pattern: its key sets are the interpreter's mask for every
-    /// head and query, and attention under it (random causality, key padding, scale,
-    /// batch rows) equals the naive oracle under that mask.
+    /// head and query, and attention under it (random causality, key padding, batch
+    /// rows) equals the naive oracle under that mask.
     #[test]
     fn masks_match_the_interpreter_in_attention(
         shape in shape(),
@@ -338,6 +338,9 @@ proptest! {
         let pattern = ExprPattern::new(&text, &constants()).unwrap();
         let counts = interp_counts(&e, heads, n);
         prop_assert_eq!(pattern_counts(&pattern, heads, n), counts.clone(), "{}", text);
+        // About a third of random masks are all true or all false on the shape; their
+        // key sets are checked above, the attention proof wants masks that vary.
+        prop_assume!(counts.iter().any(|&c| c == 0) && counts.iter().any(|&c| c == 1));
         let mut spec = Spec::new(pattern).causal(causal);
         if let Some(lengths) = padding {
             spec = spec.key_lengths(lengths.iter().take(batch).map(|&l| l.min(n)).collect());

@@ -150,7 +150,7 @@ impl Binary {
         }
     }
 
-    /// The type of the result (operand types are [`super::check`]'s business).
+    /// The type of the result (operand types are the type checker's business, `check.rs`).
     pub fn result(self) -> Ty {
         match self {
             Binary::Add | Binary::Sub | Binary::Mul | Binary::Div | Binary::Mod | Binary::Min | Binary::Max => Ty::Int,
@@ -183,8 +183,8 @@ impl Node {
         Node { kind, at }
     }
 
-    /// The node's type, read off its operator. Meaningful for a tree that
-    /// [`super::check`] accepted (an `if` takes the type of its `then` branch).
+    /// The node's type, read off its operator. Meaningful for a tree that the type
+    /// checker (`check.rs`) accepted (an `if` takes the type of its `then` branch).
     pub fn ty(&self) -> Ty {
         match &self.kind {
             Kind::Int(_) | Kind::Var(_) => Ty::Int,

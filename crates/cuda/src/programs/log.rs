@@ -48,6 +48,14 @@ impl CheckLog {
         self.count(ok);
     }
 
+    /// Record a case that could not be measured (it errored) as failed, with the error in
+    /// its row: `| {number} | **FAIL** | {label} | errored: {why} |`.
+    pub fn record_errored(&mut self, number: usize, label: &str, why: &str) {
+        println!("FAIL {label} | errored: {why}");
+        writeln!(self.rows, "| {number} | {} | {label} | errored: {why} |", verdict(false)).expect("write to a String");
+        self.failed += 1;
+    }
+
     /// Count a case that could not run as failed (the program prints why; no row).
     pub fn record_error(&mut self) {
         self.failed += 1;

@@ -4,11 +4,11 @@
 //! index of a NaN, ...), so that a bad argument never becomes a panic or silently
 //! wrong numbers.
 
-use ndarray::{Array3, Array4};
+use ndarray::{Array3, Array4, Axis};
 use ringdil_proofs::qkv;
 use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dilated, Explicit, Offset};
 use ringdil_reference::{
-    Attention, Error, OutputGrad, Spec, attend_chunk, attention, attention_backward, backward_chunk,
+    Attention, Error, OutputGrad, Partial, Spec, attend_chunk, attention, attention_backward, backward_chunk,
 };
 
 /// Assert `err == want` and that its message contains every one of `words`.
@@ -252,4 +252,68 @@ fn bad_positions() {
     let grad = OutputGrad::new(&spec, &fwd, fwd.out.view()).unwrap();
     let err = backward_chunk(q.view(), &[0, 3, 1], k.view(), v.view(), &[0, 1, 2], 3, &spec, &grad).unwrap_err();
     assert_eq!(err, Error::BadPosition { what: "q positions", position: 3, seq_len: 3 });
+}
+
+/// A log-sum-exp is finite, or `-inf` for a row with no key (`docs/semantics.md`,
+/// section 13). NaN or `+inf` in a merge operand or in a backward's `OutputGrad` is
+/// `BadLse`, naming the operand and the index; `-inf` for a row that has keys in the
+/// backward's chunk is `LseMismatch`, naming the batch row, head and global query
+/// position (a forward would have given the row a finite LSE); `-inf` for a row with no
+/// key in the chunk is the empty row, not an error; a NaN `delta` is `NonFinite`.
+#[test]
+fn bad_lse_values() {
+    let spec = Spec::dense().causal(true);
+    let (q, k, v) = qkv(SHAPE, 8);
+    let fwd = attention(q.view(), k.view(), v.view(), &spec).unwrap();
+    let a = Partial { out: fwd.out.clone(), lse: fwd.lse.clone() };
+    let mut bad = a.clone();
+    bad.lse[[1, 2, 5]] = f64::INFINITY;
+    expect(
+        bad.merge(&a).unwrap_err(),
+        Error::BadLse { what: "merge: left operand", index: vec![1, 2, 5], value: f64::INFINITY },
+        &["merge: left operand: lse inf at index [1, 2, 5]", "finite, or -inf for a row with no key"],
+    );
+    bad.lse[[0, 1, 7]] = f64::NAN;
+    let err = a.merge(&bad).unwrap_err();
+    assert!(
+        matches!(&err, Error::BadLse { what: "merge: right operand", index, value } if *index == [0, 1, 7] && value.is_nan()),
+        "{err:?}"
+    );
+
+    let all: Vec<usize> = (0..8).collect();
+    let grad = OutputGrad::new(&spec, &fwd, v.view()).unwrap();
+    let backward = |rows: &[usize], keys: &[usize], grad: &OutputGrad<f64>| {
+        let (qs, ks, vs) = (q.select(Axis(1), rows), k.select(Axis(1), keys), v.select(Axis(1), keys));
+        backward_chunk(qs.view(), rows, ks.view(), vs.view(), keys, 8, &spec, grad)
+    };
+    let mut g = grad.clone();
+    g.lse[[0, 1, 3]] = f64::INFINITY;
+    expect(
+        backward(&all, &all, &g).unwrap_err(),
+        Error::BadLse { what: "backward: OutputGrad", index: vec![0, 1, 3], value: f64::INFINITY },
+        &["backward: OutputGrad: lse inf at index [0, 1, 3]"],
+    );
+    // Queries 5 and 6 over keys 0..3: both rows have keys, and row 1 (query 6) says none.
+    let mut g = grad.select_rows(&[5, 6]);
+    g.lse[[1, 2, 1]] = f64::NEG_INFINITY;
+    expect(
+        backward(&[5, 6], &[0, 1, 2], &g).unwrap_err(),
+        Error::LseMismatch { batch: 1, head: 2, query: 6 },
+        &["batch row 1, head 2, query 6 is -inf", "has keys in this chunk"],
+    );
+    // Queries 1 and 6 over keys 4, 5: causal query 1 has no key here, so -inf is its
+    // empty row: no error and no gradient.
+    let mut g = grad.select_rows(&[1, 6]);
+    g.lse.index_axis_mut(Axis(2), 0).fill(f64::NEG_INFINITY);
+    let grads = backward(&[1, 6], &[4, 5], &g).unwrap();
+    assert!(grads.dq.index_axis(Axis(1), 0).iter().all(|&x| x == 0.0));
+    // Through attention_backward, with a forward result whose LSE was tampered with.
+    let mut tampered = fwd.clone();
+    tampered.lse[[0, 0, 4]] = f64::NEG_INFINITY;
+    let err = attention_backward(q.view(), k.view(), v.view(), &spec, &tampered, v.view()).unwrap_err();
+    assert_eq!(err, Error::LseMismatch { batch: 0, head: 0, query: 4 });
+    let mut g = grad.clone();
+    g.delta[[1, 0, 2]] = f64::NAN;
+    let err = backward(&all, &all, &g).unwrap_err();
+    assert!(matches!(&err, Error::NonFinite { tensor: "delta", index, .. } if *index == [1, 0, 2]), "{err:?}");
 }

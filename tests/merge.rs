@@ -208,26 +208,32 @@ fn merging_empty_rows_gives_empty_rows_without_nan() {
 }
 
 /// The merge is computed relative to the larger LSE, so partials whose denominators
-/// are `e^{+700}` and `e^{-700}` (beyond f64's `exp` range when formed naively) merge to
-/// finite values: the heavy side's output and LSE (the light one's weight `e^{-1400}`
-/// underflows to 0).
+/// are `e^{+1000}` and `e^{-1000}` merge to finite values, although formed naively
+/// `exp(1000)` overflows f64 (its `exp` is finite only below `ln f64::MAX = 709.78`) and
+/// `exp(-1000)` underflows to 0: the result is the heavy side's output and LSE (the
+/// light one's weight `e^{-2000}` underflows to 0). Equal LSEs at `1e3` and at `1e308`
+/// (near `f64::MAX`) weigh `1/2` each, where the naive `exp(a) / (exp(a) + exp(b))` is
+/// `inf / inf = NaN`.
 #[test]
 fn merge_is_stable_for_extreme_lse() {
     let mut heavy = Partial::<f64>::empty(1, 2, 1, 2);
     heavy.out.fill(0.5);
-    heavy.lse.fill(700.0);
+    heavy.lse.fill(1e3);
     let mut light = Partial::<f64>::empty(1, 2, 1, 2);
     light.out.fill(-3.0);
-    light.lse.fill(-700.0);
+    light.lse.fill(-1e3);
     let m = heavy.merge(&light).unwrap();
     assert!(m.out.iter().chain(m.lse.iter()).all(|x| x.is_finite()));
     assert_eq!(m, heavy);
-    // Equal LSEs: weights 1/2 each, LSE + ln 2.
-    let mut twin = heavy.clone();
-    twin.out.fill(1.5);
-    let m = heavy.merge(&twin).unwrap();
-    m.out.iter().for_each(|&o| approx::assert_relative_eq!(o, 1.0, max_relative = 1e-15));
-    m.lse.iter().for_each(|&l| approx::assert_relative_eq!(l, 700.0 + 2f64.ln(), max_relative = 1e-15));
+    // Equal LSEs: weights 1/2 each, LSE + ln 2 (which rounds away next to 1e308).
+    for lse in [1e3, 1e308] {
+        heavy.lse.fill(lse);
+        let mut twin = heavy.clone();
+        twin.out.fill(1.5);
+        let m = heavy.merge(&twin).unwrap();
+        m.out.iter().for_each(|&o| approx::assert_relative_eq!(o, 1.0, max_relative = 1e-15));
+        m.lse.iter().for_each(|&l| approx::assert_relative_eq!(l, lse + 2f64.ln(), max_relative = 1e-15));
+    }
 }
 
 /// `merge` and `merge_all` return new values and leave their inputs as they were (the

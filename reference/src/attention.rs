@@ -4,9 +4,19 @@
 //! Tensors are `[batch, seq, heads, head_dim]`; the log-sum-exp is `[batch, heads, seq]`.
 //! A query row with no allowed key (a causal row under key padding, a dilated head that
 //! keeps no position of a short last segment, ...) has output 0 and LSE `-inf`; its
-//! gradient contributions are 0. No NaN is produced from finite inputs whose scores
-//! `scale * q . k` are finite (scores that overflow the element type, around 1e38 in f32,
-//! are outside the domain).
+//! gradient contributions are 0.
+//!
+//! Numerical domain (`docs/semantics.md`, section 13): every exponential is taken after
+//! subtracting the row's maximum score (forward) or its final LSE (backward), so finite
+//! scores of any size give finite results, accurate up to rounding (which grows with
+//! the scores' magnitude). An allowed score `scale * q . k` that is not finite in the
+//! element type (f32 entries near `1e20`, f64 near `1e160`) is [`Error::ScoreOverflow`],
+//! never a NaN output. The backward refuses an `lse` that is NaN or `+inf`
+//! ([`Error::BadLse`]) and a `-inf` one for a row with keys ([`Error::LseMismatch`]).
+//!
+//! [`Error::ScoreOverflow`]: crate::Error::ScoreOverflow
+//! [`Error::BadLse`]: crate::Error::BadLse
+//! [`Error::LseMismatch`]: crate::Error::LseMismatch
 
 use crate::blocked::{Chunk, row_dots};
 use crate::check;
@@ -125,12 +135,19 @@ pub fn attend_chunk<T: NdFloat>(
     spec: &Spec,
 ) -> Result<Partial<T>> {
     validate_chunk(&q, q_pos, &k, &v, k_pos, seq_len, spec)?;
-    let (out, lse) = Chunk::new(q, q_pos, k, v, k_pos, seq_len, spec).forward();
+    let (out, lse) = Chunk::new(q, q_pos, k, v, k_pos, seq_len, spec).forward()?;
     Ok(Partial { out, lse })
 }
 
 /// The backward contributions of one chunk; see [`OutputGrad`] for `grad`, whose rows
-/// are the rows of `q`.
+/// are the rows of `q`. `grad.d_out_scaled` and `grad.delta` must be finite
+/// ([`Error::NonFinite`]); `grad.lse` finite or `-inf` ([`Error::BadLse`]), and `-inf`
+/// only for rows with no key in the forward, hence none in this chunk
+/// ([`Error::LseMismatch`]).
+///
+/// [`Error::NonFinite`]: crate::Error::NonFinite
+/// [`Error::BadLse`]: crate::Error::BadLse
+/// [`Error::LseMismatch`]: crate::Error::LseMismatch
 #[allow(clippy::too_many_arguments)]
 pub fn backward_chunk<T: NdFloat>(
     q: ArrayView4<T>,
@@ -147,8 +164,11 @@ pub fn backward_chunk<T: NdFloat>(
     check::same_shape("d_out", &[b, nq, h, dv], grad.d_out_scaled.shape())?;
     check::same_shape("lse", &[b, h, nq], grad.lse.shape())?;
     check::same_shape("delta", &[b, h, nq], grad.delta.shape())?;
+    check::finite("d_out", &grad.d_out_scaled.view())?;
+    check::finite("delta", &grad.delta.view())?;
+    check::lse("backward: OutputGrad", &grad.lse.view())?;
     let chunk = Chunk::new(q, q_pos, k, v, k_pos, seq_len, spec);
-    let (dq, dk, dv) = chunk.backward(grad.d_out_scaled.view(), grad.lse.view(), grad.delta.view());
+    let (dq, dk, dv) = chunk.backward(grad.d_out_scaled.view(), grad.lse.view(), grad.delta.view())?;
     Ok(Gradients { dq, dk, dv })
 }
 

@@ -12,12 +12,20 @@
 //! The scores are then one matrix product `S = scale * Q_b K_u^T`, and sparse patterns
 //! only ever touch the keys they allow: a LongNet branch `(w, r)` costs about `w/r`
 //! keys per query, not `n`.
+//!
+//! Scores are checked where they are formed ([`Chunk::gather`]): an allowed score that
+//! is not finite is [`Error::ScoreOverflow`], and a backward row with keys but a final
+//! LSE of `-inf` is [`Error::LseMismatch`]. Tasks run in parallel, so each records the
+//! earliest such fault it finds and the earliest of all tasks is returned: the error
+//! does not depend on how rows fall into tasks and blocks.
 
+use crate::error::{Error, Result};
 use crate::float::cast;
 use crate::pattern::KeyRun;
 use crate::spec::Spec;
 use ndarray::{Array1, Array2, Array3, Array4, ArrayView1, ArrayView3, ArrayView4, ArrayViewMut1, Axis, NdFloat, s};
 use rayon::prelude::*;
+use std::any::type_name;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -41,6 +49,7 @@ pub(crate) struct Chunk<'a, T> {
     pub q_pos: &'a [usize],
     pub k: ArrayView4<'a, T>,
     pub v: ArrayView4<'a, T>,
+    pub k_pos: &'a [usize],
     pub seq_len: usize,
     pub spec: &'a Spec,
     /// Global key position -> local key row, or `ABSENT`.
@@ -54,7 +63,7 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
         q_pos: &'a [usize],
         k: ArrayView4<'a, T>,
         v: ArrayView4<'a, T>,
-        k_pos: &[usize],
+        k_pos: &'a [usize],
         seq_len: usize,
         spec: &'a Spec,
     ) -> Self {
@@ -63,7 +72,7 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
             local_of[global] = local as u32;
         }
         let scale = cast(spec.scale_for(q.dim().3));
-        Chunk { q, q_pos, k, v, seq_len, spec, local_of, scale }
+        Chunk { q, q_pos, k, v, k_pos, seq_len, spec, local_of, scale }
     }
 
     fn heads(&self) -> usize {
@@ -140,46 +149,80 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
         }
     }
 
-    /// `(Q_b, K_u, V_u, S)` of a block, with `S = scale * Q_b K_u^T`.
-    fn gather(&self, b: usize, h: usize, block: &Block<T>) -> (Array2<T>, Array2<T>, Array2<T>, Array2<T>) {
+    /// `(Q_b, K_u, V_u, S)` of a block, with `S = scale * Q_b K_u^T`, or the earliest
+    /// allowed pair (count > 0) whose score is not finite. Finite `q` and `k` can still
+    /// have a scaled dot product beyond the type's range (entries near `1e20` in f32);
+    /// such a score has no finite exponential relative to any maximum, so it is refused
+    /// here rather than turned into NaN weights. Masked pairs are not part of the
+    /// function and are not checked.
+    fn gather(&self, b: usize, h: usize, block: &Block<T>) -> std::result::Result<Gathered<T>, Fault> {
         let q = self.q.slice(s![b, .., h, ..]).select(Axis(0), &block.rows);
         let k = self.k.slice(s![b, .., h, ..]).select(Axis(0), &block.cols);
         let v = self.v.slice(s![b, .., h, ..]).select(Axis(0), &block.cols);
         let scores = q.dot(&k.t()) * self.scale;
-        (q, k, v, scores)
+        if scores.iter().all(|x| x.is_finite()) {
+            return Ok((q, k, v, scores));
+        }
+        let overflow = scores
+            .indexed_iter()
+            .filter(|&((i, j), x)| block.counts[[i, j]] > T::zero() && !x.is_finite())
+            .map(|((i, j), &x)| (self.q_pos[block.rows[i]], self.k_pos[block.cols[j]], x))
+            .min_by_key(|&(query, key, _)| (query, key));
+        match overflow {
+            None => Ok((q, k, v, scores)),
+            Some((query, key, score)) => Err(Fault {
+                at: (b, h, query, Some(key)),
+                error: Error::ScoreOverflow {
+                    batch: b,
+                    head: h,
+                    query,
+                    key,
+                    score: cast(score),
+                    dtype: type_name::<T>(),
+                },
+            }),
+        }
     }
 
     /// Forward: the partial `(out, lse)` of every query row over this chunk's keys.
-    pub fn forward(&self) -> (Array4<T>, Array3<T>) {
+    pub fn forward(&self) -> Result<(Array4<T>, Array3<T>)> {
         let (batch, nq, heads, _) = self.q.dim();
         let dv = self.v.dim().3;
-        let pieces: Vec<_> = self
+        let results: Vec<_> = self
             .tasks()
             .into_par_iter()
             .map(|(b, h, rows)| {
                 let mut out = Array2::<T>::zeros((rows.len(), dv));
                 let mut lse = Array1::from_elem(rows.len(), T::neg_infinity());
+                let mut fault = None;
                 let first = rows.start;
                 self.for_each_block(b, h, rows.clone(), |block| {
-                    let (_, _, v, mut p) = self.gather(b, h, block);
+                    let (_, _, v, mut p) = match self.gather(b, h, block) {
+                        Ok(gathered) => gathered,
+                        Err(f) => {
+                            fault = earliest(fault.take(), Some(f));
+                            return;
+                        }
+                    };
                     for ((mut p_row, c_row), &r) in p.rows_mut().into_iter().zip(block.counts.rows()).zip(&block.rows) {
-                        lse[r - first] = softmax_row(&mut p_row, c_row, None);
+                        lse[r - first] = softmax_row(&mut p_row, c_row);
                     }
                     let o = p.dot(&v);
                     for (o_row, &r) in o.rows().into_iter().zip(&block.rows) {
                         out.row_mut(r - first).assign(&o_row);
                     }
                 });
-                (b, h, rows, out, lse)
+                fault.map_or(Ok((b, h, rows, out, lse)), Err)
             })
             .collect();
+        let pieces = settle(results)?;
         let mut out = Array4::zeros((batch, nq, heads, dv));
         let mut lse = Array3::from_elem((batch, heads, nq), T::neg_infinity());
         for (b, h, rows, o, l) in pieces {
             out.slice_mut(s![b, rows.clone(), h, ..]).assign(&o);
             lse.slice_mut(s![b, h, rows]).assign(&l);
         }
-        (out, lse)
+        Ok((out, lse))
     }
 
     /// Backward from the final `lse` and `delta_i = sum_d dO_id O_id` of every query row
@@ -192,15 +235,19 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     ///
     /// Returns this chunk's contributions `(dq, dk, dv)`; over a partition of the keys
     /// the `dq`s add up and the `dk`, `dv` are the rows of the full gradient.
+    ///
+    /// Every row that reaches a block has a key in this chunk, so the forward gave it a
+    /// finite LSE; a `-inf` there means `lse` comes from another problem
+    /// ([`Error::LseMismatch`]), and `exp(s - (-inf))` would be `+inf`.
     pub fn backward(
         &self,
         d_out: ArrayView4<T>,
         lse: ArrayView3<T>,
         delta: ArrayView3<T>,
-    ) -> (Array4<T>, Array4<T>, Array4<T>) {
+    ) -> Result<(Array4<T>, Array4<T>, Array4<T>)> {
         let (batch, nq, heads, d) = self.q.dim();
         let (nk, dv) = (self.k.dim().1, self.v.dim().3);
-        let pieces: Vec<_> = self
+        let results: Vec<_> = self
             .tasks()
             .into_par_iter()
             .map(|(b, h, rows)| {
@@ -208,14 +255,25 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
                 let mut dq = Array2::<T>::zeros((rows.len(), d));
                 let mut dk = Array2::<T>::zeros((nk, d));
                 let mut dvv = Array2::<T>::zeros((nk, dv));
+                let mut fault = None;
                 self.for_each_block(b, h, rows.clone(), |block| {
-                    let (q, k, v, mut p) = self.gather(b, h, block);
+                    let mismatch = block.rows.iter().filter(|&&r| lse[[b, h, r]] == T::neg_infinity()).map(|&r| {
+                        let query = self.q_pos[r];
+                        Fault { at: (b, h, query, None), error: Error::LseMismatch { batch: b, head: h, query } }
+                    });
+                    let mismatch = mismatch.min_by_key(|f| f.at);
+                    let (q, k, v, mut p) = match (mismatch, self.gather(b, h, block)) {
+                        (None, Ok(gathered)) => gathered,
+                        (m, g) => {
+                            fault = earliest(fault.take(), earliest(m, g.err()));
+                            return;
+                        }
+                    };
                     let d_o = d_out.slice(s![b, .., h, ..]).select(Axis(0), &block.rows);
                     let d_p = d_o.dot(&v.t());
                     let mut d_s = Array2::<T>::zeros(p.raw_dim());
                     for (i, &r) in block.rows.iter().enumerate() {
-                        let row_lse = lse[[b, h, r]];
-                        softmax_row(&mut p.row_mut(i), block.counts.row(i), Some(row_lse));
+                        weights_from_lse(&mut p.row_mut(i), block.counts.row(i), lse[[b, h, r]]);
                         let row_delta = delta[[b, h, r]];
                         for ((ds, &pp), &dpp) in d_s.row_mut(i).iter_mut().zip(p.row(i)).zip(d_p.row(i)) {
                             *ds = pp * (dpp - row_delta);
@@ -232,9 +290,10 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
                         dvv.row_mut(c).scaled_add(T::one(), &v_row);
                     }
                 });
-                (b, h, rows, dq, dk, dvv)
+                fault.map_or(Ok((b, h, rows, dq, dk, dvv)), Err)
             })
             .collect();
+        let pieces = settle(results)?;
         let mut dq = Array4::zeros((batch, nq, heads, d));
         let mut dk = Array4::zeros((batch, nk, heads, d));
         let mut dvv = Array4::zeros((batch, nk, heads, dv));
@@ -243,8 +302,41 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
             dk.slice_mut(s![b, .., h, ..]).scaled_add(T::one(), &k_part);
             dvv.slice_mut(s![b, .., h, ..]).scaled_add(T::one(), &v_part);
         }
-        (dq, dk, dvv)
+        Ok((dq, dk, dvv))
     }
+}
+
+/// `(Q_b, K_u, V_u, S)` of a block.
+type Gathered<T> = (Array2<T>, Array2<T>, Array2<T>, Array2<T>);
+
+/// A fault found by a task, at global positions, with the error that reports it. Of
+/// all faults of one call the one with the smallest `at = (batch, head, query, key)` is
+/// returned; `key = None` (an LSE mismatch, a fault of the whole row) sorts before the
+/// row's keys.
+struct Fault {
+    at: (usize, usize, usize, Option<usize>),
+    error: Error,
+}
+
+/// The earlier of two optional faults.
+fn earliest(a: Option<Fault>, b: Option<Fault>) -> Option<Fault> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The tasks' pieces, or the error of the earliest fault of any task.
+fn settle<P>(results: Vec<std::result::Result<P, Fault>>) -> Result<Vec<P>> {
+    let mut pieces = Vec::with_capacity(results.len());
+    let mut fault = None;
+    for result in results {
+        match result {
+            Ok(piece) => pieces.push(piece),
+            Err(f) => fault = earliest(fault, Some(f)),
+        }
+    }
+    fault.map_or(Ok(pieces), |f| Err(f.error))
 }
 
 /// Rows no smaller than this share a block stream of their own (see `for_each_block`).
@@ -325,30 +417,40 @@ impl Blocker {
     }
 }
 
-/// Turn a row of scores into probabilities in place: `p_j = c_j exp(s_j - L)`.
+/// Turn a row of finite scores with at least one allowed key into probabilities in
+/// place, `p_j = c_j exp(s_j - m) / z` with `m` the largest allowed score and
+/// `z = sum_j c_j exp(s_j - m)`, and return the row's log-sum-exp `m + ln z`. Masked
+/// entries (`c_j = 0`) become exactly 0 whatever their score.
 ///
-/// With `lse = None`, `L` is this row's own log-sum-exp `m + ln sum_j c_j exp(s_j - m)`
-/// (`m` the largest allowed score), so the row sums to 1; with `Some(L)` the given
-/// (final) log-sum-exp is used, as the backward pass needs. Returns `L`.
-/// Masked entries (`c_j = 0`) become exactly 0 whatever their score.
-fn softmax_row<T: NdFloat>(scores: &mut ArrayViewMut1<T>, counts: ArrayView1<T>, lse: Option<T>) -> T {
+/// Every exponent is `<= 0`, so no `exp` overflows, and the maximum's own term is
+/// `c_j >= 1`, so `1 <= z <= sum_j c_j`: no `0/0` and no `ln 0`, whatever the size of the
+/// scores. Dividing by `z` (rather than forming `exp(s_j - lse)`) keeps the weights
+/// summing to 1 within a few ulps at any magnitude: `lse` is rounded by up to
+/// `u |lse|`, which `exp(s_j - lse)` would turn into a relative error of every weight,
+/// of order 1 once `|lse| >= 1/u` (three equal scores of `1e30` in f32 would each get
+/// weight 1, not 1/3).
+fn softmax_row<T: NdFloat>(scores: &mut ArrayViewMut1<T>, counts: ArrayView1<T>) -> T {
     let zero = T::zero();
     let max = scores.iter().zip(counts).filter(|(_, c)| **c > zero).fold(T::neg_infinity(), |m, (&s, _)| m.max(s));
-    let lse = lse.unwrap_or_else(|| {
-        let sum = scores
-            .iter()
-            .zip(counts)
-            .fold(zero, |acc, (&s, &c)| if c > zero { acc + c * (s - max).exp() } else { acc });
-        max + sum.ln()
-    });
-    if lse == T::neg_infinity() {
-        scores.fill(zero);
-        return lse;
+    let mut sum = zero;
+    for (s, &c) in scores.iter_mut().zip(counts) {
+        *s = if c > zero { c * (*s - max).exp() } else { zero };
+        sum += *s;
     }
+    scores.mapv_inplace(|e| e / sum);
+    max + sum.ln()
+}
+
+/// The backward's weights from the final log-sum-exp, `p_j = c_j exp(s_j - lse)`, in
+/// place (flash-attention 2: a chunk sees only some of the row's keys, so it cannot
+/// normalise by its own sum). `lse` is finite here (checked by the caller) and, being
+/// the log of a sum that includes every allowed `c_j exp(s_j)`, at least each allowed
+/// score: every exponent is `<= 0` up to rounding, so no `exp` overflows.
+fn weights_from_lse<T: NdFloat>(scores: &mut ArrayViewMut1<T>, counts: ArrayView1<T>, lse: T) {
+    let zero = T::zero();
     for (s, &c) in scores.iter_mut().zip(counts) {
         *s = if c > zero { c * (*s - lse).exp() } else { zero };
     }
-    lse
 }
 
 /// `delta_{b,h,i} = sum_d d_out[b,i,h,d] * out[b,i,h,d]`, laid out like the LSE.

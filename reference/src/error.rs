@@ -42,6 +42,19 @@ pub enum Error {
     BadScale { scale: f64 },
     /// Partials of different shapes cannot be merged.
     MergeShape { left: Vec<usize>, right: Vec<usize> },
+    /// A score `scale * q . k` of an allowed (query, key) pair that is not finite in the
+    /// element type `dtype`: `q` and `k` are finite, but their product overflowed (or
+    /// overflows of both signs made it NaN). Positions are global token positions; the
+    /// first offending pair in (batch, head, query, key) order is named.
+    ScoreOverflow { batch: usize, head: usize, query: usize, key: usize, score: f64, dtype: &'static str },
+    /// A log-sum-exp that is NaN or `+inf` (`what` says whose: a merge operand or the
+    /// `lse` of a backward's `OutputGrad`), at the first such index `[batch, head, row]`.
+    /// A valid LSE is finite, or `-inf` for a row with no key.
+    BadLse { what: &'static str, index: Vec<usize>, value: f64 },
+    /// The backward was given `lse = -inf` (no key in the forward) for a query (global
+    /// position) that has keys in this chunk: the `OutputGrad` does not belong to a
+    /// forward pass of these inputs and spec.
+    LseMismatch { batch: usize, head: usize, query: usize },
     /// A distributed layout over 0 ranks (or a head split over 0 parts).
     ZeroRanks,
     /// Chunk boundaries that are not `ranks + 1` non-decreasing values from 0 to `seq_len`.
@@ -109,6 +122,21 @@ impl fmt::Display for Error {
             Error::MergeShape { left, right } => {
                 write!(f, "merge: partials have different shapes {left:?} and {right:?}")
             }
+            Error::ScoreOverflow { batch, head, query, key, score, dtype } => write!(
+                f,
+                "score overflow: batch row {batch}, head {head}, query {query}, key {key}: \
+                 scale * q.k = {score} is not finite in {dtype} (q and k are finite, but their \
+                 scaled dot product exceeds the type's range); scale q or k down"
+            ),
+            Error::BadLse { what, index, value } => write!(
+                f,
+                "{what}: lse {value} at index {index:?}; a log-sum-exp must be finite, or -inf for a row with no key"
+            ),
+            Error::LseMismatch { batch, head, query } => write!(
+                f,
+                "backward: lse of batch row {batch}, head {head}, query {query} is -inf (no key in the forward) \
+                 but the row has keys in this chunk; the OutputGrad does not belong to these inputs"
+            ),
             Error::ZeroRanks => write!(f, "the number of ranks (or parts) is 0; it must be at least 1"),
             Error::BadBoundaries { boundaries, ranks, seq_len } => write!(
                 f,

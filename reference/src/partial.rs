@@ -20,6 +20,13 @@
 //! `out = 0` and never produces a NaN. Ring attention, LongNet's branch combine and
 //! flash attention's key tiles are all this one operation.
 //!
+//! **Magnitudes.** Both exponents are taken relative to `m`, so they are `<= 0` and the
+//! larger is exactly `exp(0) = 1`: LSEs of any finite size (`+-1e3`, where `exp`
+//! overflows or underflows f64, or `1e308`) merge to finite values with weights that sum
+//! to 1 up to rounding. An LSE of `+inf` or NaN is no log of a sum of finite
+//! exponentials (`+inf - m` would be NaN); merge refuses it with [`Error::BadLse`]
+//! naming the operand and the first such `[batch, head, row]`.
+//!
 //! **Merge never writes into its inputs.** It returns a new value. Earlier PyTorch
 //! ports of ring attention updated the running output in place (`out.mul_(...)`,
 //! `out += ...`); autograd had saved that tensor for the backward of the previous step,
@@ -28,6 +35,7 @@
 //! gradients. A value-returning merge keeps every step's inputs intact for the backward
 //! pass; the cost is one extra buffer, which is the right trade in a specification.
 
+use crate::check;
 use crate::error::{Error, Result};
 use crate::float::cast;
 use ndarray::{Array3, Array4, Axis, NdFloat, Zip};
@@ -50,11 +58,14 @@ impl<T: NdFloat> Partial<T> {
     }
 
     /// Attention over the union of both partials' (disjoint) key sets. Returns a new
-    /// value; see the module docs for why it is never in place.
+    /// value; see the module docs for why it is never in place, and for the LSEs it
+    /// refuses ([`Error::BadLse`]).
     pub fn merge(&self, other: &Partial<T>) -> Result<Partial<T>> {
         if self.out.shape() != other.out.shape() || self.lse.shape() != other.lse.shape() {
             return Err(Error::MergeShape { left: self.out.shape().to_vec(), right: other.out.shape().to_vec() });
         }
+        check::lse("merge: left operand", &self.lse.view())?;
+        check::lse("merge: right operand", &other.lse.view())?;
         let mut lse = Array3::zeros(self.lse.raw_dim());
         // Weights of each side, [batch, heads, seq]; both 0 when both sides are empty.
         let mut w_self = Array3::zeros(self.lse.raw_dim());

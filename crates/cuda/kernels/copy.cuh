@@ -13,7 +13,8 @@ __device__ __forceinline__ void cp_async4(float* smem, const float* gmem) {
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// Asynchronously copy ROWS rows (launch indices c0..) of one head into a swizzled tile;
+// Asynchronously copy ROWS rows (launch indices c0..) of query head h's view of a tensor
+// (its head h / a.group) into a swizzled tile;
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
 // Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
 // copies the same 16-byte chunk of every (THREADS / CH)-th row: a fixed trip count, one
@@ -24,11 +25,11 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
     constexpr int STEP = THREADS / CH;  // rows per pass
     static_assert(THREADS % CH == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
     const int tid = threadIdx.x % THREADS, r0 = tid / CH, ch = tid % CH;
-    const u16* base = g + ((size_t)b * a.rows * p.heads + h) * D + ch * 8;
+    const u16* base = g + ((size_t)b * a.rows * a.heads + h / a.group) * D + ch * 8;
     #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
         const int r = r0 + i * STEP;
         const int row = row_of(p, a, c0 + r, h);
-        cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, ch) : swz(r, ch)), row >= 0 ? base + (size_t)row * p.heads * D : g, row >= 0);
+        cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, ch) : swz(r, ch)), row >= 0 ? base + (size_t)row * a.heads * D : g, row >= 0);
     }
 }

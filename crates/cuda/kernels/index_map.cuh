@@ -12,12 +12,18 @@ __device__ __forceinline__ int dil_offset(const Params& p, int h) {
 
 // One side of a launch: `n` launch indices over `rows` tensor rows; row i sits at global
 // position offset + i * stride; in compact mode launch index c is global compact index
-// c + cbase.
+// c + cbase. The side's tensors have `heads` heads, and query head h reads their head
+// h / group: the query side's are the query heads (group 1), the key side's the K/V heads
+// of grouped-query attention (group = heads / kv_heads).
 struct Axis {
-    int n, rows, offset, stride, cbase;
+    int n, rows, offset, stride, cbase, heads, group;
 };
-__device__ __forceinline__ Axis q_axis(const Params& p) { return {p.nq, p.q_rows, p.q_offset, p.q_stride, p.q_cbase}; }
-__device__ __forceinline__ Axis k_axis(const Params& p) { return {p.nk, p.k_rows, p.k_offset, p.k_stride, p.k_cbase}; }
+__device__ __forceinline__ Axis q_axis(const Params& p) {
+    return {p.nq, p.q_rows, p.q_offset, p.q_stride, p.q_cbase, p.heads, 1};
+}
+__device__ __forceinline__ Axis k_axis(const Params& p) {
+    return {p.nk, p.k_rows, p.k_offset, p.k_stride, p.k_cbase, p.kv_heads, p.kv_group};
+}
 
 // Tensor row of launch index c on axis a, or -1. In compact mode (contiguous axes) global
 // compact index G = c + cbase is kept position t = G mod m of segment s = G div m

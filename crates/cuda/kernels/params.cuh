@@ -19,6 +19,7 @@ struct Params {
     const int* plan_idx;
     const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2, or null
     int batch, heads;
+    int kv_heads, kv_group;    // K/V heads; query head h reads K/V head h / kv_group (GQA)
     int nq, nk;                // launch index space (compact rows for a dilated branch)
     int q_rows, k_rows;        // physical rows of the q / k tensors
     int q_offset, k_offset;    // global position of physical row 0 (see Axis)

@@ -104,7 +104,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
             break;
         }
         const Coords c = coords_of(p, item, tiles, true);
-        const int kbeg = sm.slot(u)[1], n = sm.slot(u)[2];
+        const int kbeg = sm.slot(u)[1], n = sm.slot(u)[2], kvh = c.h / p.kv_group;  // the item's K/V head
         // The Q tile of item u - 2 is free: every consumer is past its last S.
         if (u >= 2) mbar_wait(sm.q_empty(u), ((u - 2) >> 1) & 1);
         if (n > 0)
@@ -142,8 +142,8 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                     #pragma unroll
                     for (int r = 0; r < FBN / 64; ++r) {
                         u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
-                        tma_box(dst, &maps.a, cb * 64, c.h, row0 + 64 * r * R, R, c.b, sm.full(j));
-                        tma_box(dst + FBN * D, &maps.b, cb * 64, c.h, row0 + 64 * r * R, R, c.b, sm.full(j));
+                        tma_box(dst, &maps.a, cb * 64, kvh, row0 + 64 * r * R, R, c.b, sm.full(j));
+                        tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, row0 + 64 * r * R, R, c.b, sm.full(j));
                     }
             } else {
                 load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j), p.k, p, ka, c.b, c.h, k0);

@@ -22,7 +22,8 @@ impl Gpu {
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
     /// from the saved LSE, written into `grads`. One kernel per key tile: dK and dV rows are
     /// written by one block (a single launch overwrites them; several, as dilated branches,
-    /// clear the buffers and accumulate, since a row may be in several branches); dQ rows
+    /// and grouped-query attention, whose group of query heads adds into one K/V head,
+    /// clear the buffers and accumulate); dQ rows
     /// receive f32 reductions from every key tile, so dq is always cleared first.
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_into(
@@ -93,7 +94,11 @@ impl Gpu {
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len())) }?;
         }
+        // dK, dV rows are added into (never written by one block) when several launches
+        // reach them (dilated branches, compact launches) or when a K/V head's query heads
+        // (grouped-query attention) add their contributions from different blocks.
         let accumulate = add
+            || s.kv_group() > 1
             || prep.launches.len() > 1
             || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
         if !add {

@@ -12,6 +12,8 @@ pub enum CudaError {
     Unsupported { what: &'static str },
     /// A tensor dimension that must be positive is zero.
     ZeroDim { tensor: &'static str, dim: &'static str },
+    /// Grouped-query attention with a K/V head count that does not divide the query heads.
+    KvHeads { heads: usize, kv_heads: usize },
     /// Two tensors disagree on a shape.
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// A chunk (ring step) that does not fit in the global sequence.
@@ -38,6 +40,10 @@ impl fmt::Display for CudaError {
             }
             CudaError::Unsupported { what } => write!(f, "not supported on the GPU: {what}"),
             CudaError::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),
+            CudaError::KvHeads { heads, kv_heads } => write!(
+                f,
+                "kv_heads = {kv_heads} does not divide heads = {heads}: grouped-query attention needs whole groups of query heads per K/V head"
+            ),
             CudaError::ShapeMismatch { what, expected, got } => {
                 write!(f, "{what}: expected shape {expected:?}, got {got:?}")
             }

@@ -210,7 +210,7 @@ impl Gpu {
         Ok(DevicePartial {
             out: self.filled(s.q_len(), 0.0)?,
             lse: self.filled(s.lse_len(), 0.0)?,
-            dims: [s.batch, s.q_rows, s.heads, s.head_dim],
+            dims: s.q_dims(),
         })
     }
 
@@ -222,8 +222,7 @@ impl Gpu {
         v: &DeviceTensor,
     ) -> Result<()> {
         let s = prep.shape;
-        let qd = [s.batch, s.q_rows, s.heads, s.head_dim];
-        let kd = [s.batch, s.k_rows, s.heads, s.head_dim];
+        let (qd, kd) = (s.q_dims(), s.k_dims());
         for (what, t, d) in [("q", q, qd), ("k", k, kd), ("v", v, kd)] {
             if t.dims != d {
                 return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: t.dims.to_vec() });
@@ -233,7 +232,7 @@ impl Gpu {
     }
     pub(crate) fn check_partial(&self, what: &'static str, prep: &Prepared, p: &DevicePartial) -> Result<()> {
         let s = prep.shape;
-        let d = [s.batch, s.q_rows, s.heads, s.head_dim];
+        let d = s.q_dims();
         if p.dims != d || p.out.len() != s.q_len() || p.lse.len() != s.lse_len() {
             return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: p.dims.to_vec() });
         }

@@ -135,12 +135,19 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
     if !matches!(shape.head_dim, 64 | 128) {
         return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim });
     }
-    for (dim, size) in
-        [("batch", shape.batch), ("heads", shape.heads), ("q_rows", shape.q_rows), ("k_rows", shape.k_rows)]
-    {
+    for (dim, size) in [
+        ("batch", shape.batch),
+        ("heads", shape.heads),
+        ("kv_heads", shape.kv_heads),
+        ("q_rows", shape.q_rows),
+        ("k_rows", shape.k_rows),
+    ] {
         if size == 0 {
             return Err(CudaError::ZeroDim { tensor: "q/k/v", dim });
         }
+    }
+    if shape.heads % shape.kv_heads != 0 {
+        return Err(CudaError::KvHeads { heads: shape.heads, kv_heads: shape.kv_heads });
     }
     let (qa, ka) = chunk.axes(shape);
     for (side, axis) in [("query", qa), ("key", ka)] {
@@ -180,6 +187,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     let base = Params {
         batch: shape.batch as i32,
         heads: shape.heads as i32,
+        kv_heads: shape.kv_heads as i32,
+        kv_group: shape.kv_group() as i32,
         q_rows: shape.q_rows as i32,
         k_rows: shape.k_rows as i32,
         q_offset: chunk.q_offset as i32,
@@ -411,6 +420,16 @@ mod tests {
             "head_dim 96 has no GPU kernel; supported: 64, 128"
         );
         assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
+        assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));
+        let gqa = Shape::square(1, 100, 6, 64);
+        assert_eq!(
+            err(&gqa.with_kv_heads(4), &dense(), &whole),
+            "kv_heads = 4 does not divide heads = 6: grouped-query attention needs whole groups of query heads per K/V head"
+        );
+        for (kv_heads, group) in [(6, 1), (3, 2), (2, 3), (1, 6)] {
+            let p = launches(&gqa.with_kv_heads(kv_heads), &dense(), &whole).unwrap()[0].params;
+            assert_eq!((p.heads, p.kv_heads, p.kv_group), (6, kv_heads as i32, group));
+        }
         let chunk = Chunk::new(50, 0, 120);
         assert_eq!(
             err(&shape, &dense(), &chunk),

@@ -49,6 +49,9 @@ params! {
     block_mask: u64,
     batch: i32,
     heads: i32,
+    /// K/V heads (`heads` is a multiple); query head `h` reads K/V head `h / kv_group`.
+    kv_heads: i32,
+    kv_group: i32,
     /// Launch index space (compact rows for a dilated branch).
     nq: i32,
     nk: i32,
@@ -144,12 +147,12 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 15 pointers, 29 ints, 2 floats, padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 29 * 4 + 2 * 4 + 4);
-        assert_eq!(Params::LAYOUT.len(), 15 + 29 + 2);
+        // 15 pointers, 31 ints, 2 floats, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 31 * 4 + 2 * 4 + 4);
+        assert_eq!(Params::LAYOUT.len(), 15 + 31 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[15], ("batch", 120));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 120 + 30 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 120 + 32 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

@@ -11,11 +11,17 @@ pub enum Dtype {
 }
 
 /// Tensor sizes of one call: q / d_out / out are `[batch, q_rows, heads, head_dim]`,
-/// k / v are `[batch, k_rows, heads, head_dim]`.
+/// k / v are `[batch, k_rows, kv_heads, head_dim]`.
+///
+/// Grouped-query attention (`docs/semantics.md`, section 15): `kv_heads` divides `heads`,
+/// and query head `h` reads K/V head `h / (heads / kv_heads)`; multi-head attention is
+/// `kv_heads = heads`, multi-query `kv_heads = 1`. The kernels read K/V at `kv_heads`
+/// (no replication) and add the group's dK/dV contributions into the K/V head's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub batch: usize,
     pub heads: usize,
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub q_rows: usize,
     pub k_rows: usize,
@@ -24,7 +30,28 @@ pub struct Shape {
 impl Shape {
     /// Self-attention over a whole sequence.
     pub fn square(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
-        Shape { batch, heads, head_dim, q_rows: seq, k_rows: seq }
+        Shape { batch, heads, kv_heads: heads, head_dim, q_rows: seq, k_rows: seq }
+    }
+
+    /// The same sizes with `kv_heads` K/V heads (grouped-query attention).
+    pub fn with_kv_heads(self, kv_heads: usize) -> Self {
+        Shape { kv_heads, ..self }
+    }
+
+    /// Query heads per K/V head (1 without grouping); `kv_heads` must divide `heads`
+    /// (`launch::validate` checks it).
+    pub fn kv_group(&self) -> usize {
+        self.heads / self.kv_heads.max(1)
+    }
+
+    /// `[batch, q_rows, heads, head_dim]`: q, d_out and the output.
+    pub fn q_dims(&self) -> [usize; 4] {
+        [self.batch, self.q_rows, self.heads, self.head_dim]
+    }
+
+    /// `[batch, k_rows, kv_heads, head_dim]`: k, v and their gradients.
+    pub fn k_dims(&self) -> [usize; 4] {
+        [self.batch, self.k_rows, self.kv_heads, self.head_dim]
     }
 
     pub fn q_len(&self) -> usize {
@@ -32,7 +59,7 @@ impl Shape {
     }
 
     pub fn k_len(&self) -> usize {
-        self.batch * self.k_rows * self.heads * self.head_dim
+        self.batch * self.k_rows * self.kv_heads * self.head_dim
     }
 
     /// Elements of the `[batch, heads, q_rows]` log-sum-exp.

@@ -1,7 +1,8 @@
 //! The kernel check's cases: for each element type and head dim, every kernel (forward,
 //! ring step, merge, backward) under every mask family, with sizes and pattern
 //! parameters drawn from the run's seed, then the large-score and all-masked cases of
-//! [`super::extreme`] (85 cases in all: 64 + 21). Lengths favour primes and lengths that
+//! [`super::extreme`] and the grouped-query cases of [`super::gqa`] (109 cases in all:
+//! 64 + 21 + 24). Lengths favour primes and lengths that
 //! are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -31,6 +32,9 @@ pub struct Case {
     pub dtype: Dtype,
     pub batch: usize,
     pub heads: usize,
+    /// K/V heads: `heads` for multi-head attention, a divisor of it for grouped-query
+    /// attention (query head `h` reads K/V head `h / (heads / kv_heads)`).
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub seq: usize,
     pub spec: GpuSpec,
@@ -99,6 +103,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     }
     // After the draws above, so that a seed gives the unit-scale cases it always gave.
     out.extend(super::extreme::cases(&mut rng, quick));
+    out.extend(super::gqa::cases(&mut rng, quick));
     out
 }
 
@@ -138,7 +143,7 @@ impl Case {
         spec: GpuSpec,
     ) -> Case {
         let name = name.into();
-        Case { kind, name, dtype, batch, heads, head_dim, seq, spec, logits: Logits::Unit, empty_rows: false }
+        Case { kind, name, dtype, batch, heads, kv_heads: heads, head_dim, seq, spec, logits: Logits::Unit, empty_rows: false }
     }
 }
 
@@ -160,8 +165,18 @@ pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut Sp
 /// One line naming the case completely (enough to reproduce it with its seed).
 pub fn describe(c: &Case) -> String {
     format!(
-        "{:?} {} {:?} d={} b={} h={} n={} causal={} pattern={:?} key_lengths={:?}",
-        c.kind, c.name, c.dtype, c.head_dim, c.batch, c.heads, c.seq, c.spec.causal, c.spec.pattern, c.spec.key_lengths
+        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={:?} key_lengths={:?}",
+        c.kind,
+        c.name,
+        c.dtype,
+        c.head_dim,
+        c.batch,
+        c.heads,
+        if c.kv_heads == c.heads { String::new() } else { format!(" kv_heads={}", c.kv_heads) },
+        c.seq,
+        c.spec.causal,
+        c.spec.pattern,
+        c.spec.key_lengths
     )
 }
 
@@ -180,7 +195,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 85);
+        assert_eq!(c.len(), 109);
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

@@ -166,29 +166,33 @@ pub fn exact_empty(got: &Partial<f64>, want: &Partial<f64>) -> Option<usize> {
 
 /// How many gradient values that must be exactly 0 are not (NaN included): dQ in the rows
 /// of queries with no key (reference LSE `-inf`), dK and dV in the rows of keys that no
-/// query sees. `grads` are dQ, dK, dV of the full sequence, `[batch, seq, heads, dim]`.
-/// None when there is no such row.
+/// query sees (under grouped-query attention: no query of any head of the K/V head's
+/// group). `grads` are dQ `[batch, seq, heads, dim]`, dK and dV `[batch, seq, kv_heads,
+/// dim]` of the full sequence. None when there is no such row.
 pub fn exact_zero_grads(case: &Case, lse: &Array3<f64>, grads: [&[f64]; 3]) -> Option<usize> {
-    let (n, heads, d) = (case.seq, case.heads, case.head_dim);
+    let (n, heads, kv_heads, d) = (case.seq, case.heads, case.kv_heads, case.head_dim);
+    let group = heads / kv_heads;
     let spec = case.spec.to_reference();
-    let row = |x: &[f64], b: usize, i: usize, h: usize| -> usize {
-        let at = ((b * n + i) * heads + h) * d;
+    let row = |x: &[f64], width: usize, b: usize, i: usize, h: usize| -> usize {
+        let at = ((b * n + i) * width + h) * d;
         x[at..at + d].iter().filter(|&&v| v != 0.0).count()
     };
     let (mut rows, mut violations) = (0, 0);
     for b in 0..case.batch {
-        for h in 0..heads {
+        for kvh in 0..kv_heads {
             let mut seen = vec![false; n];
-            for i in 0..n {
-                keys(&spec, (b, h, heads), n, i).into_iter().for_each(|j| seen[j] = true);
-                if lse[[b, h, i]] == f64::NEG_INFINITY {
-                    rows += 1;
-                    violations += row(grads[0], b, i, h);
+            for h in kvh * group..(kvh + 1) * group {
+                for i in 0..n {
+                    keys(&spec, (b, h, heads), n, i).into_iter().for_each(|j| seen[j] = true);
+                    if lse[[b, h, i]] == f64::NEG_INFINITY {
+                        rows += 1;
+                        violations += row(grads[0], heads, b, i, h);
+                    }
                 }
             }
             for j in (0..n).filter(|&j| !seen[j]) {
                 rows += 1;
-                violations += row(grads[1], b, j, h) + row(grads[2], b, j, h);
+                violations += row(grads[1], kv_heads, b, j, kvh) + row(grads[2], kv_heads, b, j, kvh);
             }
         }
     }

@@ -71,9 +71,10 @@ pub(super) type Rounded = (Vec<u16>, Array4<f64>);
 pub(super) fn draw(case: &Case, seed: u64) -> (SplitMix64, [Rounded; 3]) {
     let mut rng = SplitMix64::new(seed);
     let dims = [case.batch, case.seq, case.heads, case.head_dim];
+    let kv_dims = [case.batch, case.seq, case.kv_heads, case.head_dim];
     let q = case.logits.rounded(dims, case.dtype, true, &mut rng);
-    let k = case.logits.rounded(dims, case.dtype, false, &mut rng);
-    let v = rounded(dims, case.dtype, &mut rng);
+    let k = case.logits.rounded(kv_dims, case.dtype, false, &mut rng);
+    let v = rounded(kv_dims, case.dtype, &mut rng);
     (rng, [q, k, v])
 }
 
@@ -81,16 +82,16 @@ pub(super) fn draw(case: &Case, seed: u64) -> (SplitMix64, [Rounded; 3]) {
 pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
     let (mut rng, [(qb, q), (kb, k), (vb, v)]) = draw(case, seed);
     let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
-    let dims = [b, n, h, d];
+    let (dims, kv_dims) = ([b, n, h, d], [b, n, case.kv_heads, d]);
     let reference_spec = case.spec.to_reference();
     let bound = bound_for(case.dtype, case.logits);
     let mut metrics = Vec::new();
     let all: Vec<usize> = (0..n).collect();
     match case.kind {
         Kind::Forward | Kind::Backward => {
-            let shape = Shape::square(b, n, h, d);
+            let shape = Shape::square(b, n, h, d).with_kv_heads(case.kv_heads);
             let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &Chunk::whole(&shape))?;
-            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, dims)?, gpu.upload(&vb, dims)?);
+            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, kv_dims)?, gpu.upload(&vb, kv_dims)?);
             let mut out = poisoned_partial(gpu, dims)?;
             gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
             let got = partial_to_host(gpu, &out)?;
@@ -303,17 +304,17 @@ fn ring_step_into(
     out: &mut DevicePartial,
     accumulate: bool,
 ) -> Result<()> {
-    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
-    let rows = |src: &[u16], r: Rows| -> Vec<u16> {
-        let a = ndarray::ArrayView4::from_shape((b, n, h, d), src).expect("dims");
+    let (b, n, h, hk, d) = (case.batch, case.seq, case.heads, case.kv_heads, case.head_dim);
+    let rows = |src: &[u16], heads: usize, r: Rows| -> Vec<u16> {
+        let a = ndarray::ArrayView4::from_shape((b, n, heads, d), src).expect("dims");
         a.select(Axis(1), &r.positions()).iter().copied().collect()
     };
-    let shape = Shape { batch: b, heads: h, head_dim: d, q_rows: qr.len, k_rows: kr.len };
+    let shape = Shape { batch: b, heads: h, kv_heads: hk, head_dim: d, q_rows: qr.len, k_rows: kr.len };
     let chunk = Chunk { q_stride: qr.stride, k_stride: kr.stride, ..Chunk::new(qr.start, kr.start, n) };
     let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &chunk)?;
-    let qd = gpu.upload(&rows(qb, qr), [b, qr.len, h, d])?;
-    let kd = gpu.upload(&rows(kb, kr), [b, kr.len, h, d])?;
-    let vd = gpu.upload(&rows(vb, kr), [b, kr.len, h, d])?;
+    let qd = gpu.upload(&rows(qb, h, qr), shape.q_dims())?;
+    let kd = gpu.upload(&rows(kb, hk, kr), shape.k_dims())?;
+    let vd = gpu.upload(&rows(vb, hk, kr), shape.k_dims())?;
     match accumulate {
         true => gpu.forward_accumulate(&mut prep, &qd, &kd, &vd, out),
         false => gpu.forward_into(&mut prep, &qd, &kd, &vd, out),

@@ -99,6 +99,7 @@ macro_rules! quantity {
 
 pub mod cases;
 pub mod extreme;
+pub mod gqa;
 pub mod inputs;
 pub mod kernels;
 pub mod ring;

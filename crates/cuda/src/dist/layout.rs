@@ -187,7 +187,7 @@ impl DistPlan {
     pub fn pair(&self, r: usize, qi: usize, src: usize, kj: usize) -> (Shape, Chunk) {
         let (qp, kp) = (self.pieces[r][qi], self.pieces[src][kj]);
         let shape =
-            Shape { batch: self.batch, heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
+            Shape { batch: self.batch, heads: self.heads, kv_heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
         let chunk =
             Chunk { q_stride: qp.stride, k_stride: kp.stride, ..Chunk::new(qp.start, kp.start, self.seq_len()) };
         (shape, chunk)

@@ -1,5 +1,7 @@
 """Time torch.nn.functional.scaled_dot_product_attention (flash and cuDNN backends) on the
-shapes of ringdil-cuda's gpu_bench, in the same run, and write JSON for it to read.
+shapes of ringdil-cuda's gpu_bench, in the same run, and write JSON for it to read: `rows`
+(multi-head shapes) and `gqa` (n = 16384, 16 query heads of d = 128 over 16, 2 and 1 K/V
+heads, with enable_gqa=True).
 
 usage: python3 torch_peer.py OUT.json
 """
@@ -53,8 +55,31 @@ def main():
                         row["error"] = str(e).splitlines()[0]
                     rows.append(row)
                     print(row, flush=True)
-    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows},
+    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows, "gqa": gqa()},
               open(sys.argv[1], "w"), indent=1)
+
+
+def gqa(seq=16384, heads=16, d=128):
+    """The grouped-query rows: K/V at kv_heads heads, query head h reading K/V head
+    h // (heads // kv_heads) (SDPA's enable_gqa rule, the same as ringdil's)."""
+    rows = []
+    for kv_heads in (16, 2, 1):
+        q, do = (torch.randn(1, seq, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+        k, v = (torch.randn(1, seq, kv_heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+        for causal in (False, True):
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                row = dict(seq=seq, heads=heads, kv_heads=kv_heads, head_dim=d, causal=causal, backend=name)
+                try:
+                    with sdpa_kernel(backend):
+                        sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True)
+                        row["fwd_ms"] = timed(lambda: sdpa(q, k, v))
+                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                        row["fwd_bwd_ms"] = timed(lambda: sdpa(qg, kg, vg).backward(do))
+                except RuntimeError as e:  # backend unavailable for this shape
+                    row["error"] = str(e).splitlines()[0]
+                rows.append(row)
+                print(row, flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -207,11 +207,7 @@ impl Gpu {
     /// every row is written by [`Gpu::forward_into`]).
     pub fn alloc_partial(&self, prep: &Prepared) -> Result<DevicePartial> {
         let s = prep.shape;
-        Ok(DevicePartial {
-            out: self.filled(s.q_len(), 0.0)?,
-            lse: self.filled(s.lse_len(), 0.0)?,
-            dims: s.q_dims(),
-        })
+        Ok(DevicePartial { out: self.filled(s.q_len(), 0.0)?, lse: self.filled(s.lse_len(), 0.0)?, dims: s.q_dims() })
     }
 
     pub(crate) fn check_inputs(

@@ -146,9 +146,7 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
             return Err(CudaError::ZeroDim { tensor: "q/k/v", dim });
         }
     }
-    if shape.heads % shape.kv_heads != 0 {
-        return Err(CudaError::KvHeads { heads: shape.heads, kv_heads: shape.kv_heads });
-    }
+    validate_kv_heads(shape.heads, shape.kv_heads)?;
     let (qa, ka) = chunk.axes(shape);
     for (side, axis) in [("query", qa), ("key", ka)] {
         if axis.stride == 0 {
@@ -171,6 +169,18 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
         }
     }
     spec.validate(shape.batch, shape.heads, chunk.seq_len)
+}
+
+/// `kv_heads` K/V heads for `heads` query heads: at least one, and dividing `heads`
+/// (whole groups of query heads per K/V head).
+pub fn validate_kv_heads(heads: usize, kv_heads: usize) -> Result<()> {
+    if kv_heads == 0 {
+        return Err(CudaError::ZeroDim { tensor: "q/k/v", dim: "kv_heads" });
+    }
+    if heads % kv_heads != 0 {
+        return Err(CudaError::KvHeads { heads, kv_heads });
+    }
+    Ok(())
 }
 
 /// Validate and build every launch of a call (host side only), with the mma family's

@@ -29,7 +29,7 @@ use cudarc::driver::CudaSlice;
 use ringdil_cuda::Gpu;
 use ringdil_cuda::check::bound;
 use ringdil_cuda::check::ring::{
-    Cache, HostResult, RingPart, batch_slice, cached, cases, compare, describe, download, max_diff, ring_parts,
+    Cache, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
     run_virtual,
 };
 use ringdil_cuda::dist::ring::upload_pieces;
@@ -197,9 +197,9 @@ fn gather(
     for g in 1..grid.world() {
         let (ring, pos) = grid.place(g).expect("rank of the grid");
         let plan = &parts[ring].plan;
-        let lens = plan.piece_lens(pos);
+        let (lens, kv_lens) = (plan.piece_lens(pos), plan.kv_piece_lens(pos));
         let lse: Vec<usize> = plan.pieces(pos).iter().map(|pc| plan.batch * plan.heads * pc.rows).collect();
-        let kinds = [&lens, &lse, &lens, &lens, &lens]
+        let kinds = [&lens, &lse, &lens, &kv_lens, &kv_lens]
             .map(|l| l.iter().map(|&n| comm.stream().alloc_zeros::<f32>(n).expect("alloc")).collect::<Vec<_>>());
         bufs.push((ring, kinds.into()));
     }
@@ -244,7 +244,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         let parts = ring_parts(c, &grid).expect("plan");
         let mine = &parts[ring];
         let inp = cached(&mut cache, c, run.seed, me == 0);
-        let [q, k, v, g] = inp.bits.each_ref().map(|x| batch_slice(x, c, &mine.rows));
+        let [q, k, v, g] = batch_slices(&inp.bits, c, &mine.rows);
         let data = RankData::upload(gpu, &mine.plan, pos, q, k, v).expect("upload");
         let dout = upload_pieces(gpu, &mine.plan, pos, g).expect("upload");
         let mut rank = DistRank::new(gpu, ring_comm, &mine.plan, Dtype::Bf16).expect("rank");

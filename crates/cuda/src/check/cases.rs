@@ -143,7 +143,19 @@ impl Case {
         spec: GpuSpec,
     ) -> Case {
         let name = name.into();
-        Case { kind, name, dtype, batch, heads, kv_heads: heads, head_dim, seq, spec, logits: Logits::Unit, empty_rows: false }
+        Case {
+            kind,
+            name,
+            dtype,
+            batch,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            seq,
+            spec,
+            logits: Logits::Unit,
+            empty_rows: false,
+        }
     }
 }
 

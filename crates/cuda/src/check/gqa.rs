@@ -22,13 +22,14 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     for dtype in [Dtype::Bf16, Dtype::F16] {
         for head_dim in [64, 128] {
             let combo = (dtype, head_dim);
-            let mut add = |kind: Kind, what: &str, spec: GpuSpec, groupings: &[(usize, usize)], rng: &mut SplitMix64| {
-                let (seq, batch, _) = sizes(quick, rng);
-                let (heads, kv_heads) = groupings[rng.range(0, groupings.len() - 1)];
-                let spec = fit_spec(spec, batch, seq, rng);
-                let name = format!("gqa {what}");
-                out.push(Case { kv_heads, ..Case::new(kind, &name, combo, [batch, seq, heads], spec) });
-            };
+            let mut add =
+                |kind: Kind, what: &str, spec: GpuSpec, groupings: &[(usize, usize)], rng: &mut SplitMix64| {
+                    let (seq, batch, _) = sizes(quick, rng);
+                    let (heads, kv_heads) = groupings[rng.range(0, groupings.len() - 1)];
+                    let spec = fit_spec(spec, batch, seq, rng);
+                    let name = format!("gqa {what}");
+                    out.push(Case { kv_heads, ..Case::new(kind, &name, combo, [batch, seq, heads], spec) });
+                };
             let causal = rng.uniform() < 0.5;
             let dense = GpuSpec::new(GpuPattern::Dense);
             let grouped = &GROUPINGS[..4];

@@ -2,7 +2,8 @@
 //! against the f64 reference for every schedule the GPU runs, layout (contiguous,
 //! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
 //! (dense, causal, window, LongNet dilated, with segments inside one rank and across
-//! ranks), on lengths that do not divide evenly.
+//! ranks), on lengths that do not divide evenly; and grouped-query attention (8 query
+//! heads over 2 K/V heads, and multi-query), whose K/V pieces travel at K/V heads.
 //!
 //! Inputs are bf16-rounded normals ([`super::rounded`]). The ranks' output, LSE, dQ, dK
 //! and dV pieces are gathered into host arrays that start as NaN (a row nobody wrote
@@ -41,6 +42,8 @@ pub struct Case {
     pub pattern: (&'static str, GpuSpec),
     pub batch: usize,
     pub heads: usize,
+    /// K/V heads: `heads`, or a divisor (grouped-query attention).
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub seq: usize,
     /// Inputs and reference depend only on (size, pattern): computed once, shared by
@@ -87,15 +90,28 @@ fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
     v
 }
 
+/// One size of the cases: `(seq, head_dim, batch, heads, kv_heads)` and which patterns
+/// (by name prefix) it skips.
+type Size = ((usize, usize, usize, usize, usize), &'static [&'static str]);
+
+/// The sizes: two multi-head ones, then grouped-query (8:2, with LongNet offsets that
+/// differ within a group) and multi-query attention.
+const SIZES: [Size; 4] = [
+    ((1000, 64, 1, 4, 4), &[]),
+    ((777, 128, 2, 4, 4), &["window"]),
+    ((1000, 128, 1, 8, 2), &["dense", "window"]),
+    ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64"]),
+];
+
 /// The cases for `ranks` per ring and `rings` rings; with several rings the batch grows
 /// by `rings - 1` so that every ring gets rows and the split is uneven for one size.
 pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
     let mut out = Vec::new();
     for &p in ranks {
-        for (i, &(seq, head_dim, batch)) in [(1000usize, 64usize, 1usize), (777, 128, 2)].iter().enumerate() {
+        for (i, &((seq, head_dim, batch, heads, kv_heads), skip)) in SIZES.iter().enumerate() {
             for (layout_name, layout) in layouts(seq, p) {
                 for (j, pattern) in patterns(seq).into_iter().enumerate() {
-                    if i == 1 && pattern.0.starts_with("window") {
+                    if skip.iter().any(|s| pattern.0.starts_with(s)) {
                         continue;
                     }
                     out.push(Case {
@@ -105,7 +121,8 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                         layout_name: layout_name.clone(),
                         pattern,
                         batch: batch + rings - 1,
-                        heads: 4,
+                        heads,
+                        kv_heads,
                         head_dim,
                         seq,
                         key: (i, j),
@@ -120,8 +137,9 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
 /// One line naming the case (the log's case column).
 pub fn describe(c: &Case) -> String {
     let rings = if c.rings > 1 { format!(" x R={}", c.rings) } else { String::new() };
+    let kv = if c.kv_heads != c.heads { format!(" H_kv={}", c.kv_heads) } else { String::new() };
     format!(
-        "P={}{rings} {} | {} | B={} N={} H={} d={}",
+        "P={}{rings} {} | {} | B={} N={} H={}{kv} d={}",
         c.ranks, c.layout_name, c.pattern.0, c.batch, c.seq, c.heads, c.head_dim
     )
 }
@@ -149,10 +167,11 @@ pub fn cached(cache: &mut Cache, c: &Case, seed: u64, with_reference: bool) -> s
 /// The inputs of `c` drawn from `seed`, with the reference when `with_reference`.
 fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
     let dims = [c.batch, c.seq, c.heads, c.head_dim];
+    let kv_dims = [c.batch, c.seq, c.kv_heads, c.head_dim];
     let mut rng = SplitMix64::new(seed);
     let (q, qf) = rounded(dims, Dtype::Bf16, &mut rng);
-    let (k, kf) = rounded(dims, Dtype::Bf16, &mut rng);
-    let (v, vf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (k, kf) = rounded(kv_dims, Dtype::Bf16, &mut rng);
+    let (v, vf) = rounded(kv_dims, Dtype::Bf16, &mut rng);
     let (g, gf) = rounded(dims, Dtype::Bf16, &mut rng);
     let reference = if with_reference {
         let spec = c.pattern.1.to_reference();
@@ -185,16 +204,25 @@ pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
         .into_iter()
         .map(|rows| {
             let chunks = ChunkPlan::new(c.seq, c.ranks, &c.layout)?;
-            let plan = DistPlan::new(chunks, c.pattern.1.clone(), rows.len(), c.heads, c.head_dim)?;
+            let plan = DistPlan::new(chunks, c.pattern.1.clone(), rows.len(), c.heads, c.head_dim)?
+                .with_kv_heads(c.kv_heads)?;
             Ok(RingPart { plan, rows })
         })
         .collect()
 }
 
-/// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c`.
-pub fn batch_slice<'a>(x: &'a [u16], c: &Case, rows: &Range<usize>) -> &'a [u16] {
-    let per_row = c.seq * c.heads * c.head_dim;
+/// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c` with
+/// `heads` heads (the case's query or K/V heads).
+pub fn batch_slice<'a>(x: &'a [u16], c: &Case, heads: usize, rows: &Range<usize>) -> &'a [u16] {
+    let per_row = c.seq * heads * c.head_dim;
     &x[rows.start * per_row..rows.end * per_row]
+}
+
+/// [`batch_slice`] of the four inputs q, k, v, d_out (k and v at the K/V heads).
+pub fn batch_slices<'a>(bits: &'a [Vec<u16>; 4], c: &Case, rows: &Range<usize>) -> [&'a [u16]; 4] {
+    let [q, k, v, g] = bits;
+    let (h, hk) = (c.heads, c.kv_heads);
+    [batch_slice(q, c, h, rows), batch_slice(k, c, hk, rows), batch_slice(v, c, hk, rows), batch_slice(g, c, h, rows)]
 }
 
 /// The errors of the whole batch, each against the bf16 bound: every ring's ranks
@@ -206,18 +234,20 @@ pub fn compare(
     res: &[HostResult],
     reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
 ) -> Vec<Metric> {
-    let (b, n, h, d) = (c.batch, c.seq, c.heads, c.head_dim);
-    let mut arrays: Vec<Vec<f64>> =
-        (0..5).map(|i| vec![f64::NAN; if i == 1 { b * h * n } else { b * n * h * d }]).collect();
+    let (b, n, h, hk, d) = (c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
+    let len = [b * n * h * d, b * h * n, b * n * h * d, b * n * hk * d, b * n * hk * d];
+    let mut arrays: Vec<Vec<f64>> = len.iter().map(|&l| vec![f64::NAN; l]).collect();
     for (part, ring) in parts.iter().zip(res) {
         let Range { start, end } = part.rows;
         for (r, kinds) in ring.iter().enumerate() {
             for (i, part_of) in kinds.iter().enumerate() {
                 let p64: Vec<Vec<f64>> = part_of.iter().map(|x| x.iter().map(|&v| v as f64).collect()).collect();
-                if i == 1 {
-                    part.plan.gather_lse_into(&mut arrays[1][start * h * n..end * h * n], r, &p64);
-                } else {
-                    part.plan.gather_into(&mut arrays[i][start * n * h * d..end * n * h * d], d, r, &p64);
+                let (per_row, rows) = (len[i] / b, &mut arrays[i]);
+                let rows = &mut rows[start * per_row..end * per_row];
+                match i {
+                    1 => part.plan.gather_lse_into(rows, r, &p64),
+                    3 | 4 => part.plan.gather_kv_into(rows, d, r, &p64),
+                    _ => part.plan.gather_into(rows, d, r, &p64),
                 }
             }
         }
@@ -262,7 +292,7 @@ pub fn download(gpu: &Gpu, out: &[DevicePartial], grads: &RankGrads) -> [Vec<Vec
 
 /// One ring's part of `c` on virtual ranks of one GPU.
 pub fn run_virtual(gpu: &Gpu, c: &Case, part: &RingPart, inp: &Inputs) -> DistResult<HostResult> {
-    let [q, k, v, g] = inp.bits.each_ref().map(|x| batch_slice(x, c, &part.rows));
+    let [q, k, v, g] = batch_slices(&inp.bits, c, &part.rows);
     let plan = &part.plan;
     let data: Vec<RankData> =
         (0..plan.ranks()).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
@@ -280,19 +310,31 @@ mod tests {
     fn case(ranks: usize, rings: usize, batch: usize, layout: Layout) -> Case {
         let pattern = ("causal", GpuSpec::new(GpuPattern::Dense).causal(true));
         let layout_name = format!("{layout:?}");
-        Case { ranks, rings, layout, layout_name, pattern, batch, heads: 2, head_dim: 64, seq: 200, key: (0, 0) }
+        Case {
+            ranks,
+            rings,
+            layout,
+            layout_name,
+            pattern,
+            batch,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            seq: 200,
+            key: (0, 0),
+        }
     }
 
     /// What every rank would hold if it computed exactly: the reference (as f32) cut into
     /// ring rows and rank pieces, `[ring][position]`.
     fn exact(c: &Case, parts: &[RingPart], inp: &Inputs) -> Vec<HostResult> {
-        let (n, h, d) = (c.seq, c.heads, c.head_dim);
+        let (n, h, hk, d) = (c.seq, c.heads, c.kv_heads, c.head_dim);
         let (fwd, g) = &inp.reference;
         let [out, dq, dk, dv] =
             [&fwd.out, &g.dq, &g.dk, &g.dv].map(|x| x.iter().map(|&v| v as f32).collect::<Vec<_>>());
         let lse: Vec<f32> = fwd.lse.iter().map(|&v| v as f32).collect();
         let ring = |part: &RingPart| -> HostResult {
-            let rows = |x: &[f32]| x[part.rows.start * n * h * d..part.rows.end * n * h * d].to_vec();
+            let rows = |x: &[f32], h: usize| x[part.rows.start * n * h * d..part.rows.end * n * h * d].to_vec();
             (0..part.plan.ranks())
                 .map(|r| {
                     let tokens = part.plan.chunks.tokens(r);
@@ -314,8 +356,9 @@ mod tests {
                             v
                         })
                         .collect();
-                    let pieces = |x: &[f32]| part.plan.scatter(&rows(x), d, r);
-                    [pieces(&out), lse_pieces, pieces(&dq), pieces(&dk), pieces(&dv)]
+                    let pieces = |x: &[f32]| part.plan.scatter(&rows(x, h), d, r);
+                    let kv_pieces = |x: &[f32]| part.plan.scatter_kv(&rows(x, hk), d, r);
+                    [pieces(&out), lse_pieces, pieces(&dq), kv_pieces(&dk), kv_pieces(&dv)]
                 })
                 .collect()
         };

@@ -67,6 +67,9 @@ pub struct DistPlan {
     pub spec: GpuSpec,
     pub batch: usize,
     pub heads: usize,
+    /// K/V heads ([`DistPlan::with_kv_heads`]; `heads` unless grouped-query): K, V and
+    /// their gradients are pieces of `kv_heads` heads, and that is what travels.
+    pub kv_heads: usize,
     pub head_dim: usize,
     pieces: Vec<Vec<Piece>>,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
@@ -80,9 +83,9 @@ pub struct DistPlan {
 struct KeptRows {
     /// Which launches (dilated branches) some query piece of the rank needs.
     live: Vec<bool>,
-    /// The head rows those launches keep, when fewer than all (see
+    /// The K/V head rows those launches keep, when fewer than all (see
     /// [`DistPlan::kept_rows`]). Built on first use: a rank asks only for the lists it
-    /// sends or receives (2P of the P^2), each `batch * rows * heads` long.
+    /// sends or receives (2P of the P^2), each `batch * rows * kv_heads` long.
     rows: OnceLock<Option<Vec<u32>>>,
 }
 
@@ -101,8 +104,17 @@ impl DistPlan {
             }
             pieces.push(mine);
         }
-        let mut plan =
-            DistPlan { chunks, spec, batch, heads, head_dim, pieces, needed: vec![vec![]; p], kept: vec![vec![]; p] };
+        let mut plan = DistPlan {
+            chunks,
+            spec,
+            batch,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            pieces,
+            needed: vec![vec![]; p],
+            kept: vec![vec![]; p],
+        };
         for r in 0..p {
             for src in 0..p {
                 // Per key piece: which launches (dilated branches) some query piece needs.
@@ -127,37 +139,70 @@ impl DistPlan {
         Ok(plan)
     }
 
-    /// The head rows of piece `kj` of `src` that the live branches keep, as indices of
-    /// `d`-vectors in the piece tensor: `(b * rows + i) * heads + h`, ascending. `None`
-    /// when that is every head row, or the pattern is not dilated, or a live branch has
-    /// dilation 1 (it keeps every row).
+    /// Grouped-query attention: K, V (and dK, dV) at `kv_heads` heads, query head `h`
+    /// reading K/V head `h / (heads / kv_heads)`. Every K/V transfer of the ring then
+    /// moves `kv_heads / heads` of the multi-head volume. Errors: `kv_heads` 0 or not
+    /// dividing `heads`.
+    pub fn with_kv_heads(self, kv_heads: usize) -> DistResult<Self> {
+        crate::launch::validate_kv_heads(self.heads, kv_heads)?;
+        // Kept-row lists are per K/V head: drop any built for the old count.
+        let kept = self
+            .kept
+            .into_iter()
+            .map(|by_src| {
+                by_src
+                    .into_iter()
+                    .map(|pieces| {
+                        pieces.into_iter().map(|k| KeptRows { live: k.live, rows: OnceLock::new() }).collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(DistPlan { kv_heads, kept, ..self })
+    }
+
+    /// Query heads per K/V head.
+    pub fn kv_group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+
+    /// The K/V head rows of piece `kj` of `src` that the live branches keep, as indices
+    /// of `d`-vectors in the K/V piece tensor: `(b * rows + i) * kv_heads + g`, ascending.
+    /// A K/V head's row is kept when a live branch keeps it for some query head of its
+    /// group (offsets stay per query head). `None` when that is every head row, or the
+    /// pattern is not dilated, or a live branch has dilation 1 (it keeps every row).
     fn kept_entries(&self, src: usize, kj: usize, live: &[bool]) -> Option<Vec<u32>> {
         let GpuPattern::Dilated(d) = &self.spec.pattern else { return None };
         let branches: Vec<_> = d.branches.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
             return None;
         }
-        let (n, piece, heads) = (self.seq_len(), self.pieces[src][kj], self.heads);
-        if self.batch * piece.rows * heads > u32::MAX as usize {
+        let (n, piece, heads, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.heads, self.kv_heads);
+        if self.batch * piece.rows * kv_heads > u32::MAX as usize {
             return None;
         }
-        // Per head, the (segment, dilation, offset) of each live branch; segments clamped
-        // to the sequence as the launches clamp them.
-        let rules: Vec<Vec<(usize, usize, usize)>> = (0..heads)
-            .map(|h| branches.iter().map(|b| (b.segment.min(n), b.dilation, d.offset(b, h, heads))).collect())
+        // Per K/V head, the (segment, dilation, offset) of each live branch for each query
+        // head of its group; segments clamped to the sequence as the launches clamp them.
+        let group = self.kv_group();
+        let rules: Vec<Vec<(usize, usize, usize)>> = (0..kv_heads)
+            .map(|g| {
+                (g * group..(g + 1) * group)
+                    .flat_map(|h| branches.iter().map(move |b| (b.segment.min(n), b.dilation, d.offset(b, h, heads))))
+                    .collect()
+            })
             .collect();
         let mut out = Vec::new();
         for bi in 0..self.batch {
             for i in 0..piece.rows {
                 let pos = piece.start + i * piece.stride;
-                for (h, rule) in rules.iter().enumerate() {
+                for (g, rule) in rules.iter().enumerate() {
                     if rule.iter().any(|&(w, r, o)| (pos % w) % r == o) {
-                        out.push(((bi * piece.rows + i) * heads + h) as u32);
+                        out.push(((bi * piece.rows + i) * kv_heads + g) as u32);
                     }
                 }
             }
         }
-        (out.len() < self.batch * piece.rows * heads).then_some(out)
+        (out.len() < self.batch * piece.rows * kv_heads).then_some(out)
     }
 
     pub fn ranks(&self) -> usize {
@@ -172,22 +217,38 @@ impl DistPlan {
         &self.pieces[rank]
     }
 
-    /// `[batch, rows, heads, head_dim]` of piece `i` of `rank`.
+    /// `[batch, rows, heads, head_dim]` of query-side piece `i` of `rank` (q, out, d_out, dq).
     pub fn piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
         [self.batch, self.pieces[rank][i].rows, self.heads, self.head_dim]
     }
 
-    /// Elements of one `[batch, rows, heads, head_dim]` tensor of each piece of `rank`.
+    /// Elements of one query-side `[batch, rows, heads, head_dim]` tensor of each piece of `rank`.
     pub fn piece_lens(&self, rank: usize) -> Vec<usize> {
         self.pieces[rank].iter().map(|p| self.batch * p.rows * self.heads * self.head_dim).collect()
+    }
+
+    /// `[batch, rows, kv_heads, head_dim]` of K/V-side piece `i` of `rank` (k, v, dk, dv).
+    pub fn kv_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
+        [self.batch, self.pieces[rank][i].rows, self.kv_heads, self.head_dim]
+    }
+
+    /// Elements of one K/V-side tensor of each piece of `rank`.
+    pub fn kv_piece_lens(&self, rank: usize) -> Vec<usize> {
+        self.pieces[rank].iter().map(|p| self.batch * p.rows * self.kv_heads * self.head_dim).collect()
     }
 
     /// Shape and kernel positions of the launch of query piece `qi` of `r` over key piece
     /// `kj` of `src`.
     pub fn pair(&self, r: usize, qi: usize, src: usize, kj: usize) -> (Shape, Chunk) {
         let (qp, kp) = (self.pieces[r][qi], self.pieces[src][kj]);
-        let shape =
-            Shape { batch: self.batch, heads: self.heads, kv_heads: self.heads, head_dim: self.head_dim, q_rows: qp.rows, k_rows: kp.rows };
+        let shape = Shape {
+            batch: self.batch,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            q_rows: qp.rows,
+            k_rows: kp.rows,
+        };
         let chunk =
             Chunk { q_stride: qp.stride, k_stride: kp.stride, ..Chunk::new(qp.start, kp.start, self.seq_len()) };
         (shape, chunk)
@@ -206,10 +267,10 @@ impl DistPlan {
         k
     }
 
-    /// The head rows of piece `kj` of `src` that `dst` needs, when fewer than all: for a
-    /// LongNet pattern, the rows kept by the branches that reach across the two ranks
-    /// (the others stay home), for each head its own offset. Indices of `d`-vectors in the
-    /// piece tensor, `(b * rows + i) * heads + h`, ascending. The pattern-aware plan sends
+    /// The K/V head rows of piece `kj` of `src` that `dst` needs, when fewer than all: for
+    /// a LongNet pattern, the rows kept by the branches that reach across the two ranks
+    /// (the others stay home), for each query head its own offset. Indices of
+    /// `d`-vectors in the K/V piece tensor, `(b * rows + i) * kv_heads + g`, ascending. The pattern-aware plan sends
     /// only these (a gather into a send buffer) and the receiver scatters them into a
     /// zeroed piece: every row a kernel reads is there (the kernels read only kept rows of
     /// the branches they launch), and dK/dV contributions of the other rows are exactly
@@ -224,7 +285,7 @@ impl DistPlan {
 
     /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.
     pub fn sent_len(&self, dst: usize, src: usize, kj: usize) -> usize {
-        self.kept_rows(dst, src, kj).map_or(self.piece_lens(src)[kj], |k| k.len() * self.head_dim)
+        self.kept_rows(dst, src, kj).map_or(self.kv_piece_lens(src)[kj], |k| k.len() * self.head_dim)
     }
 
     /// Key/value elements (K and V together) that `src` sends `dst` under the
@@ -235,19 +296,28 @@ impl DistPlan {
     }
 
     /// Key/value elements a rank sends in the forward dense ring:
-    /// `sum_{s=1}^{P-1} 2 B H d n_{(r-s+1) mod P} = 2 B H d (N - n_{r+1})`.
+    /// `sum_{s=1}^{P-1} 2 B H_kv d n_{(r-s+1) mod P} = 2 B H_kv d (N - n_{r+1})`.
     pub fn ring_volume(&self, rank: usize) -> usize {
         let p = self.ranks();
         if p == 1 {
             return 0;
         }
-        2 * self.batch * self.heads * self.head_dim * (self.seq_len() - self.chunks.tokens((rank + 1) % p).len())
+        2 * self.batch * self.kv_heads * self.head_dim * (self.seq_len() - self.chunks.tokens((rank + 1) % p).len())
     }
 
     /// Split a host tensor `[batch, seq, heads, dim]` (global token order) into the pieces
     /// of `rank`, each `[batch, rows, heads, dim]`.
     pub fn scatter<T: Copy>(&self, x: &[T], dim: usize, rank: usize) -> Vec<Vec<T>> {
-        let (b, n, h) = (self.batch, self.seq_len(), self.heads);
+        self.scatter_heads(x, self.heads, dim, rank)
+    }
+
+    /// [`DistPlan::scatter`] of a K/V-side tensor `[batch, seq, kv_heads, dim]`.
+    pub fn scatter_kv<T: Copy>(&self, x: &[T], dim: usize, rank: usize) -> Vec<Vec<T>> {
+        self.scatter_heads(x, self.kv_heads, dim, rank)
+    }
+
+    fn scatter_heads<T: Copy>(&self, x: &[T], h: usize, dim: usize, rank: usize) -> Vec<Vec<T>> {
+        let (b, n) = (self.batch, self.seq_len());
         let tokens = self.chunks.tokens(rank);
         self.pieces[rank]
             .iter()
@@ -267,7 +337,16 @@ impl DistPlan {
     /// The inverse of [`DistPlan::scatter`]: write the pieces of `rank` into the global
     /// `[batch, seq, heads, dim]` tensor `x`.
     pub fn gather_into<T: Copy>(&self, x: &mut [T], dim: usize, rank: usize, pieces: &[Vec<T>]) {
-        let (b, n, h) = (self.batch, self.seq_len(), self.heads);
+        self.gather_heads_into(x, self.heads, dim, rank, pieces)
+    }
+
+    /// [`DistPlan::gather_into`] of K/V-side pieces (dK, dV) into `[batch, seq, kv_heads, dim]`.
+    pub fn gather_kv_into<T: Copy>(&self, x: &mut [T], dim: usize, rank: usize, pieces: &[Vec<T>]) {
+        self.gather_heads_into(x, self.kv_heads, dim, rank, pieces)
+    }
+
+    fn gather_heads_into<T: Copy>(&self, x: &mut [T], h: usize, dim: usize, rank: usize, pieces: &[Vec<T>]) {
+        let (b, n) = (self.batch, self.seq_len());
         let tokens = self.chunks.tokens(rank);
         for (p, data) in self.pieces[rank].iter().zip(pieces) {
             for bi in 0..b {
@@ -356,6 +435,42 @@ mod tests {
         }
     }
 
+    /// Grouped-query attention: K/V pieces and every K/V volume at `kv_heads` heads;
+    /// query pieces and needed pairs as in multi-head attention.
+    #[test]
+    fn grouped_query_plans_move_kv_heads() {
+        let causal = GpuSpec::new(GpuPattern::Dense).causal(true);
+        let mha = DistPlan::new(ChunkPlan::new(256, 2, &Layout::Zigzag).unwrap(), causal, 1, 8, 64).unwrap();
+        let gqa = mha.clone().with_kv_heads(2).unwrap();
+        assert_eq!(
+            (gqa.kv_group(), gqa.piece_dims(0, 0), gqa.kv_piece_dims(0, 0)),
+            (4, [1, 64, 8, 64], [1, 64, 2, 64])
+        );
+        for r in 0..2 {
+            assert_eq!(gqa.piece_lens(r), mha.piece_lens(r));
+            assert_eq!(gqa.kv_piece_lens(r).iter().map(|x| x * 4).collect::<Vec<_>>(), mha.piece_lens(r));
+            assert_eq!(4 * gqa.ring_volume(r), mha.ring_volume(r));
+            for src in 0..2 {
+                assert_eq!(gqa.needed(r, src), mha.needed(r, src));
+                assert_eq!(4 * gqa.pattern_volume(r, src), mha.pattern_volume(r, src));
+            }
+        }
+        assert_eq!(gqa.pair(1, 0, 0, 1).0.kv_heads, 2);
+        for (kv_heads, msg) in [(0, "`kv_heads` is 0"), (3, "kv_heads = 3 does not divide heads = 8")] {
+            let e = mha.clone().with_kv_heads(kv_heads).unwrap_err().to_string();
+            assert!(e.contains(msg), "{e}");
+        }
+        // Scatter and gather of K/V-side tensors use the K/V head count.
+        let x: Vec<u32> = (0..256 * 2 * 3).collect();
+        let mut y = vec![0; x.len()];
+        for r in 0..2 {
+            let pieces = gqa.scatter_kv(&x, 3, r);
+            assert_eq!(pieces.iter().map(Vec::len).sum::<usize>(), 128 * 2 * 3);
+            gqa.gather_kv_into(&mut y, 3, r, &pieces);
+        }
+        assert_eq!(x, y);
+    }
+
     #[test]
     fn runs_take_the_longest_constant_step() {
         let piece = |local, rows, start, stride| Piece { local, rows, start, stride };
@@ -428,14 +543,18 @@ mod tests {
     #[test]
     fn kept_rows_hold_every_key_another_rank_attends() {
         use ringdil_reference::pattern::key_counts;
-        let (n, ranks, heads, batch) = (300, 3, 3, 2);
+        let (n, ranks, heads, batch) = (300, 3, 6, 2);
         let d = Dilated::longnet(&[(32, 2), (128, 4), (300, 8)]);
         let mut lists = 0;
-        for layout in [Layout::Contiguous, Layout::Zigzag, Layout::Striped] {
+        let layouts = [Layout::Contiguous, Layout::Zigzag, Layout::Striped];
+        for (layout, kv_heads) in layouts.into_iter().flat_map(|l| [6, 2, 1].map(|kv| (l.clone(), kv))) {
+            let group = heads / kv_heads;
             for causal in [false, true] {
                 let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(causal);
                 let reference = spec.to_reference();
-                let p = DistPlan::new(ChunkPlan::new(n, ranks, &layout).unwrap(), spec, batch, heads, 64).unwrap();
+                let p = DistPlan::new(ChunkPlan::new(n, ranks, &layout).unwrap(), spec, batch, heads, 64)
+                    .and_then(|p| p.with_kv_heads(kv_heads))
+                    .unwrap();
                 for r in 0..ranks {
                     for src in (0..ranks).filter(|&s| s != r) {
                         for (kj, piece) in p.pieces(src).iter().enumerate() {
@@ -450,7 +569,7 @@ mod tests {
                                             continue;
                                         }
                                         for bi in 0..batch {
-                                            let e = ((bi * piece.rows + i) * heads + h) as u32;
+                                            let e = ((bi * piece.rows + i) * kv_heads + h / group) as u32;
                                             assert!(
                                                 kept.binary_search(&e).is_ok(),
                                                 "{layout:?} causal={causal}: q {q} h {h} needs key {k} of rank {src}"

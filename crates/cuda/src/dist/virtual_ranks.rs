@@ -68,8 +68,8 @@ impl<'a> VirtualRanks<'a> {
         self.check("virtual ranks' d_out", dout.len())?;
         let p = self.plan.ranks();
         let mut dq: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
-        let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
-        let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
         for s in 0..p {
             for r in 0..p {
                 let src = (r + p - s) % p;

@@ -66,7 +66,15 @@ pub fn report(
     writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, step * 1e3).unwrap();
     let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
     for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
-        let pr = Problem { batch: 1, heads: HEADS, head_dim: DIM, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 };
+        let pr = Problem {
+            batch: 1,
+            heads: HEADS,
+            kv_heads: HEADS,
+            head_dim: DIM,
+            seq_len: n,
+            pair_fraction: 0.5,
+            moved_fraction: 1.0,
+        };
         let d = choose(&pr, p, speeds);
         writeln!(out, "| {n} | {:?} | {} | {} | {} |", d.choice, f(d.single_s), f(d.ring_s), f(d.gather_s)).unwrap();
     }

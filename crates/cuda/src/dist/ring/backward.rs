@@ -31,14 +31,14 @@ impl DistRank<'_> {
                 got: vec![out.len(), dout.len()],
             });
         }
-        let qlens = plan.piece_lens(me);
+        let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
         match schedule {
             Kind::Ring => {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
                 let mut cur: Option<Block> = None;
-                let mut dk = zeros(gpu, &qlens)?;
-                let mut dv = zeros(gpu, &qlens)?;
+                let mut dk = zeros(gpu, &kvlens)?;
+                let mut dv = zeros(gpu, &kvlens)?;
                 for s in 0..p {
                     let src = (me + p - s) % p;
                     let (ck, cv) = match &cur {
@@ -61,7 +61,7 @@ impl DistRank<'_> {
                     if p > 1 {
                         // Pass the accumulators on; after the last step they go home (to r + 1).
                         let target = if s + 1 < p { nsrc } else { me };
-                        let lens = plan.piece_lens(target);
+                        let lens = plan.kv_piece_lens(target);
                         let st = self.comm.stream();
                         // SAFETY: fully written by the receive.
                         let mut rdk: Vec<CudaSlice<f32>> =
@@ -79,8 +79,8 @@ impl DistRank<'_> {
                 Ok(RankGrads { dq, dk, dv })
             }
             Kind::PatternRing | Kind::AllGather => {
-                let mut dk = zeros(gpu, &qlens)?;
-                let mut dv = zeros(gpu, &qlens)?;
+                let mut dk = zeros(gpu, &kvlens)?;
+                let mut dv = zeros(gpu, &kvlens)?;
                 // Own block first (no transfer).
                 self.compute.backward(
                     gpu,
@@ -122,7 +122,7 @@ impl DistRank<'_> {
                     };
                     let which: Vec<usize> =
                         kv.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i).collect();
-                    let lens = plan.piece_lens(src);
+                    let lens = plan.kv_piece_lens(src);
                     let mut sdk = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
                     let mut sdv = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
                     {
@@ -168,7 +168,7 @@ impl DistRank<'_> {
                     // Reduce-scatter by hand: each block's contributions go to its owner.
                     let mut recv_from: Vec<(usize, GradPieces)> = Vec::new();
                     for o in (0..p).filter(|&o| o != me) {
-                        recv_from.push((o, (self.recv_f32(&qlens)?, self.recv_f32(&qlens)?)));
+                        recv_from.push((o, (self.recv_f32(&kvlens)?, self.recv_f32(&kvlens)?)));
                     }
                     {
                         let sends: Vec<_> = returns
@@ -183,7 +183,7 @@ impl DistRank<'_> {
                             .collect();
                         self.comm.exchange(&sends, &mut recvs)?;
                     }
-                    let all: Vec<usize> = (0..qlens.len()).collect();
+                    let all: Vec<usize> = (0..kvlens.len()).collect();
                     for (_, (a, b)) in recv_from {
                         self.add_pieces(&mut dk, &mut dv, None, &all, a, b)?;
                     }

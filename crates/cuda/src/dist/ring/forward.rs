@@ -32,7 +32,7 @@ impl DistRank<'_> {
                 // Zeroed stand-ins with the source's piece shapes: same launches, no transfer.
                 let block = (0..plan.pieces(src).len())
                     .map(|kj| {
-                        let dims = plan.piece_dims(src, kj);
+                        let dims = plan.kv_piece_dims(src, kj);
                         let n = dims.iter().product::<usize>();
                         Ok((
                             DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims },

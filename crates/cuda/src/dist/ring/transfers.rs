@@ -57,7 +57,8 @@ impl DistRank<'_> {
         next: usize,
         prev: usize,
     ) -> DistResult<Block> {
-        let dims: Vec<[usize; 4]> = (0..self.plan.pieces(src).len()).map(|kj| self.plan.piece_dims(src, kj)).collect();
+        let dims: Vec<[usize; 4]> =
+            (0..self.plan.pieces(src).len()).map(|kj| self.plan.kv_piece_dims(src, kj)).collect();
         let mut bufs = dims.iter().map(|d| self.recv_pair(d.iter().product())).collect::<DistResult<Vec<_>>>()?;
         let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, &k.data, &v.data)).collect();
         let mut recv: Vec<_> = bufs.iter_mut().map(|(k, v)| (prev, k, v)).collect();
@@ -100,7 +101,7 @@ impl DistRank<'_> {
         for kj in plan.needed_pieces(me, src) {
             let (k, v) = self.recv_pair(plan.sent_len(me, src, kj))?;
             let packed = plan.kept_rows(me, src, kj).is_some();
-            arrivals[kj] = Some(Arrival { k, v, dims: plan.piece_dims(src, kj), packed });
+            arrivals[kj] = Some(Arrival { k, v, dims: plan.kv_piece_dims(src, kj), packed });
         }
         let mut recv: Vec<_> = arrivals.iter_mut().flatten().map(|a| (src, &mut a.k, &mut a.v)).collect();
         if !send.is_empty() || !recv.is_empty() {
@@ -138,7 +139,7 @@ impl DistRank<'_> {
         let mut bufs: Vec<Vec<(CudaSlice<u16>, CudaSlice<u16>)>> = Vec::with_capacity(p);
         for o in 0..p {
             let n = if o == me { 0 } else { plan.pieces(o).len() };
-            bufs.push((0..n).map(|kj| self.recv_pair(plan.piece_lens(o)[kj])).collect::<DistResult<_>>()?);
+            bufs.push((0..n).map(|kj| self.recv_pair(plan.kv_piece_lens(o)[kj])).collect::<DistResult<_>>()?);
         }
         let send: Vec<_> = (0..p)
             .filter(|&o| o != me)
@@ -156,7 +157,7 @@ impl DistRank<'_> {
                     b.into_iter()
                         .enumerate()
                         .map(|(kj, (k, v))| {
-                            let dims = plan.piece_dims(o, kj);
+                            let dims = plan.kv_piece_dims(o, kj);
                             Some((DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }))
                         })
                         .collect()

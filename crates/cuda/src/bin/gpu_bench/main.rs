@@ -13,7 +13,7 @@
 //! through `RINGDIL_CUDA_SOURCE`).
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
-//! head_dim in {64, 128}, causal and not. TFLOP/s counts `4 * b * h * n^2 * d` for the
+//! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
@@ -25,6 +25,8 @@ use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use serde_json::{Value, json};
 use std::fmt::Write;
+
+mod gqa;
 
 const TOKENS: usize = 16384;
 const HIDDEN: usize = 2048;
@@ -65,12 +67,18 @@ impl HostInputs {
         HostInputs([1, 2, 3, 4].map(|seed| rounded_bits(TOKENS * HIDDEN, Dtype::Bf16, &mut SplitMix64::new(seed))))
     }
 
-    /// The first `shape.q_len()` of each (the benchmark's shapes hold at most TOKENS * HIDDEN).
+    /// The first `shape.q_len()` of q and dO, the first `shape.k_len()` of k and v (the
+    /// benchmark's shapes hold at most TOKENS * HIDDEN elements).
     fn upload(&self, gpu: &Gpu, shape: &Shape) -> Inputs {
-        let dims = [shape.batch, shape.q_rows, shape.heads, shape.head_dim];
         assert!(shape.q_len() <= TOKENS * HIDDEN, "benchmark shapes hold at most TOKENS * HIDDEN elements");
-        let [q, k, v, dout] = self.0.each_ref().map(|bits| gpu.upload(&bits[..shape.q_len()], dims).expect("upload"));
-        Inputs { q, k, v, dout }
+        let [q, k, v, dout] = &self.0;
+        let put = |bits: &[u16], dims: [usize; 4]| gpu.upload(&bits[..dims.iter().product()], dims).expect("upload");
+        Inputs {
+            q: put(q, shape.q_dims()),
+            k: put(k, shape.k_dims()),
+            v: put(v, shape.k_dims()),
+            dout: put(dout, shape.q_dims()),
+        }
     }
 }
 
@@ -216,8 +224,10 @@ fn main() {
         dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms,
             "equal_work_dense_ms": equal_ms}));
     }
+    let gqa_rows = gqa::rows(&gpu, &host, &torch, &mut md);
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
-        "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated}});
+        "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
+        "gqa": gqa_rows});
     if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
     }

@@ -17,7 +17,8 @@
 //!   the (query piece, key piece) pair is in `needed`, the key piece in `needed_pieces`,
 //!   and when only some head rows travel (`kept_rows`) the key's row is among them;
 //! * (d) [`kept_rows_are_rows_a_branch_keeps`]: the docs' claim that `kept_rows` lists
-//!   rows kept by the dilated branches (no other rows travel packed), and nothing but
+//!   rows kept by the dilated branches (no other rows travel packed; under grouped-query
+//!   attention a K/V head row kept for some query head of its group), and nothing but
 //!   whole pieces for the other patterns. (The plan claims no minimality for whole
 //!   pieces: tile granularity may send a piece no query attends, see `layout.rs`.)
 //!
@@ -69,6 +70,8 @@ struct Case {
     ranks: usize,
     batch: usize,
     heads: usize,
+    /// A divisor of `heads` (grouped-query attention when smaller).
+    kv_heads: usize,
     layout: Layout,
     causal: bool,
     key_lengths: Option<Vec<usize>>,
@@ -95,7 +98,9 @@ impl Case {
 
     fn plan(&self) -> Result<DistPlan, String> {
         let chunks = ChunkPlan::new(self.n, self.ranks, &self.layout).map_err(|e| format!("chunk plan: {e}"))?;
-        DistPlan::new(chunks, self.spec(), self.batch, self.heads, HEAD_DIM).map_err(|e| format!("DistPlan::new: {e}"))
+        DistPlan::new(chunks, self.spec(), self.batch, self.heads, HEAD_DIM)
+            .and_then(|p| p.with_kv_heads(self.kv_heads))
+            .map_err(|e| format!("DistPlan::new: {e}"))
     }
 }
 
@@ -205,18 +210,25 @@ fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
 }
 
 /// Any case: `n` in `1..=48` or `49..=320` (one to five 64-row tiles), `P` in `1..=6`,
-/// every layout, batch 1..=2, heads 1..=4, causal or not, key padding sometimes, any
-/// GPU pattern.
+/// every layout, batch 1..=2, heads 1..=4 over any divisor as K/V heads, causal or not,
+/// key padding sometimes, any GPU pattern.
 fn any_case(rng: &mut SplitMix64) -> Case {
     let n = if chance(rng, 50) { rng.range(1, 48) } else { rng.range(49, 320) };
     let ranks = rng.range(1, 6);
     let batch = rng.range(1, 2);
     let heads = rng.range(1, 4);
+    let kv_heads = divisor(rng, heads);
     let layout = random_layout(rng, n, ranks);
     let causal = chance(rng, 50);
     let key_lengths = chance(rng, 30).then(|| (0..batch).map(|_| rng.range(0, n)).collect());
     let pat = random_pattern(rng, n);
-    Case { n, ranks, batch, heads, layout, causal, key_lengths, pat }
+    Case { n, ranks, batch, heads, kv_heads, layout, causal, key_lengths, pat }
+}
+
+/// A random divisor of `n`.
+fn divisor(rng: &mut SplitMix64, n: usize) -> usize {
+    let all: Vec<usize> = (1..=n).filter(|d| n % d == 0).collect();
+    all[rng.range(0, all.len() - 1)]
 }
 
 /// A LongNet case whose short last segment straddles a rank boundary (the GPU twin of
@@ -240,8 +252,9 @@ fn short_last_segment_case(rng: &mut SplitMix64) -> (Case, usize) {
     let extra = rng.range(0, 2);
     branches.extend(random_branches(rng, n + 8, extra, 2));
     let (batch, heads, causal) = (rng.range(1, 2), rng.range(1, 4), chance(rng, 50));
+    let kv_heads = divisor(rng, heads);
     let pat = Pat::Dilated(branches);
-    (Case { n, ranks, batch, heads, layout: Layout::Boundaries(b), causal, key_lengths: None, pat }, a)
+    (Case { n, ranks, batch, heads, kv_heads, layout: Layout::Boundaries(b), causal, key_lengths: None, pat }, a)
 }
 
 // ---------------------------------------------------------------------------------
@@ -396,7 +409,9 @@ fn check_needed_and_kept(case: &Case, from: usize) -> Result<usize, String> {
                         let Some(kept) = plan.kept_rows(r, src, kj) else { continue };
                         let piece_rows = plan.pieces(src)[kj].rows;
                         for b in rows {
-                            let e = ((b * piece_rows + i) * case.heads + h) as u32;
+                            // K/V head rows: query head h reads K/V head h / group.
+                            let kvh = h / (case.heads / case.kv_heads);
+                            let e = ((b * piece_rows + i) * case.kv_heads + kvh) as u32;
                             ensure!(
                                 kept.binary_search(&e).is_ok(),
                                 "key {k} (rank {src} piece {kj} row {i}), head {h}, batch {b}: attended by query {q} \
@@ -429,7 +444,8 @@ fn pieces_partition_the_sequence() {
 /// (b) A rank's pieces, read in local order (`local` counting up from 0, rows
 /// `start + i stride`), are exactly the rows the layout's documented rule assigns it,
 /// in its order: a piece that drops or gains a row fails here by name, an empty rank
-/// has no piece; `piece_dims` / `piece_lens` are `[batch, rows, heads, head_dim]`.
+/// has no piece; `piece_dims` / `piece_lens` are `[batch, rows, heads, head_dim]`, `kv_piece_dims` /
+/// `kv_piece_lens` `[batch, rows, kv_heads, head_dim]`.
 #[test]
 fn pieces_hold_exactly_the_rows_the_layout_assigns() {
     for_cases(512, any_case, |case| {
@@ -444,6 +460,9 @@ fn pieces_hold_exactly_the_rows_the_layout_assigns() {
                 let dims = [case.batch, p.rows, case.heads, HEAD_DIM];
                 ensure!(plan.piece_dims(r, i) == dims, "rank {r} piece {i}: dims {:?}", plan.piece_dims(r, i));
                 ensure!(plan.piece_lens(r)[i] == dims.iter().product::<usize>(), "rank {r} piece {i}: len");
+                let kv = [case.batch, p.rows, case.kv_heads, HEAD_DIM];
+                ensure!(plan.kv_piece_dims(r, i) == kv, "rank {r} piece {i}: K/V dims {:?}", plan.kv_piece_dims(r, i));
+                ensure!(plan.kv_piece_lens(r)[i] == kv.iter().product::<usize>(), "rank {r} piece {i}: K/V len");
             }
             ensure!(plan.piece_lens(r).len() == plan.pieces(r).len(), "rank {r}: one len per piece");
             ensure!(&got == want, "rank {r}: pieces hold rows {got:?}, the layout assigns {want:?}");
@@ -575,15 +594,20 @@ fn kept_rows_are_rows_a_branch_keeps() {
                     ensure!(plan.sent_len(r, src, kj) == kept.len() * HEAD_DIM, "sent_len({r}, {src}, {kj})");
                     for &e in kept {
                         let e = e as usize;
-                        let (h, i, b) = (e % case.heads, e / case.heads % p.rows, e / case.heads / p.rows);
+                        let hk = case.kv_heads;
+                        let (g, i, b) = (e % hk, e / hk % p.rows, e / hk / p.rows);
                         ensure!(b < case.batch, "kept_rows({r}, {src}, {kj}): entry {e} out of range");
                         let t = p.start + i * p.stride;
-                        let kept_by_a_branch = dilated
-                            .iter()
-                            .any(|&(w, rate, rule)| branch_keeps(w, rate, offset(rule, rate, h, case.heads), t));
+                        // K/V head g serves query heads g * group .. (g + 1) * group.
+                        let group = case.heads / hk;
+                        let kept_by_a_branch = (g * group..(g + 1) * group).any(|h| {
+                            dilated
+                                .iter()
+                                .any(|&(w, rate, rule)| branch_keeps(w, rate, offset(rule, rate, h, case.heads), t))
+                        });
                         ensure!(
                             kept_by_a_branch,
-                            "kept_rows({r}, {src}, {kj}) lists token {t} head {h}, kept by no branch"
+                            "kept_rows({r}, {src}, {kj}) lists token {t} K/V head {g}, kept by no branch for its query heads"
                         );
                     }
                 }

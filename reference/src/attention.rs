@@ -2,6 +2,10 @@
 //! chunk of keys, and their backward passes.
 //!
 //! Tensors are `[batch, seq, heads, head_dim]`; the log-sum-exp is `[batch, heads, seq]`.
+//! `k` and `v` (and `dk`, `dv`) may have fewer heads than `q`: `H_kv` heads dividing
+//! the `H` of `q` is grouped-query attention, query head `h` reading K/V head
+//! `h / (H / H_kv)`, and the gradient of a K/V head is the sum over its query heads
+//! ([`Heads`], `docs/semantics.md` section 15). The head counts come from the shapes.
 //! A query row with no allowed key (a causal row under key padding, a dilated head that
 //! keeps no position of a short last segment, ...) has output 0 and LSE `-inf`; its
 //! gradient contributions are 0.
@@ -22,6 +26,7 @@ use crate::blocked::{Chunk, row_dots};
 use crate::check;
 use crate::error::Result;
 use crate::float::cast;
+use crate::heads::Heads;
 use crate::partial::Partial;
 use crate::spec::Spec;
 use ndarray::{Array3, Array4, ArrayView4, Axis, NdFloat};
@@ -34,7 +39,8 @@ pub struct Attention<T> {
     pub lse: Array3<T>,
 }
 
-/// Gradients with respect to `q`, `k` and `v`, shaped like them.
+/// Gradients with respect to `q`, `k` and `v`, shaped like them (`dk`, `dv` with the
+/// K/V heads of `k`, `v`, each the sum over the query heads of its group).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradients<T> {
     pub dq: Array4<T>,
@@ -97,7 +103,8 @@ impl<T: NdFloat> OutputGrad<T> {
     }
 }
 
-/// Check one chunk problem; returns `seq_len`-independent dims `[batch, nq, heads, d]`.
+/// Check one chunk problem: shapes (`k`, `v` with `H_kv` heads dividing the `H` of `q`),
+/// positions, finiteness and the spec.
 fn validate_chunk<T: NdFloat>(
     q: &ArrayView4<T>,
     q_pos: &[usize],
@@ -108,10 +115,11 @@ fn validate_chunk<T: NdFloat>(
     spec: &Spec,
 ) -> Result<()> {
     let [b, nq, h, d] = check::dims4("q", q)?;
-    let [_, nk, _, _] = check::dims4("k", k)?;
+    let [_, nk, h_kv, _] = check::dims4("k", k)?;
     let dv = check::dims4("v", v)?[3];
-    check::same_shape("k", &[b, nk, h, d], k.shape())?;
-    check::same_shape("v", &[b, nk, h, dv], v.shape())?;
+    check::same_shape("k", &[b, nk, h_kv, d], k.shape())?;
+    check::same_shape("v", &[b, nk, h_kv, dv], v.shape())?;
+    Heads::new(h, h_kv)?;
     check::same_shape("q positions", &[nq], &[q_pos.len()])?;
     check::same_shape("k positions", &[nk], &[k_pos.len()])?;
     check::positions("q positions", q_pos, seq_len)?;

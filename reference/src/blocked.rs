@@ -5,6 +5,12 @@
 //! a ring step or a key partition is any other case. Masks and dilation offsets are
 //! always computed from global positions, never from local row numbers.
 //!
+//! Heads are query heads. Under grouped-query attention (`k`, `v` with `H_kv` heads,
+//! `g = H / H_kv`) query head `h` reads the rows of K/V head `h / g` (patterns still
+//! ask about query head `h` of `H`), and the backward's `dK`, `dV` of a K/V head are
+//! the sum of its `g` query heads' contributions, added in ascending head order after
+//! all tasks are done, so the result does not depend on how rayon schedules them.
+//!
 //! Work is split into tasks `(batch, head, query rows)`. Inside a task, queries that
 //! share their pattern's key runs (or, failing that, neighbouring queries) are gathered
 //! into blocks of at most [`BLOCK_ROWS`] rows; a block's key columns are the union of its rows' keys, and a
@@ -55,6 +61,8 @@ pub(crate) struct Chunk<'a, T> {
     /// Global key position -> local key row, or `ABSENT`.
     local_of: Vec<u32>,
     scale: T,
+    /// Query heads per K/V head: query head `h` reads K/V head `h / group`.
+    group: usize,
 }
 
 impl<'a, T: NdFloat> Chunk<'a, T> {
@@ -72,7 +80,8 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
             local_of[global] = local as u32;
         }
         let scale = cast(spec.scale_for(q.dim().3));
-        Chunk { q, q_pos, k, v, k_pos, seq_len, spec, local_of, scale }
+        let group = q.dim().2 / k.dim().2;
+        Chunk { q, q_pos, k, v, k_pos, seq_len, spec, local_of, scale, group }
     }
 
     fn heads(&self) -> usize {
@@ -157,8 +166,9 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     /// function and are not checked.
     fn gather(&self, b: usize, h: usize, block: &Block<T>) -> std::result::Result<Gathered<T>, Fault> {
         let q = self.q.slice(s![b, .., h, ..]).select(Axis(0), &block.rows);
-        let k = self.k.slice(s![b, .., h, ..]).select(Axis(0), &block.cols);
-        let v = self.v.slice(s![b, .., h, ..]).select(Axis(0), &block.cols);
+        let kv = h / self.group;
+        let k = self.k.slice(s![b, .., kv, ..]).select(Axis(0), &block.cols);
+        let v = self.v.slice(s![b, .., kv, ..]).select(Axis(0), &block.cols);
         let scores = q.dot(&k.t()) * self.scale;
         if scores.iter().all(|x| x.is_finite()) {
             return Ok((q, k, v, scores));
@@ -234,7 +244,9 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     /// ```
     ///
     /// Returns this chunk's contributions `(dq, dk, dv)`; over a partition of the keys
-    /// the `dq`s add up and the `dk`, `dv` are the rows of the full gradient.
+    /// the `dq`s add up and the `dk`, `dv` are the rows of the full gradient. `dk`, `dv`
+    /// have the K/V heads: `dK_j = sum_{h : h / g = j} dK^{(h)}`, each query head's
+    /// `dK^{(h)}` formed in full first and the sum taken in ascending `h`.
     ///
     /// Every row that reaches a block has a key in this chunk, so the forward gave it a
     /// finite LSE; a `-inf` there means `lse` comes from another problem
@@ -302,8 +314,23 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
             dk.slice_mut(s![b, .., h, ..]).scaled_add(T::one(), &k_part);
             dvv.slice_mut(s![b, .., h, ..]).scaled_add(T::one(), &v_part);
         }
-        Ok((dq, dk, dvv))
+        Ok((dq, sum_groups(dk, self.group), sum_groups(dvv, self.group)))
     }
+}
+
+/// `[batch, rows, H, width]` per query head to `[batch, rows, H / group, width]`: head
+/// `j` of the result is `sum_{i < group} x[.., j group + i, ..]`, added in ascending
+/// order (a fixed order, so equal inputs give equal bits). `group = 1` returns `x`.
+fn sum_groups<T: NdFloat>(x: Array4<T>, group: usize) -> Array4<T> {
+    if group == 1 {
+        return x;
+    }
+    let (batch, rows, heads, width) = x.dim();
+    let mut sum = Array4::zeros((batch, rows, heads / group, width));
+    for (h, head) in x.axis_iter(Axis(2)).enumerate() {
+        sum.index_axis_mut(Axis(2), h / group).scaled_add(T::one(), &head);
+    }
+    sum
 }
 
 /// `(Q_b, K_u, V_u, S)` of a block.

@@ -26,6 +26,9 @@ pub enum Error {
     OffsetOutOfRange { branch: usize, offset: usize, dilation: usize },
     /// A dilated pattern with no branches.
     NoBranches,
+    /// Grouped-query attention with `kv_heads` K/V heads that do not divide the `heads`
+    /// query heads (each K/V head must serve the same number of query heads).
+    KvHeads { heads: usize, kv_heads: usize },
     /// Head-group combine needs at least one head per branch.
     TooFewHeads { heads: usize, branches: usize },
     /// A pattern parameter that must be positive is zero (block size, ...).
@@ -66,6 +69,10 @@ pub enum Error {
     BadRank { rank: usize, ranks: usize },
     /// A schedule names heads outside `0..heads`.
     BadHeads { start: usize, end: usize, heads: usize },
+    /// A schedule computes query heads `start..end` that cut a group of `group` query
+    /// heads sharing one K/V head and reach into the next group: such a range has no
+    /// uniform grouping of its own (see [`crate::Heads::runs_alone`]).
+    GroupSplit { start: usize, end: usize, group: usize },
     /// A schedule step needs a row that the rank does not hold.
     MissingRow { rank: usize, tensor: &'static str, token: usize, head: usize },
     /// After a phase, an accumulator row is left on a rank that does not own its token.
@@ -99,6 +106,11 @@ impl fmt::Display for Error {
             Error::NoBranches => {
                 write!(f, "dilated pattern: at least one (segment_length, dilation_rate) branch is required")
             }
+            Error::KvHeads { heads, kv_heads } => write!(
+                f,
+                "grouped-query attention: {kv_heads} K/V heads do not divide {heads} query heads; \
+                 the K/V head count must divide the query head count (k and v have the K/V heads)"
+            ),
             Error::TooFewHeads { heads, branches } => write!(
                 f,
                 "head_groups combine: {heads} heads cannot be split into {branches} non-empty groups (one per branch)"
@@ -156,6 +168,11 @@ impl fmt::Display for Error {
             Error::BadHeads { start, end, heads } => {
                 write!(f, "schedule: heads {start}..{end} are not a range inside 0..{heads}")
             }
+            Error::GroupSplit { start, end, group } => write!(
+                f,
+                "schedule: a compute over query heads {start}..{end} cuts a group of {group} query heads \
+                 that share one K/V head; it must cover whole groups or lie inside one group"
+            ),
             Error::MissingRow { rank, tensor, token, head } => {
                 write!(f, "schedule: rank {rank} needs {tensor} of token {token}, head {head}, but does not hold it")
             }

@@ -7,7 +7,9 @@
 //! since it is the oracle behind thousands of property-test cases and the GPU checks.
 //!
 //! * Layout: `[batch, seq, heads, head_dim]` for `q`, `k`, `v`, outputs and gradients;
-//!   `[batch, heads, seq]` for the log-sum-exp.
+//!   `[batch, heads, seq]` for the log-sum-exp. `k`, `v` (and `dk`, `dv`) may have
+//!   `H_kv` heads dividing the `H` of `q`: grouped-query attention ([`Heads`]; MQA is
+//!   `H_kv = 1`), with the head counts taken from the shapes.
 //! * Types: generic over `f32` and `f64` (`f64` is ground truth); bf16/f16 through
 //!   [`attention_low_precision`].
 //! * Scale: `1/sqrt(head_dim)` unless [`Spec::scale`] sets it.
@@ -31,6 +33,7 @@ mod check;
 pub mod compare;
 pub mod error;
 pub mod float;
+pub mod heads;
 pub mod partial;
 pub mod pattern;
 pub mod random;
@@ -43,6 +46,7 @@ pub use attention::{
 };
 pub use blocked::BLOCK_ROWS;
 pub use error::{Error, Result};
+pub use heads::Heads;
 pub use partial::Partial;
 pub use pattern::{KeyRun, Pattern};
 pub use spec::Spec;

@@ -6,21 +6,27 @@
 //! Simple and one collective per phase, but each rank holds all `N` keys: memory
 //! `O(N)`, not `O(N/P)`.
 //!
-//! # Volume (elements sent by rank `r`, `d_v = d`)
+//! # Volume (elements sent by rank `r`, `H_kv` K/V heads, `d_v = d`)
 //! ```text
-//!   forward:  2 B H d n_r (P - 1)                       (all-gather of K, V)
-//!   backward: 2 B H d n_r (P - 1) + 2 B H d (N - n_r)    (gather again, reduce-scatter dK, dV)
+//!   forward:  2 B H_kv d n_r (P - 1)                          (all-gather of K, V)
+//!   backward: 2 B H_kv d n_r (P - 1) + 2 B H_kv d (N - n_r)    (gather again, reduce-scatter dK, dV)
 //! ```
+//! Only K/V-side rows travel: `H_kv / H` of multi-head attention's volume.
 
 use super::chunking::ChunkPlan;
 use super::schedule::{Kind, Op, Schedule, Step, Tensor};
+use crate::heads::Heads;
 
-/// The all-gather schedule over `heads` heads for `chunks`.
-pub fn all_gather(chunks: &ChunkPlan, heads: usize) -> Schedule {
+/// The all-gather schedule over `heads` (a head count, or [`Heads`] for grouped-query
+/// attention) for `chunks`.
+pub fn all_gather(chunks: &ChunkPlan, heads: impl Into<Heads>) -> Schedule {
+    let counts = heads.into();
+    let heads = counts.query();
     Schedule {
         kind: Kind::AllGather,
         chunks: chunks.clone(),
         heads,
+        kv_heads: counts.kv(),
         forward: gather_steps(chunks, heads, false),
         backward: gather_steps(chunks, heads, true),
     }

@@ -13,11 +13,19 @@
 //! in head `h`). In the backward pass the received rows' `dK`, `dV` go back to their
 //! owner in the same step.
 //!
+//! Under grouped-query attention the messages are per K/V head `j`, carrying
+//! `need_kv(r, src, j)`, the union of its group's needs, and the compute covers the
+//! whole group (its query heads see only their own keys among them): minimal per K/V
+//! head.
+//!
 //! # Volume (elements, `d_v = d`)
 //! ```text
-//!   forward (received by r):  2 B d sum_{s != r} sum_h |need(r, s, h)|
+//!   forward (received by r):  2 B d sum_{s != r} sum_j |need_kv(r, s, j)|   (j over the H_kv K/V heads)
 //!   backward:                 twice that (K, V in; dK, dV back)
 //! ```
+//! With `H_kv = H` this is `sum_h |need(r, s, h)|`; for patterns whose needs are the same
+//! for every head of a group (dense, window, block sparse, causal, padding) it is
+//! `H_kv / H` of the multi-head volume.
 //! For a LongNet branch `(w, r)`: if every segment lies inside one rank the branch adds
 //! nothing; if segments span ranks, head `h` needs only the kept positions
 //! `a + o(h) + t r` of each segment it reaches, `~ 1/r` of a dense ring's rows.
@@ -26,15 +34,19 @@ use super::chunking::ChunkPlan;
 use super::needs::Needs;
 use super::schedule::{Kind, Op, Schedule, Skip, Step, Tensor};
 use crate::error::Result;
+use crate::heads::Heads;
 use crate::spec::Spec;
 
-/// The pattern-aware schedule of `spec` over `heads` heads for `chunks`.
-pub fn pattern_ring(chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
-    let needs = Needs::new(spec, chunks, heads)?;
+/// The pattern-aware schedule of `spec` over `heads` (a head count, or [`Heads`] for
+/// grouped-query attention) for `chunks`.
+pub fn pattern_ring(chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>) -> Result<Schedule> {
+    let counts = heads.into();
+    let needs = Needs::new(spec, chunks, counts)?;
     Ok(Schedule {
         kind: Kind::PatternRing,
         chunks: chunks.clone(),
-        heads,
+        heads: counts.query(),
+        kv_heads: counts.kv(),
         forward: plan_steps(chunks, &needs, false),
         backward: plan_steps(chunks, &needs, true),
     })

@@ -14,26 +14,33 @@
 //! diagonal, a sliding window or dilated segments that never reach `src`) is **skipped**
 //! and recorded in [`Step::skipped`]; the block still travels, since later ranks need it.
 //!
-//! # Volume (elements sent by rank `r`; `n_s` tokens on rank `s`, `H` heads, batch `B`)
+//! # Volume (elements sent by rank `r`; `n_s` tokens on rank `s`, `H_kv` K/V heads, batch `B`)
 //! ```text
-//!   forward:  sum_{s=1}^{P-1} 2 B H d n_{(r-s+1) mod P} = 2 B H d (N - n_{r+1})   ~ 2 B H d N (P-1)/P
-//!   backward: 4 B H d (N - n_{r+1}) + 2 B H d n_{r+1}          (P > 1; indices mod P)
+//!   forward:  sum_{s=1}^{P-1} 2 B H_kv d n_{(r-s+1) mod P} = 2 B H_kv d (N - n_{r+1})   ~ 2 B H_kv d N (P-1)/P
+//!   backward: 4 B H_kv d (N - n_{r+1}) + 2 B H_kv d n_{r+1}          (P > 1; indices mod P)
 //! ```
-//! (with `d_v = d`; `V`/`dV` rows are `B d_v`). Memory per rank is `O(n_r + max_s n_s)`.
+//! (with `d_v = d`; `V`/`dV` rows are `B d_v`). Only K/V-side rows travel, so
+//! grouped-query attention (`H_kv < H`) cuts every step's volume to `H_kv / H` of
+//! multi-head attention's. Memory per rank is `O(n_r + max_s n_s)`.
 
 use super::chunking::ChunkPlan;
 use super::needs::Needs;
 use super::schedule::{Kind, Op, Schedule, Skip, Step, Tensor};
 use crate::error::Result;
+use crate::heads::Heads;
 use crate::spec::Spec;
 
-/// The dense ring schedule of `spec` over `heads` heads for `chunks`.
-pub fn ring(chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
-    let needs = Needs::new(spec, chunks, heads)?;
+/// The dense ring schedule of `spec` over `heads` (a head count, or [`Heads`] for
+/// grouped-query attention) for `chunks`.
+pub fn ring(chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>) -> Result<Schedule> {
+    let counts = heads.into();
+    let needs = Needs::new(spec, chunks, counts)?;
+    let heads = counts.query();
     Ok(Schedule {
         kind: Kind::Ring,
         chunks: chunks.clone(),
         heads,
+        kv_heads: counts.kv(),
         forward: ring_steps(chunks, &needs, heads, false),
         backward: ring_steps(chunks, &needs, heads, true),
     })

@@ -11,9 +11,18 @@
 //! gone, and the receiver combines it into its own (online-softmax merge for `Out`,
 //! addition for gradients; a missing accumulator row is the identity). Moving is what
 //! makes every gradient contribution count exactly once.
+//!
+//! # Heads
+//! Head ranges in operations are ranges of *query* heads. Under grouped-query attention
+//! ([`Schedule::kv_heads`] `< heads`) the `K`, `V`, `DK`, `DV` rows an operation moves
+//! are those of the K/V heads its query heads read ([`Heads::kv_range`]); so a send of
+//! `K` for query heads `0..H` moves the rows of all `H_kv` K/V heads, `H_kv / H` of a
+//! multi-head send. A compute's query heads must cover whole groups or lie inside one
+//! group ([`Heads::runs_alone`]), so that it is grouped-query attention of its own.
 
 use super::chunking::ChunkPlan;
 use crate::error::{Error, Result};
+use crate::heads::Heads;
 use crate::pattern::KeyRun;
 use crate::spec::Spec;
 use serde::{Deserialize, Serialize};
@@ -62,13 +71,19 @@ impl Tensor {
     pub fn is_accumulator(self) -> bool {
         matches!(self, Tensor::Out | Tensor::DQ | Tensor::DK | Tensor::DV)
     }
+
+    /// Tensors with the K/V heads (`K`, `V`, `dK`, `dV`); the others have the query heads.
+    pub fn on_kv_heads(self) -> bool {
+        matches!(self, Tensor::K | Tensor::V | Tensor::DK | Tensor::DV)
+    }
 }
 
 /// One operation of a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
-    /// Rows `tensors x tokens x heads` go from `from` to `to`.
+    /// Rows `tensors x tokens x heads` go from `from` to `to` (`heads` are query heads;
+    /// K/V-side tensors move the K/V heads they read, see the module docs).
     Send { from: usize, to: usize, tensors: Vec<Tensor>, heads: Range<usize>, tokens: Vec<usize> },
     /// `rank` drops the rows `tensors x tokens x heads`.
     Free { rank: usize, tensors: Vec<Tensor>, heads: Range<usize>, tokens: Vec<usize> },
@@ -124,11 +139,13 @@ impl Kind {
         }
     }
 
-    /// The schedule of this kind for `chunks` and `heads` heads under `spec`. The pattern
+    /// The schedule of this kind for `chunks` and `heads` (a head count for multi-head
+    /// attention, or [`Heads`] for grouped-query attention) under `spec`. The pattern
     /// is validated for every kind, also for those whose steps do not read it
     /// (all-gather and Ulysses move every row), so a bad spec never yields a schedule.
-    pub fn build(self, chunks: &ChunkPlan, spec: &Spec, heads: usize) -> Result<Schedule> {
-        spec.pattern.validate(heads, chunks.seq_len)?;
+    pub fn build(self, chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>) -> Result<Schedule> {
+        let heads = heads.into();
+        spec.pattern.validate(heads.query(), chunks.seq_len)?;
         match self {
             Kind::Ring => super::ring(chunks, spec, heads),
             Kind::PatternRing => super::pattern_ring(chunks, spec, heads),
@@ -144,12 +161,15 @@ impl std::fmt::Display for Kind {
     }
 }
 
-/// A complete distributed schedule for one chunk plan and head count.
+/// A complete distributed schedule for one chunk plan and head counts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Schedule {
     pub kind: Kind,
     pub chunks: ChunkPlan,
+    /// Query heads `H`.
     pub heads: usize,
+    /// K/V heads `H_kv`, dividing `heads` (equal to it for multi-head attention).
+    pub kv_heads: usize,
     pub forward: Vec<Step>,
     pub backward: Vec<Step>,
 }
@@ -159,6 +179,11 @@ impl Schedule {
         self.chunks.ranks()
     }
 
+    /// The query and K/V heads, checked ([`Heads::new`]).
+    pub fn head_counts(&self) -> Result<Heads> {
+        Heads::new(self.heads, self.kv_heads)
+    }
+
     /// How many computes the schedule skipped (forward and backward).
     pub fn skipped(&self) -> usize {
         self.forward.iter().chain(&self.backward).map(|s| s.skipped.len()).sum()
@@ -166,11 +191,13 @@ impl Schedule {
 
     /// Check a schedule (built here or read back from JSON) against `spec`: ranks, heads
     /// and tokens in range, and every (query, key) pair that `spec` allows computed
-    /// **exactly once** in the forward phase and exactly once in the backward phase.
+    /// **exactly once** in the forward phase and exactly once in the backward phase,
+    /// each compute over whole head groups or inside one ([`Error::GroupSplit`]).
     /// Returns the first violation.
     pub fn validate(&self, spec: &Spec) -> Result<()> {
         self.chunks.validate()?;
         let (ranks, heads, n) = (self.ranks(), self.heads, self.chunks.seq_len);
+        let counts = self.head_counts()?;
         spec.pattern.validate(heads, n)?;
         for op in self.forward.iter().chain(&self.backward).flat_map(|s| &s.ops) {
             let (rank_list, head_range, token_lists): (Vec<usize>, &Range<usize>, Vec<&[usize]>) = match op {
@@ -185,6 +212,10 @@ impl Schedule {
             }
             if head_range.start > head_range.end || head_range.end > heads {
                 return Err(Error::BadHeads { start: head_range.start, end: head_range.end, heads });
+            }
+            if matches!(op, Op::Attend { .. } | Op::AttendBackward { .. }) && !counts.runs_alone(head_range) {
+                let (start, end) = (head_range.start, head_range.end);
+                return Err(Error::GroupSplit { start, end, group: counts.group() });
             }
             for (what, list) in ["tokens", "keys"].into_iter().zip(token_lists) {
                 crate::check::positions(what, list, n)?;
@@ -261,11 +292,13 @@ impl Op {
 
 impl Schedule {
     /// Elements each rank sends at each step, `[forward, backward][step][rank]`, read off
-    /// the `Send` operations alone for `batch` rows and widths `d`, `dv`: what a
-    /// [`super::Simulation`] measures, without needing tensors (so plans for long
-    /// sequences can be costed).
+    /// the `Send` operations alone for `batch` rows and widths `d`, `dv` (K/V-side rows
+    /// counted at the K/V heads): what a [`super::Simulation`] measures, without needing
+    /// tensors (so plans for long sequences can be costed).
     pub fn sent_elements(&self, batch: usize, d: usize, dv: usize) -> [Vec<Vec<usize>>; 2] {
         let ranks = self.ranks();
+        // Costing does not validate: a schedule whose kv_heads do not divide heads is costed as MHA.
+        let counts = self.head_counts().unwrap_or(Heads::mha(self.heads));
         [&self.forward, &self.backward].map(|steps| {
             steps
                 .iter()
@@ -273,8 +306,12 @@ impl Schedule {
                     let mut sent = vec![0; ranks];
                     for op in &step.ops {
                         if let Op::Send { from, tensors, heads, tokens, .. } = op {
-                            let width: usize = tensors.iter().map(|t| t.width(d, dv)).sum();
-                            sent[*from] += batch * tokens.len() * heads.len() * width;
+                            let kv_rows = counts.kv_range(heads).len();
+                            let row_elements: usize = tensors
+                                .iter()
+                                .map(|t| t.width(d, dv) * if t.on_kv_heads() { kv_rows } else { heads.len() })
+                                .sum();
+                            sent[*from] += batch * tokens.len() * row_elements;
                         }
                     }
                     sent
@@ -290,7 +327,11 @@ impl std::fmt::Display for Schedule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let list = |xs: &[usize]| xs.iter().map(usize::to_string).collect::<Vec<_>>().join(" ");
         let names = |ts: &[Tensor]| ts.iter().map(|t| t.name()).collect::<Vec<_>>().join(",");
-        writeln!(f, "{:?}: {} tokens, {} ranks, {} heads", self.kind, self.chunks.seq_len, self.ranks(), self.heads)?;
+        write!(f, "{:?}: {} tokens, {} ranks, {} heads", self.kind, self.chunks.seq_len, self.ranks(), self.heads)?;
+        if self.kv_heads != self.heads {
+            write!(f, " ({} K/V heads; K/V rows of h[a..b] are K/V heads a/g..ceil(b/g))", self.kv_heads)?;
+        }
+        writeln!(f)?;
         for r in 0..self.ranks() {
             writeln!(f, "  rank {r} owns [{}]", list(self.chunks.tokens(r)))?;
         }

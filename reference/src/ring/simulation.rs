@@ -6,9 +6,15 @@
 //! memory. Computation is the single-device engine ([`attend_chunk`], [`backward_chunk`])
 //! on global positions, merged with [`Partial::merge`]; nothing else is re-implemented.
 //!
+//! Under grouped-query attention the rows of `K`, `V`, `dK`, `dV` are those of the
+//! `H_kv` K/V heads, the others those of the `H` query heads: an operation's head range
+//! names query heads, and for K/V-side tensors it moves the K/V heads they read
+//! ([`Heads::kv_range`]). So K/V traffic and memory shrink by `H_kv / H`.
+//!
 //! # What is measured
 //! * **Communication**: the elements each rank sends at each step (a row of `Q`/`K`/`dQ`/`dK` is
-//!   `B d` elements, of `V`/`dOut`/`dV` `B d_v`, of `Out` `B (d_v + 1)` with its LSE).
+//!   `B d` elements, of `V`/`dOut`/`dV` `B d_v`, of `Out` `B (d_v + 1)` with its LSE), and
+//!   the elements of each tensor sent in each phase.
 //! * **Memory**: each rank's peak number of resident elements (inputs, received rows,
 //!   accumulators), updated at every write. Scratch space inside one compute call is not
 //!   counted: it is `O(rows of that call)` and the same for every schedule.
@@ -19,11 +25,12 @@ use super::schedule::{Op, Schedule, Step, Tensor};
 use crate::attention::{Attention, Gradients, OutputGrad, attend_chunk, backward_chunk};
 use crate::check;
 use crate::error::{Error, Result};
+use crate::heads::Heads;
 use crate::partial::Partial;
 use crate::spec::Spec;
 use ndarray::{Array1, Array4, ArrayView4, Axis, NdFloat, s};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 /// What a simulation measured. Elements, not bytes: multiply by
@@ -35,6 +42,10 @@ pub struct Report {
     pub forward_sent: Vec<Vec<usize>>,
     /// The same for the backward steps.
     pub backward_sent: Vec<Vec<usize>>,
+    /// Elements of each tensor sent by all ranks in the forward phase (absent: none).
+    pub forward_by_tensor: BTreeMap<Tensor, usize>,
+    /// The same for the backward phase.
+    pub backward_by_tensor: BTreeMap<Tensor, usize>,
     /// Peak resident elements of each rank.
     pub peak: Vec<usize>,
     /// Compute operations run.
@@ -53,6 +64,13 @@ impl Report {
     pub fn backward_total(&self) -> usize {
         self.backward_sent.iter().flatten().sum()
     }
+
+    /// Elements of `tensors` sent in both phases: `[K, V, DK, DV]` is the K/V traffic,
+    /// which grouped-query attention cuts to `H_kv / H` of the multi-head value.
+    pub fn sent_of(&self, tensors: &[Tensor]) -> usize {
+        let phases = [&self.forward_by_tensor, &self.backward_by_tensor];
+        tensors.iter().flat_map(|t| phases.map(|p| p.get(t).copied().unwrap_or(0))).sum()
+    }
 }
 
 type RowKey = (Tensor, usize, usize);
@@ -70,8 +88,10 @@ struct Store<T> {
 pub struct Simulation<'s, T> {
     schedule: &'s Schedule,
     spec: Spec,
-    /// `(batch, seq, heads, head_dim, value_dim)`.
+    /// `(batch, seq, heads, head_dim, value_dim)`, `heads` the query heads.
     dims: (usize, usize, usize, usize, usize),
+    /// Query and K/V heads.
+    heads: Heads,
     stores: Vec<Store<T>>,
     owner: Vec<usize>,
     report: Report,
@@ -80,7 +100,8 @@ pub struct Simulation<'s, T> {
 
 impl<'s, T: NdFloat> Simulation<'s, T> {
     /// Validate `schedule` against the tensors and `spec`, and give every rank the `Q`,
-    /// `K`, `V` rows of the tokens it owns (all heads).
+    /// `K`, `V` rows of the tokens it owns (all heads; `k`, `v` may have fewer heads
+    /// than `q`, dividing them, as in [`crate::attention()`]).
     pub fn new(
         schedule: &'s Schedule,
         spec: &Spec,
@@ -89,10 +110,16 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
         v: ArrayView4<T>,
     ) -> Result<Self> {
         let [b, n, h, d] = check::dims4("q", &q)?;
-        check::same_shape("k", &[b, n, h, d], k.shape())?;
+        let h_kv = check::dims4("k", &k)?[2];
+        check::same_shape("k", &[b, n, h_kv, d], k.shape())?;
         let dv = check::dims4("v", &v)?[3];
-        check::same_shape("v", &[b, n, h, dv], v.shape())?;
-        check::same_shape("schedule (seq, heads)", &[schedule.chunks.seq_len, schedule.heads], &[n, h])?;
+        check::same_shape("v", &[b, n, h_kv, dv], v.shape())?;
+        let heads = Heads::new(h, h_kv)?;
+        check::same_shape(
+            "schedule (seq, heads, kv_heads)",
+            &[schedule.chunks.seq_len, schedule.heads, schedule.kv_heads],
+            &[n, h, h_kv],
+        )?;
         spec.validate(b, h, n)?;
         schedule.validate(spec)?;
         let ranks = schedule.ranks();
@@ -107,6 +134,7 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
             schedule,
             spec: spec.clone(),
             dims: (b, n, h, d, dv),
+            heads,
             stores,
             owner: schedule.chunks.token_map().rank,
             report,
@@ -125,8 +153,8 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
     /// Run the forward steps; return the output in the original token order. Each
     /// owner then holds the *finished* output rows of its tokens (the backward needs them).
     pub fn forward(&mut self) -> Result<Attention<T>> {
-        let sent = self.run(&self.schedule.forward)?;
-        self.report.forward_sent = sent;
+        let (sent, by_tensor) = self.run(&self.schedule.forward)?;
+        (self.report.forward_sent, self.report.forward_by_tensor) = (sent, by_tensor);
         self.check_home(&[Tensor::Out])?;
         let gathered = self.collect(Tensor::Out)?;
         let finished = to_partial(gathered.view()).finish(&self.spec);
@@ -145,31 +173,40 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
         check::same_shape("d_out", &[b, n, h, dv], d_out.shape())?;
         check::finite("d_out", &d_out)?;
         self.scatter(Tensor::DOut, d_out);
-        let sent = self.run(&self.schedule.backward)?;
-        self.report.backward_sent = sent;
+        let (sent, by_tensor) = self.run(&self.schedule.backward)?;
+        (self.report.backward_sent, self.report.backward_by_tensor) = (sent, by_tensor);
         self.check_home(&[Tensor::DQ, Tensor::DK, Tensor::DV])?;
         Ok(Gradients { dq: self.collect(Tensor::DQ)?, dk: self.collect(Tensor::DK)?, dv: self.collect(Tensor::DV)? })
     }
 
-    /// Run `steps`; return the elements each rank sent at each step.
-    fn run(&mut self, steps: &[Step]) -> Result<Vec<Vec<usize>>> {
+    /// Run `steps`; return the elements each rank sent at each step, and of each tensor.
+    fn run(&mut self, steps: &[Step]) -> Result<(Vec<Vec<usize>>, BTreeMap<Tensor, usize>)> {
         let mut sent = Vec::with_capacity(steps.len());
+        let mut by_tensor = BTreeMap::new();
         for step in steps {
             let mut by_rank = vec![0; self.stores.len()];
             for op in &step.ops {
-                self.apply(op, &mut by_rank)?;
+                self.apply(op, &mut by_rank, &mut by_tensor)?;
             }
             sent.push(by_rank);
         }
-        Ok(sent)
+        Ok((sent, by_tensor))
     }
 
-    fn apply(&mut self, op: &Op, sent: &mut [usize]) -> Result<()> {
+    /// The stored heads of `tensor` that an operation on the query heads `heads` touches:
+    /// the K/V heads they read for `K`, `V`, `dK`, `dV`, the query heads otherwise.
+    fn rows_of(&self, tensor: Tensor, heads: &Range<usize>) -> Range<usize> {
+        if tensor.on_kv_heads() { self.heads.kv_range(heads) } else { heads.clone() }
+    }
+
+    fn apply(&mut self, op: &Op, sent: &mut [usize], by_tensor: &mut BTreeMap<Tensor, usize>) -> Result<()> {
         match op {
             Op::Send { from, to, tensors, heads, tokens } => {
                 for &tensor in tensors {
+                    let heads = &self.rows_of(tensor, heads);
                     let rows = self.gather(*from, tensor, tokens, heads)?;
                     sent[*from] += rows.len();
+                    *by_tensor.entry(tensor).or_default() += rows.len();
                     if tensor.is_accumulator() {
                         self.remove(*from, tensor, tokens, heads);
                         self.combine(*to, tensor, tokens, heads, rows)?;
@@ -180,6 +217,7 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
             }
             Op::Free { rank, tensors, heads, tokens } => {
                 for &tensor in tensors {
+                    let heads = &self.rows_of(tensor, heads);
                     if !tensor.is_accumulator() {
                         self.gather(*rank, tensor, tokens, heads)?; // freeing what is not there is a schedule bug
                     }
@@ -201,17 +239,21 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
                 let Partial { out, lse } = to_partial(self.gather(*rank, Tensor::Out, queries, heads)?.view());
                 let grad = OutputGrad::new(&spec, &Attention { out, lse }, d_out.view())?;
                 let g = backward_chunk(q.view(), queries, k.view(), v.view(), keys, self.dims.1, &spec, &grad)?;
+                let kv_heads = self.heads.kv_range(heads);
                 self.combine(*rank, Tensor::DQ, queries, heads, g.dq)?;
-                self.combine(*rank, Tensor::DK, keys, heads, g.dk)?;
-                self.combine(*rank, Tensor::DV, keys, heads, g.dv)?;
+                self.combine(*rank, Tensor::DK, keys, &kv_heads, g.dk)?;
+                self.combine(*rank, Tensor::DV, keys, &kv_heads, g.dv)?;
             }
         }
         Ok(())
     }
 
-    /// What a compute of `queries` over `keys` on `rank` for `heads` needs: the spec
-    /// restricted to those heads and the `Q`, `K`, `V` rows (an error if the rank does
-    /// not hold them). `None` for an empty compute, which is not counted.
+    /// What a compute of `queries` over `keys` on `rank` for the query heads `heads`
+    /// needs: the spec restricted to those heads, their `Q` rows and the `K`, `V` rows
+    /// of the K/V heads they read (an error if the rank does not hold them). `None` for
+    /// an empty compute, which is not counted. ([`Schedule::validate`] made sure that
+    /// `heads` covers whole groups or lies inside one, so the slice is grouped-query
+    /// attention of its own.)
     #[allow(clippy::type_complexity)]
     fn compute_inputs(
         &mut self,
@@ -226,8 +268,9 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
         self.report.computes += 1;
         let spec = head_slice(&self.spec, heads, self.dims.2);
         let q = self.gather(rank, Tensor::Q, queries, heads)?;
-        let k = self.gather(rank, Tensor::K, keys, heads)?;
-        let v = self.gather(rank, Tensor::V, keys, heads)?;
+        let kv_heads = self.heads.kv_range(heads);
+        let k = self.gather(rank, Tensor::K, keys, &kv_heads)?;
+        let v = self.gather(rank, Tensor::V, keys, &kv_heads)?;
         Ok(Some((spec, q, k, v)))
     }
 
@@ -310,7 +353,7 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
 
     /// Give each owner its tokens' rows of a global tensor (all heads).
     fn scatter(&mut self, tensor: Tensor, x: ArrayView4<T>) {
-        let heads = 0..self.dims.2;
+        let heads = self.rows_of(tensor, &(0..self.dims.2));
         for rank in 0..self.stores.len() {
             let tokens = self.schedule.chunks.tokens(rank);
             self.put(rank, tensor, tokens, &heads, x.select(Axis(1), tokens).view());
@@ -320,11 +363,12 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
     /// The global tensor assembled from the owners' rows, in the original token order.
     fn collect(&self, tensor: Tensor) -> Result<Array4<T>> {
         let (b, n, h, _, _) = self.dims;
+        let heads = self.rows_of(tensor, &(0..h));
         let chunks: &ChunkPlan = &self.schedule.chunks;
-        let mut x = Array4::zeros((b, n, h, self.width(tensor)));
+        let mut x = Array4::zeros((b, n, heads.len(), self.width(tensor)));
         for rank in 0..chunks.ranks() {
             let tokens = chunks.tokens(rank);
-            let part = self.gather(rank, tensor, tokens, &(0..h))?;
+            let part = self.gather(rank, tensor, tokens, &heads)?;
             for (i, &t) in tokens.iter().enumerate() {
                 x.slice_mut(s![.., t, .., ..]).assign(&part.slice(s![.., i, .., ..]));
             }

@@ -1,6 +1,6 @@
 // Elementwise kernels, one thread per element or row in a grid-stride loop: the
-// online-softmax merge of two partials, the merge identity, and the backward's per-row
-// delta and lse2.
+// online-softmax merge of two partials, the merge identity, the backward's per-row
+// delta and lse2, and the conversion of f32 results to 16 bits.
 
 // The online-softmax merge of two partials (reference: Partial::merge). Writes a new
 // result; never touches its inputs. One thread per output element.
@@ -54,4 +54,12 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, const fl
         delta[at] = acc;
         lse2[at] = L == NEG_INF ? POS_INF : L * LOG2E;
     }
+}
+
+// f32 results (out, dq, dk, dv) to the module's 16-bit type, rounded to nearest (even):
+// two elements per thread and step, packed as the kernels pack P. `pairs` = elements / 2
+// (every tensor has an even number of elements: the head dim is even).
+extern "C" __global__ void to_half(const float* x, u32* y, size_t pairs) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < pairs; e += (size_t)gridDim.x * blockDim.x)
+        y[e] = pack2(x[2 * e], x[2 * e + 1]);
 }

@@ -22,6 +22,8 @@ pub(crate) struct Kernels {
     pub(crate) merge: CudaFunction,
     pub(crate) fill: CudaFunction,
     pub(crate) delta: CudaFunction,
+    /// f32 -> the module's 16-bit type ([`Gpu::to_half_into`]).
+    pub(crate) to_half: CudaFunction,
 }
 
 impl Kernels {
@@ -139,6 +141,7 @@ impl Gpu {
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
             delta: load("bwd_delta", 0)?,
+            to_half: load("to_half", 0)?,
         });
         self.kernels.lock().expect("kernel cache lock").insert((dtype, head_dim), k.clone());
         Ok(k)

@@ -36,6 +36,7 @@
 pub mod backward;
 pub mod check;
 pub mod compile;
+pub mod convert;
 pub mod dist;
 pub mod error;
 pub mod family;

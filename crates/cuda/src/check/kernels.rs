@@ -10,8 +10,8 @@ use super::{
 };
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::shape::{Chunk, Shape};
-use crate::tensors::DevicePartial;
+use crate::shape::{Chunk, Dtype, Shape};
+use crate::tensors::{DevicePartial, DeviceTensor};
 use ndarray::{Array3, Array4, Axis, s};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::random::SplitMix64;
@@ -95,6 +95,8 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             let mut out = poisoned_partial(gpu, dims)?;
             gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
             let got = partial_to_host(gpu, &out)?;
+            let half = gpu.output_half(&prep, &out)?;
+            metrics.push(half_metric("out 16-bit", case, gpu, &half, got.out.iter().copied())?);
             let want = attention(q.view(), k.view(), v.view(), &reference_spec)?;
             let want_partial = Partial { out: want.out.clone(), lse: want.lse.clone() };
             compare_partial(
@@ -131,6 +133,13 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     let got = to_f64(&gpu.download(buf)?);
                     metrics.push(Metric { what, err: grad_err(&got, reference), bound });
                     first.push(got);
+                }
+                // The gradients in the inputs' type: each the rounding of its f32 value.
+                let halves = gpu.grads_half(&prep, &grads)?;
+                for ((what, half), exact) in
+                    ["dq 16-bit", "dk 16-bit", "dv 16-bit"].into_iter().zip(&halves).zip(&first)
+                {
+                    metrics.push(half_metric(what, case, gpu, half, exact.iter().copied())?);
                 }
                 // Adding mode (a ring rank's running sums): a second pass onto the first
                 // must add the same gradients again.
@@ -230,6 +239,27 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
         }
     }
     Ok(Outcome { case: describe(case), metrics })
+}
+
+/// A 16-bit result against the rounding (to nearest, ties to even: `half`'s `from_f32`)
+/// of the f32 values it was converted from (`exact`, widened to f64 without rounding):
+/// the number of words that differ (the metric passes at 0). (Not [`round`](super::round): `half`'s
+/// `bf16::from_f64` rounds some f32-exact values differently, about 1 in 22,000.)
+fn half_metric(
+    what: &'static str,
+    case: &Case,
+    gpu: &Gpu,
+    half: &DeviceTensor,
+    exact: impl Iterator<Item = f64>,
+) -> Result<Metric> {
+    let bits = gpu.stream().clone_dtoh(&half.data)?;
+    let rounded = |x: f64| match case.dtype {
+        Dtype::Bf16 => half::bf16::from_f32(x as f32).to_bits(),
+        Dtype::F16 => half::f16::from_f32(x as f32).to_bits(),
+    };
+    let differ = bits.iter().zip(exact).filter(|&(&b, x)| b != rounded(x)).count();
+    let missing = bits.len().abs_diff(half.dims.iter().product());
+    Ok(Metric { what, err: (differ + missing) as f64, bound: 1.0 })
 }
 
 /// Rows of one side of a ring step: global positions `start + i * stride`, `i < len`.

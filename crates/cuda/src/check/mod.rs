@@ -25,6 +25,14 @@
 //! a bound). Sequence lengths include primes and lengths that are not multiples of the
 //! 64-row tile.
 //!
+//! Results in the inputs' 16-bit type ([`Gpu::output_half`], [`Gpu::grads_half`]) are
+//! checked exactly: every word must be the rounding (to nearest, ties to even) of the f32
+//! value the kernel wrote (`out 16-bit`, `dq 16-bit`, ...: counts of differing words,
+//! must be 0); how close that f32 value is to the reference is the f32 metrics' business.
+//!
+//! [`Gpu::output_half`]: crate::gpu::Gpu::output_half
+//! [`Gpu::grads_half`]: crate::gpu::Gpu::grads_half
+//!
 //! # Large scores
 //! The cases of large-magnitude q and k ([`Logits`]: `|s| <= 1e4`, or every score `5e3 +
 //! O(1)`) add an error the bounds above do not hold: the f32 sum of a score. Let `T`

@@ -34,10 +34,16 @@ const DIM: usize = 128;
 
 fn pattern(name: &str) -> GpuSpec {
     match name {
-        "dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true),
+        "dense causal" | "gqa 8:1 dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true),
         _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4), (262_144, 8)])))
             .causal(true),
     }
+}
+
+/// K/V heads of a pattern's rows: grouped-query rows put the 8 query heads over one K/V
+/// head, whose K/V (and every ring transfer of it) is 1/8 of the multi-head size.
+fn kv_heads(name: &str) -> usize {
+    if name.starts_with("gqa 8:1") { HEADS / 8 } else { HEADS }
 }
 
 /// Pseudo-random bf16 in [-1, 1) (a hash per element: fast for 10^8 elements). Timings
@@ -117,11 +123,10 @@ fn mib(elements: usize) -> f64 {
 /// One GPU, whole sequence: forward and forward+backward times and memory.
 fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
     let spec = pattern(pat);
-    let shape = Shape::square(1, n, HEADS, DIM);
+    let shape = Shape::square(1, n, HEADS, DIM).with_kv_heads(kv_heads(pat));
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).expect("prepare");
-    let len = n * HEADS * DIM;
-    let up = |s| gpu.upload(&random_bits(len, s), [1, n, HEADS, DIM]).expect("upload");
-    let (q, k, v, g) = (up(1), up(2), up(3), up(4));
+    let up = |s, dims: [usize; 4]| gpu.upload(&random_bits(dims.iter().product(), s), dims).expect("upload");
+    let (q, k, v, g) = (up(1, shape.q_dims()), up(2, shape.k_dims()), up(3, shape.k_dims()), up(4, shape.q_dims()));
     let mut out = gpu.alloc_partial(&prep).expect("alloc");
     let mut grads = gpu.alloc_grads(&prep).expect("alloc");
     let mut fwd = Vec::new();
@@ -139,7 +144,7 @@ fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
             both.push(t.elapsed().as_secs_f64());
         }
     }
-    let kv = mib(2 * n * HEADS * DIM);
+    let kv = mib(2 * shape.k_len());
     Row::new(pat, "single", "-", 1, n, (median(fwd), median(both)), used_memory(gpu), kv)
 }
 
@@ -165,9 +170,11 @@ fn distributed(
 ) -> Result<Measured, String> {
     let (me, p) = (comm.rank(), comm.world());
     let chunks = ChunkPlan::new(n, p, layout).map_err(|e| e.to_string())?;
-    let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).map_err(|e| e.to_string())?;
-    let len = n * HEADS * DIM;
-    let (q, k, v, g) = (random_bits(len, 1), random_bits(len, 2), random_bits(len, 3), random_bits(len, 4));
+    let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM)
+        .and_then(|p| p.with_kv_heads(kv_heads(pat)))
+        .map_err(|e| e.to_string())?;
+    let (len, kv_len) = (n * HEADS * DIM, n * plan.kv_heads * DIM);
+    let (q, k, v, g) = (random_bits(len, 1), random_bits(kv_len, 2), random_bits(kv_len, 3), random_bits(len, 4));
     let data = RankData::upload(gpu, &plan, me, &q, &k, &v).map_err(|e| e.to_string())?;
     let dout = ringdil_cuda::dist::ring::upload_pieces(gpu, &plan, me, &g).map_err(|e| e.to_string())?;
     drop((q, k, v, g));
@@ -207,12 +214,12 @@ fn distributed(
     };
     // Every pass starts and ends with a barrier, so rank 0's wall time is the slowest
     // rank's (plus one barrier).
-    let kv = mib(2 * plan.piece_lens(me).iter().sum::<usize>());
+    let kv = mib(2 * plan.kv_piece_lens(me).iter().sum::<usize>());
     // K/V this rank sends in one forward (bf16: 2 bytes per element).
     let sent = match schedule {
         Kind::Ring => plan.ring_volume(me),
         Kind::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum(),
-        Kind::AllGather => 2 * (p - 1) * plan.piece_lens(me).iter().sum::<usize>(),
+        Kind::AllGather => 2 * (p - 1) * plan.kv_piece_lens(me).iter().sum::<usize>(),
         Kind::Ulysses => unreachable!("the rank refused it in the passes above"),
     };
     Ok(Measured {
@@ -253,6 +260,7 @@ fn main() {
         for (pat, ns) in [
             ("dense causal", vec![8 * k, 16 * k, 32 * k, 64 * k, 128 * k]),
             ("longnet dilated causal", vec![32 * k, 64 * k, 128 * k]),
+            ("gqa 8:1 dense causal", vec![32 * k, 128 * k]),
         ] {
             for n in ns {
                 let r = single(&gpu, pat, n);
@@ -273,6 +281,8 @@ fn main() {
         ("dense causal", Layout::Contiguous, Kind::Ring, 128 * k, "strong (unbalanced layout)"),
         ("dense causal", Layout::Zigzag, Kind::AllGather, 128 * k, "strong (all-gather baseline)"),
         ("dense causal", Layout::Zigzag, Kind::PatternRing, 128 * k, "strong (pattern-aware)"),
+        ("gqa 8:1 dense causal", Layout::Zigzag, Kind::Ring, 32 * k, "strong (K/V at 1/8)"),
+        ("gqa 8:1 dense causal", Layout::Zigzag, Kind::Ring, 128 * k, "strong (K/V at 1/8)"),
         ("longnet dilated causal", Layout::Contiguous, Kind::Ring, 32 * k, "strong"),
         ("longnet dilated causal", Layout::Contiguous, Kind::PatternRing, 32 * k, "strong (pattern-aware)"),
         ("longnet dilated causal", Layout::Contiguous, Kind::PatternRing, 128 * k, "strong"),

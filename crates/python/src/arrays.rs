@@ -4,7 +4,9 @@
 //! `ndarray` view of the same memory. Every check names the argument, because a shape
 //! error in attention code is otherwise a guessing game between four tensors.
 
-use numpy::{Element, PyArray, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    Element, PyArray, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 

@@ -85,7 +85,11 @@ fn backward<'py, T: Float>(
         d_out.as_array(),
     )
     .map_err(errors::reference)?;
-    Ok((grads.dq.into_pyarray(py).into_any(), grads.dk.into_pyarray(py).into_any(), grads.dv.into_pyarray(py).into_any()))
+    Ok((
+        grads.dq.into_pyarray(py).into_any(),
+        grads.dk.into_pyarray(py).into_any(),
+        grads.dv.into_pyarray(py).into_any(),
+    ))
 }
 
 /// `(out, lse)` of self-attention; see `ringdil.reference.attention`.

@@ -19,7 +19,10 @@ fn partial<'py, T: Float>(
     let lse: PyReadonlyArray3<T> = arrays::array(names.1, lse, &LSE, "out1")?;
     let shape = out_shape.unwrap_or(out.shape());
     if out.shape() != shape {
-        return Err(errors::value(names.0, format_args!("expected shape {shape:?} (the shape of out1), got {:?}", out.shape())));
+        return Err(errors::value(
+            names.0,
+            format_args!("expected shape {shape:?} (the shape of out1), got {:?}", out.shape()),
+        ));
     }
     let [b, n, h, _] = [shape[0], shape[1], shape[2], shape[3]];
     if lse.shape() != [b, h, n] {

@@ -95,6 +95,7 @@ fn backward<'py, T: Float>(
 /// `(out, lse)` of self-attention; see `ringdil.reference.attention`.
 #[pyfunction]
 #[pyo3(signature = (q, k, v, pattern, causal, scale, key_lengths))]
+#[allow(clippy::too_many_arguments)] // one parameter per argument of the Python function
 pub fn attention<'py>(
     py: Python<'py>,
     q: &Bound<'py, PyAny>,
@@ -116,7 +117,7 @@ pub fn attention<'py>(
 /// `ringdil.reference.attention_backward`.
 #[pyfunction]
 #[pyo3(signature = (q, k, v, d_out, pattern, causal, scale, key_lengths))]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // as `attention`, plus `d_out`
 pub fn attention_backward<'py>(
     py: Python<'py>,
     q: &Bound<'py, PyAny>,

@@ -1,0 +1,26 @@
+//! `ringdil._ringdil`: the native half of the `ringdil` Python package.
+//!
+//! It is a thin shell around `ringdil-reference`: every number comes from the reference
+//! crate (the specification), and every pattern file goes through the CLI's parser, so
+//! Python users get exactly the semantics of `docs/semantics.md`. This crate only checks
+//! the NumPy arguments (naming the one that is wrong), converts arrays and maps errors.
+//! The public Python API, its defaults and docstrings live in `python/ringdil/`.
+
+mod arrays;
+mod attention;
+mod errors;
+mod merge;
+mod pattern;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<pattern::PyPattern>()?;
+    m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::attention_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(merge::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(pattern::key_counts, m)?)?;
+    Ok(())
+}

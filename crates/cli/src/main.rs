@@ -53,6 +53,7 @@ enum Command {
     /// head_dim], .npy f32/f64 or .safetensors f64/f32/bf16/f16, name a tensor as
     /// FILE.safetensors:NAME), write the output (and optionally the log-sum-exp,
     /// [batch, heads, seq]) as .npy. f64 inputs are computed in f64, anything else in f32.
+    ///
     /// k and v may have fewer heads than q if their count divides q's (grouped-query
     /// attention: query head h reads K/V head h / (heads / kv_heads); 1 is multi-query).
     Attend {

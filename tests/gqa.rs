@@ -254,7 +254,8 @@ fn replay(case: &Gqa, schedule: &Schedule) -> Result<Report, TestCaseError> {
     let grads = grads.unwrap();
     let kind = schedule.kind;
     assert_close_floor(&format!("{kind} out"), &got.out, &want.out, 1e-12, 1.0);
-    let lse_err = got.lse.iter().zip(&want.lse).map(|(a, b)| if a == b { 0.0 } else { (a - b).abs() }).fold(0.0, f64::max);
+    let lse_err =
+        got.lse.iter().zip(&want.lse).map(|(a, b)| if a == b { 0.0 } else { (a - b).abs() }).fold(0.0, f64::max);
     prop_assert!(lse_err <= 1e-12, "{} lse: {}", kind, lse_err);
     for (what, x, w) in [("dq", &grads.dq, &dq), ("dk", &grads.dk, &dk), ("dv", &grads.dv, &dv)] {
         assert_close_floor(&format!("{kind} {what}"), x, w, 1e-12, (w.len() as f64).sqrt());
@@ -275,9 +276,8 @@ fn pattern_ring_kv_volume(case: &Gqa, plan: &ChunkPlan) -> usize {
             let needed: HashSet<usize> = (0..case.n)
                 .filter(|&key| owner[key] != r)
                 .filter(|&key| {
-                    (j * g..(j + 1) * g).any(|h| {
-                        (0..case.batch).any(|b| plan.tokens(r).iter().any(|&q| counts[[b, h, q, key]] > 0))
-                    })
+                    (j * g..(j + 1) * g)
+                        .any(|h| (0..case.batch).any(|b| plan.tokens(r).iter().any(|&q| counts[[b, h, q, key]] > 0)))
                 })
                 .collect();
             rows += needed.len();
@@ -395,8 +395,13 @@ fn bad_head_counts_are_typed_errors() {
         attention_backward(q.view(), k.view(), v.view(), &spec, &fwd, q.view()).unwrap_err(),
         attend_chunk(q.view(), &all, k.view(), v.view(), &all, 5, &spec).unwrap_err(),
         backward_chunk(q.view(), &all, k.view(), v.view(), &all, 5, &spec, &grad).unwrap_err(),
-        attention_low_precision(q.mapv(|x| x as f32).view(), k.mapv(|x| x as f32).view(), v.mapv(|x| x as f32).view(), &spec)
-            .unwrap_err(),
+        attention_low_precision(
+            q.mapv(|x| x as f32).view(),
+            k.mapv(|x| x as f32).view(),
+            v.mapv(|x| x as f32).view(),
+            &spec,
+        )
+        .unwrap_err(),
         Heads::new(6, 4).unwrap_err(),
     ];
     for err in errors {

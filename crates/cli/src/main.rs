@@ -7,9 +7,9 @@ use ringdil_cli::pattern_file::PatternFile;
 use ringdil_cli::verify::{self, Check, Row};
 use ringdil_cli::{attend, pattern_view, table};
 use ringdil_cuda::dist::{LaunchOptions, launch};
-use ringdil_reference::{Heads, Spec};
 use ringdil_reference::compare::worst;
 use ringdil_reference::ring::{ChunkPlan, Kind};
+use ringdil_reference::{Heads, Spec};
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -212,7 +212,19 @@ fn main() -> ExitCode {
             let distributed = ring.map(|p| (p, distribution));
             run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), distributed, json)
         }
-        Command::Plan { file, seq, ranks, distribution, heads, kv_heads, head_dim, element_bytes, listing, svg, json } => {
+        Command::Plan {
+            file,
+            seq,
+            ranks,
+            distribution,
+            heads,
+            kv_heads,
+            head_dim,
+            element_bytes,
+            listing,
+            svg,
+            json,
+        } => {
             let heads = (heads, kv_heads.unwrap_or(heads));
             run_plan(&file, seq, ranks, &distribution, heads, head_dim, element_bytes, listing, svg.as_deref(), json)
         }

@@ -158,10 +158,12 @@ fn zero_dimensions() {
 fn mismatched_shapes() {
     let (q, k, v) = qkv(SHAPE, 4);
     let other = |shape: [usize; 4]| qkv(shape, 5).0;
+    // `k` sets the K/V heads (grouped-query attention, tests/gqa.rs), so its head_dim
+    // and batch are what it can get wrong.
     expect(
-        error_everywhere(&Spec::dense(), &q, &other([2, 8, 2, 4]), &v),
-        Error::ShapeMismatch { what: "k", expected: vec![2, 8, 3, 4], got: vec![2, 8, 2, 4] },
-        &["k: expected shape [2, 8, 3, 4], got [2, 8, 2, 4]"],
+        error_everywhere(&Spec::dense(), &q, &other([2, 8, 3, 5]), &v),
+        Error::ShapeMismatch { what: "k", expected: vec![2, 8, 3, 4], got: vec![2, 8, 3, 5] },
+        &["k: expected shape [2, 8, 3, 4], got [2, 8, 3, 5]"],
     );
     expect(
         error_everywhere(&Spec::dense(), &q, &k, &other([1, 8, 3, 4])),

@@ -73,7 +73,8 @@ pub enum Error {
     /// heads sharing one K/V head and reach into the next group: such a range has no
     /// uniform grouping of its own (see [`crate::Heads::runs_alone`]).
     GroupSplit { start: usize, end: usize, group: usize },
-    /// A schedule step needs a row that the rank does not hold.
+    /// A schedule step needs a row that the rank does not hold (`head` is the tensor's
+    /// own head: a K/V head for `K`, `V`, `dK`, `dV`).
     MissingRow { rank: usize, tensor: &'static str, token: usize, head: usize },
     /// After a phase, an accumulator row is left on a rank that does not own its token.
     StrandedRow { rank: usize, tensor: &'static str, token: usize, head: usize },

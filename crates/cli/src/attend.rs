@@ -4,7 +4,7 @@
 use crate::tensor_io::{self, Tensor};
 use ndarray::{Array3, Array4, NdFloat};
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout, Report, simulate};
-use ringdil_reference::{Spec, attention};
+use ringdil_reference::{Heads, Spec, attention};
 use serde::Serialize;
 use std::error::Error;
 use std::path::Path;
@@ -49,7 +49,7 @@ fn compute<T: NdFloat>(
             Ok((r.out, r.lse, None))
         }
         How::Distributed { ranks, layout, schedule } => {
-            let (seq, heads) = (q.dim().1, q.dim().2);
+            let (seq, heads) = (q.dim().1, Heads::new(q.dim().2, k.dim().2)?);
             let chunks = ChunkPlan::new(seq, *ranks, layout)?;
             let plan = schedule.build(&chunks, spec, heads)?;
             let (r, _, report) = simulate(&plan, spec, q.view(), k.view(), v.view(), None)?;

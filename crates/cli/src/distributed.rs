@@ -93,6 +93,8 @@ pub struct PlanCost {
     pub ranks: usize,
     pub seq: usize,
     pub heads: usize,
+    /// K/V heads (equal to `heads` unless grouped-query attention).
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub element_bytes: usize,
     pub tokens_per_rank: Vec<usize>,
@@ -106,7 +108,8 @@ pub struct PlanCost {
 
 impl PlanCost {
     /// Cost `schedule` for batch 1, query/key/value width `head_dim` and
-    /// `element_bytes` bytes per element; `dense` is the plain ring on the same chunks.
+    /// `element_bytes` bytes per element (K/V rows at the schedule's K/V heads); `dense`
+    /// is the plain ring on the same chunks and heads.
     pub fn new(schedule: &Schedule, dense: &Schedule, head_dim: usize, element_bytes: usize) -> Self {
         let bytes = |steps: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
             steps.into_iter().map(|s| s.into_iter().map(|e| e * element_bytes).collect()).collect()
@@ -119,6 +122,7 @@ impl PlanCost {
             ranks: schedule.ranks(),
             seq: schedule.chunks.seq_len,
             heads: schedule.heads,
+            kv_heads: schedule.kv_heads,
             head_dim,
             element_bytes,
             tokens_per_rank: (0..schedule.ranks()).map(|r| schedule.chunks.tokens(r).len()).collect(),
@@ -127,6 +131,15 @@ impl PlanCost {
             skipped_computes: schedule.skipped(),
             dense_ring_forward: total(dense_forward),
             dense_ring_backward: total(dense_backward),
+        }
+    }
+
+    /// `8 heads`, or `8 heads over 2 K/V heads` under grouped-query attention.
+    fn head_text(&self) -> String {
+        if self.kv_heads == self.heads {
+            format!("{} heads", self.heads)
+        } else {
+            format!("{} heads over {} K/V heads", self.heads, self.kv_heads)
         }
     }
 
@@ -142,12 +155,12 @@ impl PlanCost {
     /// totals against the dense ring.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "{} schedule: {} tokens over {} ranks (tokens per rank {:?}), {} heads, head_dim {}, {} bytes per element\n",
+            "{} schedule: {} tokens over {} ranks (tokens per rank {:?}), {}, head_dim {}, {} bytes per element\n",
             label(self.schedule),
             self.seq,
             self.ranks,
             self.tokens_per_rank,
-            self.heads,
+            self.head_text(),
             self.head_dim,
             self.element_bytes
         );
@@ -195,11 +208,11 @@ impl PlanCost {
         let (width, height) = (LEFT + steps.len() * CELL_W + 10, TOP + self.ranks * CELL_H + 30);
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"12\">\n\
-             <text x=\"4\" y=\"18\">{}: {} tokens, {} ranks, {} heads, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
+             <text x=\"4\" y=\"18\">{}: {} tokens, {} ranks, {}, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
             label(self.schedule),
             self.seq,
             self.ranks,
-            self.heads,
+            self.head_text(),
             self.head_dim,
             self.element_bytes
         );

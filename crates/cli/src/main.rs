@@ -7,9 +7,9 @@ use ringdil_cli::pattern_file::PatternFile;
 use ringdil_cli::verify::{self, Check, Row};
 use ringdil_cli::{attend, pattern_view, table};
 use ringdil_cuda::dist::{LaunchOptions, launch};
-use ringdil_reference::Spec;
 use ringdil_reference::compare::worst;
 use ringdil_reference::ring::{ChunkPlan, Kind};
+use ringdil_reference::{Heads, Spec};
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +53,9 @@ enum Command {
     /// head_dim], .npy f32/f64 or .safetensors f64/f32/bf16/f16, name a tensor as
     /// FILE.safetensors:NAME), write the output (and optionally the log-sum-exp,
     /// [batch, heads, seq]) as .npy. f64 inputs are computed in f64, anything else in f32.
+    ///
+    /// k and v may have fewer heads than q if their count divides q's (grouped-query
+    /// attention: query head h reads K/V head h / (heads / kv_heads); 1 is multi-query).
     Attend {
         #[arg(long)]
         q: String,
@@ -97,9 +100,13 @@ enum Command {
         ranks: usize,
         #[command(flatten)]
         distribution: Distribution,
-        /// Number of heads.
+        /// Number of (query) heads.
         #[arg(long, default_value_t = 8)]
         heads: usize,
+        /// Number of K/V heads, dividing --heads (grouped-query attention; 1 is
+        /// multi-query). K, V, dK, dV rows are costed at this many heads. Default: --heads.
+        #[arg(long, value_name = "H_KV")]
+        kv_heads: Option<usize>,
         /// Head dimension (sets the bytes per row).
         #[arg(long, default_value_t = 128)]
         head_dim: usize,
@@ -205,7 +212,20 @@ fn main() -> ExitCode {
             let distributed = ring.map(|p| (p, distribution));
             run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), distributed, json)
         }
-        Command::Plan { file, seq, ranks, distribution, heads, head_dim, element_bytes, listing, svg, json } => {
+        Command::Plan {
+            file,
+            seq,
+            ranks,
+            distribution,
+            heads,
+            kv_heads,
+            head_dim,
+            element_bytes,
+            listing,
+            svg,
+            json,
+        } => {
+            let heads = (heads, kv_heads.unwrap_or(heads));
             run_plan(&file, seq, ranks, &distribution, heads, head_dim, element_bytes, listing, svg.as_deref(), json)
         }
         Command::Launch { nproc, nnodes, node_rank, id_file, command } => {
@@ -290,7 +310,7 @@ fn run_plan(
     seq: usize,
     ranks: usize,
     distribution: &Distribution,
-    heads: usize,
+    (heads, kv_heads): (usize, usize),
     head_dim: usize,
     element_bytes: usize,
     listing: bool,
@@ -299,6 +319,7 @@ fn run_plan(
 ) -> Result<(), Box<dyn Error>> {
     let spec = load_spec(Some(file))?;
     let chunks = distribution.chunks(seq, ranks)?;
+    let heads = Heads::new(heads, kv_heads)?;
     let schedule = distribution.schedule.build(&chunks, &spec, heads)?;
     let dense = Kind::Ring.build(&chunks, &Spec::dense(), heads)?;
     let cost = PlanCost::new(&schedule, &dense, head_dim, element_bytes);

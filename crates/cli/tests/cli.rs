@@ -219,6 +219,60 @@ fn attend_on_simulated_ranks_matches_single_device() {
     }
 }
 
+/// Grouped-query attention from the shapes alone: `k`, `v` with one head (multi-query)
+/// against `q` with three, on one device and on 3 simulated ranks with every schedule.
+#[test]
+fn attend_takes_kv_heads_from_the_shapes() {
+    let (q, k, v) =
+        (normal_tensor([1, 17, 3, 4], 31), normal_tensor([1, 17, 1, 4], 32), normal_tensor([1, 17, 1, 4], 33));
+    let paths = npy_files("gqa", &[&q, &k, &v], &["o"]);
+    let expected = attention(q.view(), k.view(), v.view(), &Spec::dense().causal(true)).unwrap();
+    let base = ["attend", "--q", &paths[0], "--k", &paths[1], "--v", &paths[2], "--out", &paths[3], "--causal"];
+    for schedule in [None, Some("ring"), Some("pattern"), Some("all-gather"), Some("ulysses")] {
+        let mut args = base.to_vec();
+        if let Some(s) = schedule {
+            args.extend(["--ring", "3", "--schedule", s]);
+        }
+        let (_, stderr, code) = ringdil(&args);
+        assert_eq!(code, 0, "{schedule:?}: {stderr}");
+        let out: Array4<f64> = read_npy(&paths[3]).unwrap();
+        assert_eq!(out.dim(), (1, 17, 3, 4));
+        assert!(rel_err(&out, &expected.out) < 1e-13, "{schedule:?}");
+    }
+}
+
+/// `plan --kv-heads`: the ring moves only K/V rows, so 4 query heads over 1 K/V head
+/// send a quarter of the multi-head bytes; a count that does not divide is refused.
+#[test]
+fn plan_costs_kv_rows_at_the_kv_heads() {
+    let total = |kv: &str| -> u64 {
+        let args = ["plan", "docs/patterns/longnet.json", "--seq", "64", "--ranks", "4", "--heads", "4"];
+        let (stdout, stderr, code) =
+            ringdil(&[&args[..], &["--kv-heads", kv, "--schedule", "ring", "--json"]].concat());
+        assert_eq!(code, 0, "{stderr}");
+        let plan: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(plan["cost"]["kv_heads"].as_u64(), kv.parse().ok());
+        let sum = |phase: &str| {
+            plan["cost"][phase]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s.as_array().unwrap())
+                .map(|b| b.as_u64().unwrap())
+                .sum::<u64>()
+        };
+        sum("forward") + sum("backward")
+    };
+    assert_eq!(4 * total("1"), total("4"));
+    let (stdout, _, code) =
+        ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "64", "--heads", "4", "--kv-heads", "2"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("4 heads over 2 K/V heads"), "{stdout}");
+    let (_, stderr, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--heads", "4", "--kv-heads", "3"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("3 K/V heads do not divide 4 query heads"), "{stderr}");
+}
+
 /// A small plan, as text: who sends how much at each step, against the dense ring.
 #[test]
 fn plan_prints_bytes_per_rank_and_step() {

@@ -75,6 +75,9 @@ impl Report {
 
 type RowKey = (Tensor, usize, usize);
 
+/// Elements sent `[step][rank]`, and per tensor, in one phase.
+type Sent = (Vec<Vec<usize>>, BTreeMap<Tensor, usize>);
+
 /// One rank's rows and its memory meter.
 #[derive(Debug)]
 struct Store<T> {
@@ -180,7 +183,7 @@ impl<'s, T: NdFloat> Simulation<'s, T> {
     }
 
     /// Run `steps`; return the elements each rank sent at each step, and of each tensor.
-    fn run(&mut self, steps: &[Step]) -> Result<(Vec<Vec<usize>>, BTreeMap<Tensor, usize>)> {
+    fn run(&mut self, steps: &[Step]) -> Result<Sent> {
         let mut sent = Vec::with_capacity(steps.len());
         let mut by_tensor = BTreeMap::new();
         for step in steps {

@@ -1,7 +1,10 @@
 //! The GPU check binary: every kernel against the f64 reference on fresh random inputs
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
-//! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]`
+//! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]`
+//!
+//! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
+//! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
 //!
 //! Without a CUDA device it prints "GPU check: skipped: no CUDA device" and exits 0 (or 1
 //! with `--require-gpu`): a skip is never reported as a pass.
@@ -19,6 +22,10 @@ fn main() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     });
     let gpu = args.gpu();
+    if let Some(count) = args.integer::<u64>("--large-sweep") {
+        ringdil_cuda::check::sweep::run(&gpu, seed, count).expect("sweep");
+        return;
+    }
     let device = gpu.describe().expect("device name");
     let list = cases(seed, false);
     let mut header = String::new();

@@ -89,6 +89,8 @@
 //!   with the exact check of those rows;
 //! * [`inputs`]: random inputs rounded to bf16 / f16, their words and exact values;
 //! * [`kernels`]: one case on the GPU ([`run_case`]), measured against the reference;
+//! * [`sweep`]: the large-score backward cases of many seeds with what explains their
+//!   errors (`gpu_check --large-sweep N`), to measure the bounds' distribution;
 //! * [`ring`]: the same for distributed attention (`ring_check`): its cases, and the
 //!   ranks' results gathered and compared with the reference.
 
@@ -111,6 +113,7 @@ pub mod gqa;
 pub mod inputs;
 pub mod kernels;
 pub mod ring;
+pub mod sweep;
 
 pub use cases::{Case, Kind, cases, describe};
 pub use inputs::{LARGE_LOGITS, Logits, OFFSET_LOGITS, round, rounded, rounded_bits};

@@ -5,8 +5,8 @@
 
 use super::extreme::{exact_empty, exact_zero_grads};
 use super::{
-    Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err, large_lse_bound, lse_err,
-    partial_bound, rounded,
+    Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err_scaled, grad_floor_scales,
+    large_lse_bound, lse_err, partial_bound, rounded,
 };
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -126,12 +126,13 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 let references: Vec<Vec<f64>> =
                     [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
                 let names = [quantity!(case.logits, "dq"), quantity!(case.logits, "dk"), quantity!(case.logits, "dv")];
+                let floors = grad_floor_scales(&q, &k);
                 let mut first = Vec::new();
-                for ((what, buf), reference) in
-                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references)
+                for (((what, buf), reference), floor) in
+                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(floors)
                 {
                     let got = to_f64(&gpu.download(buf)?);
-                    metrics.push(Metric { what, err: grad_err(&got, reference), bound });
+                    metrics.push(Metric { what, err: grad_err_scaled(&got, reference, floor), bound });
                     first.push(got);
                 }
                 // The gradients in the inputs' type: each the rounding of its f32 value.
@@ -150,12 +151,12 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     quantity!(case.logits, "dv added"),
                 ];
                 let mut twice = Vec::new();
-                for (((what, buf), reference), first) in
-                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(&first)
+                for ((((what, buf), reference), first), floor) in
+                    names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(&first).zip(floors)
                 {
                     let sum = to_f64(&gpu.download(buf)?);
                     let added: Vec<f64> = sum.iter().zip(first).map(|(b, a)| b - a).collect();
-                    metrics.push(Metric { what, err: grad_err(&added, reference), bound });
+                    metrics.push(Metric { what, err: grad_err_scaled(&added, reference, floor), bound });
                     twice.push(sum);
                 }
                 // Exact zeros of rows with no key, after one pass and after two.

@@ -9,7 +9,7 @@
 //! worst per-row relative error.
 
 use super::kernels::draw;
-use super::{Case, GRAD_RMS_FLOOR, Kind, Logits, grad_err, partial_bound, rounded, score_err};
+use super::{Case, GRAD_RMS_FLOOR, Kind, Logits, partial_bound, rounded, score_err};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::shape::{Chunk, Shape};
@@ -72,7 +72,10 @@ pub fn analyze(raw: &Raw) -> String {
     )
     .expect("reference");
     let want: [Vec<f64>; 3] = [&g.dq, &g.dk, &g.dv].map(|a| a.iter().copied().collect());
-    let errs: Vec<f64> = (0..3).map(|t| grad_err(&raw.got[t], &want[t])).collect();
+    let floors = super::grad_floor_scales(q, k);
+    let errs: Vec<f64> = (0..3).map(|t| super::grad_err_scaled(&raw.got[t], &want[t], floors[t])).collect();
+    let bound = super::bound_for(case.dtype, case.logits);
+    let verdict = if errs.iter().all(|&e| e < bound) { "PASS" } else { "FAIL" };
     let eps = score_err(partial_bound(case.logits), 128);
     let (b, n, h, d) = q.dim();
     let scale = 1.0 / (d as f64).sqrt();
@@ -128,7 +131,7 @@ pub fn analyze(raw: &Raw) -> String {
     }
     let ref_rms = (wsum / want[0].len() as f64).sqrt();
     format!(
-        "{} {} {:?} {:?} d={} b={} h={} n={} lens={:?} | dq {:.3e} dk {:.3e} dv {:.3e} | eps {:.3e} dq/eps {:.2} dk/eps {:.2} | rows {} tied {} part {:.2} refrms {:.2e} onehot_err_share {:.3} | worst_row rel {:.3e} p2 {:.2e} share {:.3} | delta err max {:.2e} rms {:.2e} out row err max {:.2e}",
+        "{verdict} {} {} {:?} {:?} d={} b={} h={} n={} lens={:?} | dq {:.3e} dk {:.3e} dv {:.3e} | eps {:.3e} dq/eps {:.2} dk/eps {:.2} | rows {} tied {} part {:.2} refrms {:.2e} onehot_err_share {:.3} | worst_row rel {:.3e} p2 {:.2e} share {:.3} | delta err max {:.2e} rms {:.2e} out row err max {:.2e}",
         raw.seed,
         raw.index,
         case.logits,

@@ -7,7 +7,7 @@
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
-use ringdil_cli::pattern_file::FileError;
+use ringdil_pattern_file::FileError;
 
 /// A `ringdil_reference::Error` (bad shape, scale, pattern parameter, LSE, ...) as `ValueError`.
 pub fn reference(error: ringdil_reference::Error) -> PyErr {

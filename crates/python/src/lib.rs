@@ -1,9 +1,10 @@
 //! `ringdil._ringdil`: the native half of the `ringdil` Python package.
 //!
 //! It is a thin shell around `ringdil-reference`: every number comes from the reference
-//! crate (the specification), and every pattern file goes through the CLI's parser, so
-//! Python users get exactly the semantics of `docs/semantics.md`. This crate only checks
-//! the NumPy arguments (naming the one that is wrong), converts arrays and maps errors.
+//! crate (the specification), and every pattern file goes through the CLI's parser (the
+//! `ringdil-pattern-file` crate), so Python users get exactly the semantics of
+//! `docs/semantics.md`. This crate only checks the NumPy arguments (naming the one that
+//! is wrong), converts arrays and maps errors.
 //! The public Python API, its defaults and docstrings live in `python/ringdil/`.
 
 mod arrays;

@@ -1,6 +1,6 @@
 //! `ringdil.Pattern`: a pattern file (JSON/TOML, or the same fields as a dict), parsed by
-//! the CLI's `pattern_file` module so that Python and `ringdil attend` read one schema
-//! with one set of error messages (docs/guide/pattern-files.md).
+//! `ringdil-pattern-file` (the CLI's parser too) so that Python and `ringdil attend` read
+//! one schema with one set of error messages (docs/guide/pattern-files.md).
 //!
 //! A pattern carries its file's `causal` and `scale`; the attention functions OR the
 //! `causal` argument with the file's (as `ringdil attend --causal` does) and let an
@@ -9,7 +9,7 @@
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyRange};
-use ringdil_cli::pattern_file::{FileError, PatternFile};
+use ringdil_pattern_file::{FileError, PatternFile};
 use ringdil_reference::pattern::Dense;
 use ringdil_reference::{KeyRun, Pattern, Spec};
 use std::path::PathBuf;

@@ -137,3 +137,27 @@ def test_strided_views_are_read_in_place():
     before = q.copy()
     check(q, k, v, oracle.per_batch(oracle.dense_counts(10, 3), 1, causal=True), causal=True)
     np.testing.assert_array_equal(q, before)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_equals_replicated_kv(kv_heads):
+    # 4 query heads over kv_heads K/V heads: query head h reads K/V head h // (4 // kv_heads)
+    # (docs/semantics.md, section 15); the oracle runs multi-head on K/V repeated per group.
+    q, _, _ = qkv((2, 11, 4, 5), seed=3)
+    _, k, v = qkv((2, 11, kv_heads, 5), seed=4)
+    group = 4 // kv_heads
+    k_rep, v_rep = (np.repeat(x, group, axis=2) for x in (k, v))
+    c = oracle.per_batch(oracle.dilated_counts(11, 4, [4, 8], [1, 2]), 2, causal=True)
+    pattern = {"kind": "dilated", "segment_lengths": [4, 8], "dilation_rates": [1, 2]}
+    out, lse = rd.attention(q, k, v, pattern=pattern, causal=True)
+    want_out, want_lse = oracle.attention(q, k_rep, v_rep, c)
+    np.testing.assert_allclose(out, want_out, **TOL64)
+    np.testing.assert_allclose(lse, want_lse, **TOL64)
+    d_out = np.random.default_rng(5).standard_normal(out.shape)
+    dq, dk, dv = rd.attention_backward(q, k, v, d_out, pattern=pattern, causal=True)
+    want = oracle.attention_backward(q, k_rep, v_rep, d_out, c)
+    np.testing.assert_allclose(dq, want[0], **TOL64)
+    # dK, dV of a K/V head: the sum over its group of query heads.
+    for got, rep in ((dk, want[1]), (dv, want[2])):
+        assert got.shape == k.shape
+        np.testing.assert_allclose(got, rep.reshape(2, 11, kv_heads, group, 5).sum(axis=3), **TOL64)

@@ -40,7 +40,8 @@ def test_mismatched_shapes():
     # k and v with fewer heads than q are grouped-query attention: v must follow k, and
     # the K/V heads must divide the query heads.
     raises(ValueError, "v: expected shape [2, 6, 2, 4], got [2, 6, 3, 4]", rd.attention, q, k[:, :, :2], v)
-    raises(ValueError, "2 K/V heads do not divide 3 query heads", rd.attention, q, k[:, :, :2], v[:, :, :2])
+    raises(ValueError, "grouped-query attention: 2 K/V heads do not divide 3 query heads", rd.attention, q, k[:, :, :2],
+           v[:, :, :2])
     raises(ValueError, "v: expected shape", rd.attention, q, k, v[:, :5])
     raises(ValueError, "k (self-attention: same seq as q)", rd.attention, q, k[:, :5], v[:, :5])
     raises(ValueError, "d_out: expected shape", rd.attention_backward, q, k, v, np.zeros((2, 6, 3, 3)))

@@ -88,13 +88,18 @@ impl Documents {
     }
 
     /// The boundary list of batch row `batch` (positions `0..=seq_len` of that row).
-    /// For a valid value.
+    /// For a valid value. A flat list's row `b` is `0`, its boundaries strictly inside
+    /// `(b seq_len, (b + 1) seq_len)` shifted by `-b seq_len`, and `seq_len`: repeats of a
+    /// row start (empty documents between rows, which hold no token) are dropped.
     pub fn row(&self, batch: usize, seq_len: usize) -> Vec<usize> {
         match self {
             Documents::PerRow(lists) => lists[batch].clone(),
             Documents::Flat(list) => {
                 let (lo, hi) = (batch * seq_len, (batch + 1) * seq_len);
-                list.iter().filter(|&&c| lo <= c && c <= hi).map(|&c| c - lo).collect()
+                let mut row = vec![0];
+                row.extend(list.iter().filter(|&&c| lo < c && c < hi).map(|&c| c - lo));
+                row.push(seq_len);
+                row
             }
         }
     }

@@ -434,6 +434,19 @@ fn errors_name_the_values() {
     let flat = Documents::flat(vec![0, 2, 6, 6, 9, 12]);
     flat.validate(2, 6).unwrap();
     assert_eq!(flat.split(6), vec![vec![0, 2, 6], vec![0, 3, 6]]);
+    // Schedules (no batch size) check the documents against their own row count, and
+    // key padding against it.
+    let plan = ChunkPlan::new(6, 2, &Layout::Contiguous).unwrap();
+    let spec = Spec::dense().documents(Documents::per_row(vec![vec![0, 6], vec![0, 3, 6]])).key_lengths(vec![6]);
+    assert_eq!(
+        Needs::new(&spec, &plan, 1).unwrap_err(),
+        Error::ShapeMismatch { what: "key_lengths", expected: vec![2], got: vec![1] }
+    );
+    let spec = Spec::dense().documents(Documents::per_row(vec![vec![0, 7]]));
+    assert_eq!(
+        Kind::Ring.build(&plan, &spec, 1).unwrap_err(),
+        Error::DocumentEnd { row: Some(0), last: 7, expected: 6 }
+    );
     // A pattern is validated for every document length: an explicit mask for the whole
     // row does not fit documents of other lengths.
     let explicit = ringdil_reference::pattern::Explicit::from_fn(1, 6, |_, _, _| 1);

@@ -21,6 +21,17 @@
 //! list over the `batch * seq_len` tokens of the row-major concatenation of the rows,
 //! with a boundary at every row start `b * seq_len`, and is split into per-row lists.
 //! Both are checked by [`crate::Spec::validate`], which names the offending value.
+//!
+//! ```
+//! use ringdil_reference::{attention, pattern::Dilated, random::normal_tensor, Documents, Spec};
+//! let (q, k, v) = (normal_tensor([2, 10, 2, 4], 1), normal_tensor([2, 10, 2, 4], 2), normal_tensor([2, 10, 2, 4], 3));
+//! // Row 0: documents 0..3, 3..10; row 1: 0..4, an empty one, 4..10.
+//! let documents = Documents::per_row(vec![vec![0, 3, 10], vec![0, 4, 4, 10]]);
+//! assert_eq!(Documents::flat(vec![0, 3, 10, 14, 14, 20]).split(10), documents.split(10));
+//! let spec = Spec::new(Dilated::longnet(&[(4, 1), (8, 2)])).causal(true).documents(documents);
+//! let out = attention(q.view(), k.view(), v.view(), &spec).unwrap();
+//! assert_eq!(out.out.dim(), (2, 10, 2, 4));
+//! ```
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};

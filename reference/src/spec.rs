@@ -156,12 +156,21 @@ impl Spec {
     /// Check what does not depend on the batch size: the documents against `seq_len`
     /// (their row count is [`Documents::rows`]) and the pattern for `heads` heads, for
     /// every length of a non-empty document (the pattern's `n`), or for `seq_len`
-    /// without documents. What schedules check.
+    /// without documents; with documents, `key_lengths` must have one entry per row.
+    /// What schedules check.
     pub fn validate_pattern(&self, heads: usize, seq_len: usize) -> Result<()> {
         match &self.documents {
             None => self.pattern.validate(heads, seq_len),
             Some(documents) => {
-                documents.validate(documents.rows(seq_len), seq_len)?;
+                let rows = documents.rows(seq_len);
+                documents.validate(rows, seq_len)?;
+                if let Some(lengths) = self.key_lengths.as_ref().filter(|l| l.len() != rows) {
+                    return Err(Error::ShapeMismatch {
+                        what: "key_lengths",
+                        expected: vec![rows],
+                        got: vec![lengths.len()],
+                    });
+                }
                 documents.lengths(seq_len).into_iter().try_for_each(|n| self.pattern.validate(heads, n))
             }
         }

@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use ringdil_fuzz::{LayoutInput, PatternInput};
 use ringdil_reference::pattern::key_counts;
 use ringdil_reference::ring::{ChunkPlan, Op, pattern_ring};
-use ringdil_reference::{Documents, Spec};
+use ringdil_reference::Documents;
 
 #[derive(Arbitrary, Debug)]
 struct Input {

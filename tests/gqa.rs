@@ -149,7 +149,7 @@ fn gqa_case(max_heads: usize, max_n: usize) -> impl Strategy<Value = Gqa> {
             kv,
             dim,
             dv,
-            spec: Spec { pattern, causal, key_lengths, scale },
+            spec: Spec { pattern, causal, key_lengths, scale, documents: None },
             seed,
         })
 }

@@ -180,7 +180,13 @@ struct PlanCase {
 
 impl PlanCase {
     fn spec(&self) -> Spec {
-        Spec { pattern: self.pat.pattern(), causal: self.causal, key_lengths: self.key_lengths.clone(), scale: None }
+        Spec {
+            pattern: self.pat.pattern(),
+            causal: self.causal,
+            key_lengths: self.key_lengths.clone(),
+            scale: None,
+            documents: None,
+        }
     }
 
     /// `[batch, heads, n, n]`: what query `i` attends in head `h` of batch row `b`.

@@ -333,7 +333,7 @@ pub fn any_case(max_n: usize) -> impl Strategy<Value = Case> {
             n,
             heads,
             dim,
-            spec: Spec { pattern, causal, key_lengths, scale },
+            spec: Spec { pattern, causal, key_lengths, scale, documents: None },
             seed: seed >> 8,
         })
 }

@@ -107,6 +107,6 @@ impl PatternInput {
     }
 
     pub fn spec(&self, causal: bool, key_length: Option<usize>) -> Spec {
-        Spec { pattern: self.pattern(), causal, key_lengths: key_length.map(|l| vec![l]), scale: None }
+        Spec { pattern: self.pattern(), causal, key_lengths: key_length.map(|l| vec![l]), scale: None, documents: None }
     }
 }

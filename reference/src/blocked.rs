@@ -11,6 +11,11 @@
 //! the sum of its `g` query heads' contributions, added in ascending head order after
 //! all tasks are done, so the result does not depend on how rayon schedules them.
 //!
+//! With packed documents ([`crate::Documents`]) a query's key runs are its pattern's runs
+//! inside its own document ([`Spec::key_runs`]); rows of one document that share runs
+//! are blocked together as without documents, and no block mixes documents unless its
+//! rows fall in the small-group stream (where the union rule keeps blocks tight).
+//!
 //! Work is split into tasks `(batch, head, query rows)`. Inside a task, queries that
 //! share their pattern's key runs (or, failing that, neighbouring queries) are gathered
 //! into blocks of at most [`BLOCK_ROWS`] rows; a block's key columns are the union of its rows' keys, and a
@@ -114,13 +119,13 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     /// row its own runs) are blocked in sequence order instead, where neighbours share
     /// most of their keys.
     pub fn for_each_block(&self, b: usize, h: usize, rows: Range<usize>, mut f: impl FnMut(&Block<T>)) {
-        let (heads, pattern) = (self.heads(), &*self.spec.pattern);
+        let heads = self.heads();
         let mut groups: Vec<(Vec<KeyRun>, Vec<usize>)> = Vec::new();
         let mut group_of: HashMap<Vec<KeyRun>, usize> = HashMap::new();
         let mut runs: Vec<KeyRun> = Vec::new();
         for r in rows {
             runs.clear();
-            pattern.key_runs(self.q_pos[r], h, heads, self.seq_len, &mut runs);
+            self.spec.key_runs(b, self.q_pos[r], h, heads, self.seq_len, &mut runs);
             match group_of.get(&runs) {
                 Some(&g) => groups[g].1.push(r),
                 None => {
@@ -147,11 +152,10 @@ impl<'a, T: NdFloat> Chunk<'a, T> {
     }
 
     /// The local key rows that query row `r` of batch row `b` sees, with multiplicity:
-    /// its pattern runs cut by causality and key padding, mapped to this chunk's rows.
+    /// its pattern runs (inside its document, [`Spec::key_runs`]) cut by causality and
+    /// key padding, mapped to this chunk's rows.
     fn row_keys(&self, b: usize, r: usize, runs: &[KeyRun], out: &mut Vec<u32>) {
-        let query = self.q_pos[r];
-        let key_limit = self.spec.key_limit(b, self.seq_len);
-        let limit = if self.spec.causal { key_limit.min(query + 1) } else { key_limit };
+        let limit = self.spec.key_cut(b, self.q_pos[r], self.seq_len);
         out.clear();
         for run in runs {
             out.extend(run.clipped(limit).iter().map(|g| self.local_of[g]).filter(|&l| l != ABSENT));

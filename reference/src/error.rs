@@ -82,6 +82,27 @@ pub enum Error {
     PairCoverage { query: usize, key: usize, head: usize, count: usize },
     /// The backward pass of a simulation was asked for before its forward pass.
     BackwardBeforeForward,
+    /// Per-row document boundaries with `lists` lists for `batch` batch rows.
+    DocumentRows { lists: usize, batch: usize },
+    /// A document boundary list (of batch row `row`, or the flat list when `None`) whose
+    /// first boundary is not 0 (`first = None`: the list is empty).
+    DocumentStart { row: Option<usize>, first: Option<usize> },
+    /// Boundary `index` of a document list is smaller than boundary `index - 1`.
+    DocumentOrder { row: Option<usize>, index: usize, previous: usize, boundary: usize },
+    /// The last document boundary is not the row's length (`seq_len`; `batch * seq_len`
+    /// for a flat list).
+    DocumentEnd { row: Option<usize>, last: usize, expected: usize },
+    /// A flat document list without a boundary at the start `position = row * seq_len`
+    /// of batch row `row` (a document would span two rows).
+    DocumentRowStart { row: usize, position: usize },
+}
+
+/// `batch row 3` or `the flat list`, for document errors.
+fn document_list(row: &Option<usize>) -> String {
+    match row {
+        Some(b) => format!("boundaries of batch row {b}"),
+        None => "boundaries of the flat list".to_string(),
+    }
 }
 
 impl fmt::Display for Error {
@@ -187,6 +208,33 @@ impl fmt::Display for Error {
                  every allowed pair must be computed exactly once"
             ),
             Error::BackwardBeforeForward => write!(f, "simulation: backward called before forward"),
+            Error::DocumentRows { lists, batch } => write!(
+                f,
+                "documents: {lists} boundary lists for {batch} batch rows; one list per batch row is required"
+            ),
+            Error::DocumentStart { row, first: Some(first) } => {
+                write!(f, "documents: {} start at {first}; the first boundary must be 0", document_list(row))
+            }
+            Error::DocumentStart { row, first: None } => {
+                write!(f, "documents: {} are empty; it must start at 0 and end at the row length", document_list(row))
+            }
+            Error::DocumentOrder { row, index, previous, boundary } => write!(
+                f,
+                "documents: {}: boundary {index} is {boundary}, smaller than boundary {} = {previous}; \
+                 boundaries must be non-decreasing",
+                document_list(row),
+                index - 1
+            ),
+            Error::DocumentEnd { row, last, expected } => write!(
+                f,
+                "documents: {} end at {last}; the last boundary must be {expected} (the row length)",
+                document_list(row)
+            ),
+            Error::DocumentRowStart { row, position } => write!(
+                f,
+                "documents: flat boundary list has no boundary at {position}, the start of batch row {row}; \
+                 a document must not span two rows"
+            ),
         }
     }
 }

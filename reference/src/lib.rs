@@ -31,6 +31,7 @@ pub mod attention;
 mod blocked;
 mod check;
 pub mod compare;
+pub mod documents;
 pub mod error;
 pub mod float;
 pub mod heads;
@@ -45,6 +46,7 @@ pub use attention::{
     backward_chunk,
 };
 pub use blocked::BLOCK_ROWS;
+pub use documents::Documents;
 pub use error::{Error, Result};
 pub use heads::Heads;
 pub use partial::Partial;

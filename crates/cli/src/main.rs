@@ -69,6 +69,10 @@ enum Command {
         /// Make the pattern causal (in addition to the file's own `causal`).
         #[arg(long)]
         causal: bool,
+        /// Packed sequences: a JSON file with one document boundary list per batch row,
+        /// `[[0, c_1, ..., seq], ...]` (cu_seqlens per row; docs/semantics.md section 16).
+        #[arg(long, value_name = "FILE.json")]
+        documents: Option<PathBuf>,
         /// Output tensor (.npy).
         #[arg(long)]
         out: PathBuf,
@@ -208,9 +212,10 @@ enum PatternCommand {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Verify { cases, seed, pattern, json } => return run_verify(cases, seed, pattern, json),
-        Command::Attend { q, k, v, pattern, causal, out, lse, ring, distribution, json } => {
+        Command::Attend { q, k, v, pattern, causal, documents, out, lse, ring, distribution, json } => {
             let distributed = ring.map(|p| (p, distribution));
-            run_attend(&q, &k, &v, pattern, causal, &out, lse.as_deref(), distributed, json)
+            let inputs = AttendInputs { q, k, v, pattern, causal, documents };
+            run_attend(&inputs, &out, lse.as_deref(), distributed, json)
         }
         Command::Plan {
             file,
@@ -252,20 +257,32 @@ fn load_spec(pattern: Option<&std::path::Path>) -> Result<Spec, Box<dyn Error>> 
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_attend(
-    q: &str,
-    k: &str,
-    v: &str,
+/// The inputs of `ringdil attend`: tensors, pattern file, causality, documents file.
+struct AttendInputs {
+    q: String,
+    k: String,
+    v: String,
     pattern: Option<PathBuf>,
     causal: bool,
+    documents: Option<PathBuf>,
+}
+
+fn run_attend(
+    inputs: &AttendInputs,
     out: &std::path::Path,
     lse: Option<&std::path::Path>,
     distributed: Option<(usize, Distribution)>,
     json: bool,
 ) -> Result<(), Box<dyn Error>> {
+    let AttendInputs { q, k, v, pattern, causal, documents } = inputs;
     let mut spec = load_spec(pattern.as_deref())?;
     spec.causal |= causal;
+    if let Some(path) = documents {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let lists: Vec<Vec<usize>> = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: expected one list of document boundaries per batch row: {e}", path.display()))?;
+        spec.documents = Some(ringdil_reference::Documents::per_row(lists));
+    }
     let how = match &distributed {
         None => attend::How::SingleDevice,
         Some((ranks, d)) => attend::How::Distributed {

@@ -219,6 +219,41 @@ fn attend_on_simulated_ranks_matches_single_device() {
     }
 }
 
+/// `--documents FILE.json` packs documents into the rows (one boundary list per batch
+/// row): the output equals the library's packed attention, on one device and on
+/// simulated ranks; a bad list is refused with the library's message.
+#[test]
+fn attend_packs_documents() {
+    let shape = [2, 23, 2, 4];
+    let (q, k, v) = (normal_tensor(shape, 31), normal_tensor(shape, 32), normal_tensor(shape, 33));
+    let paths = npy_files("documents", &[&q, &k, &v], &["o"]);
+    let arg = |i: usize| paths[i].clone();
+    let lists = vec![vec![0, 5, 5, 17, 23], vec![0, 1, 23]];
+    let docs = scratch("documents-docs.json");
+    std::fs::write(&docs, serde_json::to_string(&lists).unwrap()).unwrap();
+    let spec = Spec::new(Dilated::longnet(&[(16, 1), (32, 2), (64, 4)]))
+        .causal(true)
+        .documents(ringdil_reference::Documents::per_row(lists));
+    let expected = attention(q.view(), k.view(), v.view(), &spec).unwrap();
+    let docs_arg = docs.to_str().unwrap().to_string();
+    let base = ["attend", "--q", &arg(0), "--k", &arg(1), "--v", &arg(2), "--pattern", "docs/patterns/longnet.json"];
+    for extra in [&[][..], &["--ring", "3", "--schedule", "pattern"][..]] {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(["--documents", &docs_arg, "--out", &paths[3]]);
+        args.extend(extra);
+        let (_, stderr, code) = ringdil(&args);
+        assert_eq!(code, 0, "{extra:?}: {stderr}");
+        let out: Array4<f64> = read_npy(&paths[3]).unwrap();
+        assert!(rel_err(&out, &expected.out) < 1e-13, "{extra:?}");
+    }
+    std::fs::write(&docs, "[[0, 23], [0, 9, 4, 23]]").unwrap();
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["--documents", &docs_arg, "--out", &paths[3]]);
+    let (_, stderr, code) = ringdil(&args);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("boundary 2 is 4, smaller than boundary 1 = 9"), "{stderr}");
+}
+
 /// Grouped-query attention from the shapes alone: `k`, `v` with one head (multi-query)
 /// against `q` with three, on one device and on 3 simulated ranks with every schedule.
 #[test]

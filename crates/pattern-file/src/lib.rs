@@ -336,7 +336,7 @@ impl PatternFile {
             | PatternFile::Expr { causal, scale, .. }
             | PatternFile::DilatedExpr { causal, scale, .. } => (*causal, *scale),
         };
-        Ok(Spec { pattern: self.pattern()?, causal, key_lengths: None, scale })
+        Ok(Spec { pattern: self.pattern()?, causal, key_lengths: None, scale, documents: None })
     }
 }
 

@@ -8,7 +8,11 @@
 //!
 //! where `c_h(q, k)` is the pattern's multiplicity ([`crate::Pattern::key_runs`]) after the
 //! causal cut `k <= q` and the key-padding cut `k < max_b key_lengths[b]` (a row is
-//! shipped for the whole batch, so the union over batch rows is what counts). The set
+//! shipped for the whole batch, so the union over batch rows is what counts). With
+//! packed documents ([`crate::Documents`]) `c_h` is taken per batch row inside the
+//! query's document and the union is over the rows: a rank needs only keys of the
+//! documents its queries lie in, and documents that never cross a rank boundary add
+//! nothing across ranks. The set
 //! is built only from key runs, so it is right for every pattern, present or future.
 //! A LongNet branch `(w, r)` whose segments never cross a rank boundary adds nothing
 //! across ranks; a longer segment adds the kept positions `a + o(h) + t r` only, `1/r` of
@@ -50,8 +54,7 @@ impl Needs {
         let counts = heads.into();
         let heads = counts.query();
         let n = plan.seq_len;
-        spec.pattern.validate(heads, n)?;
-        let limit = spec.key_lengths.as_ref().map_or(n, |l| l.iter().copied().max().unwrap_or(0).min(n));
+        spec.validate_pattern(heads, n)?;
         let owner = plan.token_map().rank;
         let ranks = plan.ranks();
         let mut keys = vec![vec![vec![Vec::new(); ranks]; heads]; ranks];
@@ -61,12 +64,13 @@ impl Needs {
             for (h, by_src) in row.iter_mut().enumerate() {
                 let mark = d * heads + h;
                 for &q in plan.tokens(d) {
-                    runs.clear();
-                    spec.pattern.key_runs(q, h, heads, n, &mut runs);
-                    let cut = if spec.causal { limit.min(q + 1) } else { limit };
-                    for run in &runs {
-                        run.clipped(cut).iter().for_each(|k| stamp[k] = mark);
-                    }
+                    spec.for_each_row(q, n, |b, cut| {
+                        runs.clear();
+                        spec.key_runs(b, q, h, heads, n, &mut runs);
+                        for run in &runs {
+                            run.clipped(cut).iter().for_each(|k| stamp[k] = mark);
+                        }
+                    });
                 }
                 for k in (0..n).filter(|&k| stamp[k] == mark) {
                     by_src[owner[k]].push(k);

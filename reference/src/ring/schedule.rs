@@ -145,7 +145,7 @@ impl Kind {
     /// (all-gather and Ulysses move every row), so a bad spec never yields a schedule.
     pub fn build(self, chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>) -> Result<Schedule> {
         let heads = heads.into();
-        spec.pattern.validate(heads.query(), chunks.seq_len)?;
+        spec.validate_pattern(heads.query(), chunks.seq_len)?;
         match self {
             Kind::Ring => super::ring(chunks, spec, heads),
             Kind::PatternRing => super::pattern_ring(chunks, spec, heads),
@@ -198,7 +198,7 @@ impl Schedule {
         self.chunks.validate()?;
         let (ranks, heads, n) = (self.ranks(), self.heads, self.chunks.seq_len);
         let counts = self.head_counts()?;
-        spec.pattern.validate(heads, n)?;
+        spec.validate_pattern(heads, n)?;
         for op in self.forward.iter().chain(&self.backward).flat_map(|s| &s.ops) {
             let (rank_list, head_range, token_lists): (Vec<usize>, &Range<usize>, Vec<&[usize]>) = match op {
                 Op::Send { from, to, heads, tokens, .. } => (vec![*from, *to], heads, vec![tokens]),
@@ -242,16 +242,16 @@ impl Schedule {
                 _ => None,
             })
             .collect();
-        let limit = spec.key_lengths.as_ref().map_or(n, |l| l.iter().copied().max().unwrap_or(0).min(n));
         let mut runs: Vec<KeyRun> = Vec::new();
         let mut allowed: Vec<usize> = Vec::new();
         for q in 0..n {
             for h in 0..heads {
-                runs.clear();
-                spec.pattern.key_runs(q, h, heads, n, &mut runs);
-                let cut = if spec.causal { limit.min(q + 1) } else { limit };
                 allowed.clear();
-                allowed.extend(runs.iter().flat_map(|r| r.clipped(cut).iter()));
+                spec.for_each_row(q, n, |b, cut| {
+                    runs.clear();
+                    spec.key_runs(b, q, h, heads, n, &mut runs);
+                    allowed.extend(runs.iter().flat_map(|r| r.clipped(cut).iter()));
+                });
                 allowed.sort_unstable();
                 allowed.dedup();
                 let covering: Vec<&HashSet<usize>> =

@@ -30,13 +30,25 @@ impl<'py, T: Float> Inputs<'py, T> {
     }
 }
 
+/// Packed documents (`docs/semantics.md`, section 16): a list of boundary lists, one per
+/// batch row, or one flat list over the batch rows laid end to end.
+fn documents(value: &Bound<'_, PyAny>) -> PyResult<reference::Documents> {
+    if let Ok(rows) = value.extract::<Vec<Vec<usize>>>() {
+        return Ok(reference::Documents::per_row(rows));
+    }
+    value.extract::<Vec<usize>>().map(reference::Documents::flat).map_err(|_| {
+        errors::value("documents", "expected one list of boundaries per batch row, or one flat list, of integers >= 0")
+    })
+}
+
 /// The spec of one call: the pattern's (dense if none), the call's `causal` OR-ed in,
-/// the call's `scale` if given, and `key_lengths` (each a non-negative integer).
+/// the call's `scale` if given, `key_lengths` (each a non-negative integer) and
+/// `documents`.
 fn spec(
     pattern: Option<PyRef<'_, PyPattern>>,
     causal: bool,
     scale: Option<f64>,
-    key_lengths: Option<&Bound<'_, PyAny>>,
+    (key_lengths, docs): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
 ) -> PyResult<Spec> {
     let mut spec = PyPattern::spec(pattern.as_deref(), causal, scale);
     if let Some(lengths) = key_lengths {
@@ -52,6 +64,9 @@ fn spec(
             })
             .collect::<PyResult<Vec<usize>>>()?;
         spec.key_lengths = Some(lengths);
+    }
+    if let Some(docs) = docs {
+        spec = spec.documents(documents(docs)?);
     }
     Ok(spec)
 }
@@ -94,7 +109,7 @@ fn backward<'py, T: Float>(
 
 /// `(out, lse)` of self-attention; see `ringdil.reference.attention`.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, pattern, causal, scale, key_lengths))]
+#[pyo3(signature = (q, k, v, pattern, causal, scale, key_lengths, documents))]
 #[allow(clippy::too_many_arguments)] // one parameter per argument of the Python function
 pub fn attention<'py>(
     py: Python<'py>,
@@ -105,8 +120,9 @@ pub fn attention<'py>(
     causal: bool,
     scale: Option<f64>,
     key_lengths: Option<&Bound<'py, PyAny>>,
+    documents: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let spec = spec(pattern, causal, scale, key_lengths)?;
+    let spec = spec(pattern, causal, scale, (key_lengths, documents))?;
     match arrays::dtype_of("q", q)? {
         Dtype::F64 => forward::<f64>(py, q, k, v, &spec),
         Dtype::F32 => forward::<f32>(py, q, k, v, &spec),
@@ -116,7 +132,7 @@ pub fn attention<'py>(
 /// `(dq, dk, dv)` of `attention` for the upstream gradient `d_out`; see
 /// `ringdil.reference.attention_backward`.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, d_out, pattern, causal, scale, key_lengths))]
+#[pyo3(signature = (q, k, v, d_out, pattern, causal, scale, key_lengths, documents))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // as `attention`, plus `d_out`
 pub fn attention_backward<'py>(
     py: Python<'py>,
@@ -128,8 +144,9 @@ pub fn attention_backward<'py>(
     causal: bool,
     scale: Option<f64>,
     key_lengths: Option<&Bound<'py, PyAny>>,
+    documents: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let spec = spec(pattern, causal, scale, key_lengths)?;
+    let spec = spec(pattern, causal, scale, (key_lengths, documents))?;
     let args = (q, k, v, d_out);
     match arrays::dtype_of("q", q)? {
         Dtype::F64 => backward::<f64>(py, args, &spec),

@@ -161,3 +161,29 @@ def test_grouped_query_equals_replicated_kv(kv_heads):
     for got, rep in ((dk, want[1]), (dv, want[2])):
         assert got.shape == k.shape
         np.testing.assert_allclose(got, rep.reshape(2, 11, kv_heads, group, 5).sum(axis=3), **TOL64)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_packed_documents_equal_attention_per_document(flat):
+    # Row 0 holds documents [0, 4), [4, 4) (empty), [4, 5) (one token), [5, 12); row 1
+    # [0, 7), [7, 12). Each document is attended as its own sequence (section 16): the
+    # oracle runs on each slice alone, with the LongNet segments starting at its start.
+    n, rows = 12, [[0, 4, 4, 5, 12], [0, 7, 12]]
+    q, k, v = qkv((2, n, 2, 3), seed=9)
+    segments, dilations = [2, 4], [1, 2]
+    pattern = {"kind": "dilated", "segment_lengths": segments, "dilation_rates": dilations}
+    documents = [0, 4, 4, 5, 12, 19, 24] if flat else rows
+    out, lse = rd.attention(q, k, v, pattern=pattern, causal=True, documents=documents)
+    d_out = np.random.default_rng(10).standard_normal(out.shape)
+    dq, dk, dv = rd.attention_backward(q, k, v, d_out, pattern=pattern, causal=True, documents=documents)
+    for b, bounds in enumerate(rows):
+        for s, e in zip(bounds, bounds[1:]):
+            if s == e:
+                continue
+            part = [x[b : b + 1, s:e] for x in (q, k, v, d_out)]
+            c = oracle.per_batch(oracle.dilated_counts(e - s, 2, segments, dilations), 1, causal=True)
+            want_out, want_lse = oracle.attention(*part[:3], c)
+            np.testing.assert_allclose(out[b : b + 1, s:e], want_out, **TOL64)
+            np.testing.assert_allclose(lse[b : b + 1, :, s:e], want_lse, **TOL64)
+            for got, want in zip((dq, dk, dv), oracle.attention_backward(*part, c)):
+                np.testing.assert_allclose(got[b : b + 1, s:e], want, **TOL64)

@@ -48,6 +48,16 @@ def test_mismatched_shapes():
     raises(ValueError, "d_out: expected 4 dimensions", rd.attention_backward, q, k, v, np.zeros((2, 6, 3)))
 
 
+def test_bad_documents():
+    q, k, v = qkv(SHAPE)
+    raises(ValueError, "documents: expected one list of boundaries per batch row", rd.attention, q, k, v,
+           documents="0,6")
+    with pytest.raises(ValueError, match="document"):
+        rd.attention(q, k, v, documents=[[0, 6], [0, 4, 3, 6]])  # decreasing
+    with pytest.raises(ValueError, match="document"):
+        rd.attention(q, k, v, documents=[[0, 5], [0, 6]])  # row 0 ends before seq
+
+
 def test_bad_patterns(tmp_path):
     q, k, v = qkv(SHAPE)
     raises(ValueError, "pattern: dict: field `combine`: unknown variant `avg`", rd.attention, q, k, v,

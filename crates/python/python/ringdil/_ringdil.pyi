@@ -21,11 +21,11 @@ Array = npt.NDArray[np.floating[Any]]
 
 def attention(
     q: Array, k: Array, v: Array, pattern: Optional[Pattern], causal: bool, scale: Optional[float],
-    key_lengths: Optional[Sequence[int]],
+    key_lengths: Optional[Sequence[int]], documents: Optional[Sequence[Any]],
 ) -> Tuple[Array, Array]: ...
 def attention_backward(
     q: Array, k: Array, v: Array, d_out: Array, pattern: Optional[Pattern], causal: bool,
-    scale: Optional[float], key_lengths: Optional[Sequence[int]],
+    scale: Optional[float], key_lengths: Optional[Sequence[int]], documents: Optional[Sequence[Any]],
 ) -> Tuple[Array, Array, Array]: ...
 def merge(out1: Array, lse1: Array, out2: Array, lse2: Array) -> Tuple[Array, Array]: ...
 def key_runs(pattern: Optional[Pattern], query: int, head: int, heads: int, seq_len: int) -> list[range]: ...

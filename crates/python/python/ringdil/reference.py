@@ -20,7 +20,7 @@ from ._pattern import as_pattern
 __all__ = ["attention", "attention_backward", "merge", "key_runs", "key_counts", "mask"]
 
 
-def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None):
+def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None, documents=None):
     """Self-attention of ``q`` over ``k``, ``v`` under ``pattern``: ``(out, lse)``.
 
     ``out[b, i, h] = sigma_h * sum_j c_ij exp(s_ij - lse[b, h, i]) v[b, j, h]`` with
@@ -35,18 +35,29 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
       ``1 / sqrt(head_dim)``.
     * ``key_lengths``: one integer per batch row; keys ``j >= key_lengths[b]`` are masked
       (key padding; the padded query rows still attend to the valid keys).
+    * ``documents``: packed sequences (``docs/semantics.md`` section 16), flash-attention's
+      ``cu_seqlens`` per batch row (``[[0, 5, 9, seq], ...]``: each list starts at 0, never
+      decreases, ends at ``seq``; equal neighbours are empty documents) or one flat list over
+      the batch rows laid end to end (a boundary at every ``b * seq``). A query sees only
+      the keys of its own document, and the pattern sees each document as its own
+      sequence (LongNet segments start at the document's start).
+    * ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention, section
+      15): query head ``h`` reads K/V head ``h // (heads // kv_heads)``.
     """
-    return _ringdil.attention(q, k, v, as_pattern(pattern), causal, scale, key_lengths)
+    return _ringdil.attention(q, k, v, as_pattern(pattern), causal, scale, key_lengths, documents)
 
 
-def attention_backward(q, k, v, d_out, *, pattern=None, causal=False, scale=None, key_lengths=None):
+def attention_backward(q, k, v, d_out, *, pattern=None, causal=False, scale=None, key_lengths=None,
+                       documents=None):
     """The gradients ``(dq, dk, dv)`` of :func:`attention`'s ``out`` for the upstream
     gradient ``d_out`` (shaped like ``out``), with the same keyword arguments.
 
     The forward pass is recomputed; the backward is the reference's flash-attention-2
     style pass (``docs/semantics.md`` section 10), the exact gradient of the forward.
+    Under grouped-query attention ``dk`` and ``dv`` are shaped like ``k`` and ``v``: each
+    K/V head's gradient is the sum over its group of query heads.
     """
-    return _ringdil.attention_backward(q, k, v, d_out, as_pattern(pattern), causal, scale, key_lengths)
+    return _ringdil.attention_backward(q, k, v, d_out, as_pattern(pattern), causal, scale, key_lengths, documents)
 
 
 def merge(out1, lse1, out2, lse2):

@@ -17,6 +17,7 @@
 //! derives the volume formulas quoted in each module.
 
 mod all_gather;
+mod balance;
 mod chunking;
 mod comm_plan;
 mod head_slice;
@@ -28,6 +29,7 @@ mod simulation;
 mod ulysses;
 
 pub use all_gather::all_gather;
+pub use balance::{balanced_boundaries, causal_work};
 pub use chunking::{ChunkPlan, Layout, TokenMap, even_boundaries};
 pub use comm_plan::pattern_ring;
 pub use needs::Needs;

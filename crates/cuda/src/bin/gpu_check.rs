@@ -10,7 +10,8 @@
 //! with `--require-gpu`): a skip is never reported as a pass.
 
 use ringdil_cuda::check::{
-    LARGE_LOGITS, Logits, MERGE_BOUND, OFFSET_LOGITS, bound, bound_for, cases, describe, large_lse_bound, run_case,
+    GRAD_RMS_FLOOR, LARGE_LOGITS, Logits, MERGE_BOUND, OFFSET_LOGITS, bound, bound_for, cases, describe,
+    large_lse_bound, run_case,
 };
 use ringdil_cuda::programs::{Args, CheckLog, Program};
 use ringdil_cuda::shape::Dtype;
@@ -44,6 +45,8 @@ fn main() {
         large_lse_bound()
     )
     .unwrap();
+    writeln!(header, "* gradients: relative error with the reference's RMS floored at {GRAD_RMS_FLOOR:.0e} times rms(K) for dQ, rms(Q) for dK (at least 1; the one-hot rows' noise scales with them)").unwrap();
+    writeln!(header, "* 16-bit results (`out 16-bit`, `dq 16-bit`, ...): words that differ from round-to-nearest-even of the kernel's f32 value (counts, must be 0)").unwrap();
     writeln!(header, "* rows with no key (reference LSE -inf): out exactly 0, LSE exactly -inf, their dQ and unseen keys' dK, dV exactly 0 (`empty rows`, `empty grads`: counts, must be 0)").unwrap();
     writeln!(header, "* outputs poisoned with NaN before every launch; NaN never passes; a case that errors fails\n")
         .unwrap();

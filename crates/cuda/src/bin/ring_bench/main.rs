@@ -6,6 +6,9 @@
 //!
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
 //!
+//! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
+//! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]).
+//!
 //! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
 //! total length `N` (1.0 = perfect). Every row keeps `N` fixed across `P` (strong
 //! scaling; the `N/GPU` column says the per-GPU length); runs with different `P` at the
@@ -16,6 +19,7 @@
 //! medians of 3 after a warm-up, the slowest rank's, forward only and forward + backward.
 
 mod report;
+mod virtual_timing;
 
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
@@ -233,6 +237,10 @@ fn distributed(
 
 fn main() {
     let args = Args::from_env(Program::RingBench);
+    if let Some(p) = args.integer::<usize>("--virtual") {
+        virtual_timing::run(&args, p);
+        return;
+    }
     let env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
     let Some(env) = env else {
         let n: usize = args.integer("--nproc").unwrap_or(1);

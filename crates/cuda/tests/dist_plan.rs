@@ -35,6 +35,10 @@ use std::ops::Range;
 
 /// Head dim of every plan (one of the kernels' head dims; the plan does not depend on it
 /// otherwise).
+#[path = "dist_plan/transcriptions.rs"]
+mod transcriptions;
+use transcriptions::{assigned, attends, branch_keeps, offset};
+
 const HEAD_DIM: usize = 64;
 
 /// `Err(message)` from a check unless `cond`.
@@ -255,94 +259,6 @@ fn short_last_segment_case(rng: &mut SplitMix64) -> (Case, usize) {
     let kv_heads = divisor(rng, heads);
     let pat = Pat::Dilated(branches);
     (Case { n, ranks, batch, heads, kv_heads, layout: Layout::Boundaries(b), causal, key_lengths: None, pat }, a)
-}
-
-// ---------------------------------------------------------------------------------
-// Transcriptions: layouts and masks
-// ---------------------------------------------------------------------------------
-
-/// `parts` consecutive ranges splitting `0..n` as evenly as possible, the first
-/// `n mod parts` one token longer (the even split of the `Layout` docs).
-fn even_ranges(n: usize, parts: usize) -> Vec<Range<usize>> {
-    let mut start = 0;
-    (0..parts)
-        .map(|k| {
-            let len = n / parts + usize::from(k < n % parts);
-            start += len;
-            start - len..start
-        })
-        .collect()
-}
-
-/// The tokens each rank must hold, in local row order, as the `Layout` docs define them.
-fn assigned(n: usize, ranks: usize, layout: &Layout) -> Vec<Vec<usize>> {
-    match layout {
-        Layout::Contiguous => even_ranges(n, ranks).into_iter().map(Iterator::collect).collect(),
-        Layout::Zigzag => {
-            let c = even_ranges(n, 2 * ranks);
-            (0..ranks).map(|i| c[i].clone().chain(c[2 * ranks - 1 - i].clone()).collect()).collect()
-        }
-        Layout::Striped => (0..ranks).map(|r| (0..n).filter(|t| t % ranks == r).collect()).collect(),
-        Layout::Boundaries(b) => (0..ranks).map(|r| (b[r]..b[r + 1]).collect()).collect(),
-        Layout::Permuted { order, boundaries } => {
-            let spans = match boundaries {
-                Some(b) => (0..ranks).map(|r| b[r]..b[r + 1]).collect(),
-                None => even_ranges(n, ranks),
-            };
-            spans.into_iter().map(|s| order[s].to_vec()).collect()
-        }
-    }
-}
-
-/// LongNet offset `o(h)` of a branch: `h mod r`; torchscale's head blocks (heads padded
-/// to a multiple of `r`, `r` equal blocks, block `t` keeps offset `t`); or fixed.
-fn offset(rule: Offset, r: usize, h: usize, heads: usize) -> usize {
-    match rule {
-        Offset::HeadMod => h % r,
-        Offset::HeadBlock => h / ((heads + (r - heads % r) % r) / r),
-        Offset::Fixed(o) => o,
-    }
-}
-
-/// Whether LongNet branch `(w, r)` keeps position `t` in a head of offset `o`: segments
-/// `[s w, min((s + 1) w, n))`, kept positions `start + o + k r`.
-fn branch_keeps(w: usize, r: usize, o: usize, t: usize) -> bool {
-    (t - t / w * w) % r == o
-}
-
-/// The multiplicity of key `j` for query `i` in head `h` under the documented rules of
-/// the pattern alone (no causality, no padding).
-fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
-    match &case.pat {
-        Pat::Dense => 1,
-        Pat::Window { left, right } => u32::from(j + left >= i && j <= i + right),
-        Pat::BlockSparse(p) => {
-            let (a, c) = (i / p.block, j / p.block);
-            let dist = a.abs_diff(c);
-            let global = i < p.global_tokens || j < p.global_tokens;
-            let local = p.local_radius.is_some_and(|w| dist <= w);
-            let strided = p.dilated_stride.is_some_and(|s| dist % s == 0);
-            let user = p.block_mask.as_ref().is_some_and(|m| m[a][c]);
-            u32::from(global || local || strided || user)
-        }
-        Pat::Dilated(bs) => bs
-            .iter()
-            .map(|&(w, r, rule)| {
-                let o = offset(rule, r, h, case.heads);
-                u32::from(i / w == j / w && branch_keeps(w, r, o, i) && branch_keeps(w, r, o, j))
-            })
-            .sum(),
-    }
-}
-
-/// Whether query `i` attends key `j` in head `h` of batch row `b`: the pattern's count,
-/// cut by causality (`j <= i`) and key padding (`j < key_lengths[b]`).
-fn attends(case: &Case, b: usize, h: usize, i: usize, j: usize) -> bool {
-    let padded = case.key_lengths.as_ref().is_some_and(|l| j >= l[b]);
-    if padded || (case.causal && j > i) {
-        return false;
-    }
-    pattern_count(case, h, i, j) > 0
 }
 
 // ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 
 use super::extreme::{exact_empty, exact_zero_grads};
 use super::{
-    Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err_scaled, grad_floor_scales,
+    Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err, grad_floor_scales,
     large_lse_bound, lse_err, partial_bound, rounded,
 };
 use crate::error::Result;
@@ -132,7 +132,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(floors)
                 {
                     let got = to_f64(&gpu.download(buf)?);
-                    metrics.push(Metric { what, err: grad_err_scaled(&got, reference, floor), bound });
+                    metrics.push(Metric { what, err: grad_err(&got, reference, floor), bound });
                     first.push(got);
                 }
                 // The gradients in the inputs' type: each the rounding of its f32 value.
@@ -156,7 +156,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 {
                     let sum = to_f64(&gpu.download(buf)?);
                     let added: Vec<f64> = sum.iter().zip(first).map(|(b, a)| b - a).collect();
-                    metrics.push(Metric { what, err: grad_err_scaled(&added, reference, floor), bound });
+                    metrics.push(Metric { what, err: grad_err(&added, reference, floor), bound });
                     twice.push(sum);
                 }
                 // Exact zeros of rows with no key, after one pass and after two.

@@ -199,14 +199,10 @@ pub const MERGE_BOUND: f64 = 1e-5;
 pub const GRAD_RMS_FLOOR: f64 = 1e-2;
 
 /// Relative error of a gradient, with the norm of the reference floored at
-/// `GRAD_RMS_FLOOR * sqrt(len)` (see there).
-pub fn grad_err(a: &[f64], b: &[f64]) -> f64 {
-    grad_err_scaled(a, b, 1.0)
-}
-
-/// [`grad_err`] with the floor multiplied by `scale` (the magnitude of the operand the
-/// gradient's noise is multiplied by, [`grad_floor_scales`]).
-pub fn grad_err_scaled(a: &[f64], b: &[f64], scale: f64) -> f64 {
+/// `GRAD_RMS_FLOOR * scale * sqrt(len)` (see there): `scale` is the magnitude of the
+/// operand the gradient's noise is multiplied by ([`grad_floor_scales`]; 1 for unit
+/// scores).
+pub fn grad_err(a: &[f64], b: &[f64], scale: f64) -> f64 {
     compare::floor_err(a, b, GRAD_RMS_FLOOR * scale * (b.len() as f64).sqrt())
 }
 
@@ -289,12 +285,12 @@ mod tests {
     fn gradient_error_is_relative_above_the_floor_and_absolute_below() {
         let big = [0.5, -0.4, 0.3, 0.2];
         let off = [0.505, -0.4, 0.3, 0.2];
-        assert_eq!(grad_err(&off, &big), rel_err(&off, &big));
+        assert_eq!(grad_err(&off, &big, 1.0), rel_err(&off, &big));
         // A gradient that is zero up to rounding: noise of 1e-6 against the 1e-2 floor.
         let zero = [1e-17, -1e-17, 0.0, 0.0];
         let noise = [1e-6, -1e-6, 1e-6, 0.0];
-        let err = grad_err(&noise, &zero);
+        let err = grad_err(&noise, &zero, 1.0);
         assert!(err < 1e-3 && err > 1e-5, "{err}");
-        assert!(grad_err(&[f64::NAN, 0.0, 0.0, 0.0], &zero).is_nan());
+        assert!(grad_err(&[f64::NAN, 0.0, 0.0, 0.0], &zero, 1.0).is_nan());
     }
 }

@@ -73,7 +73,7 @@ pub fn analyze(raw: &Raw) -> String {
     .expect("reference");
     let want: [Vec<f64>; 3] = [&g.dq, &g.dk, &g.dv].map(|a| a.iter().copied().collect());
     let floors = super::grad_floor_scales(q, k);
-    let errs: Vec<f64> = (0..3).map(|t| super::grad_err_scaled(&raw.got[t], &want[t], floors[t])).collect();
+    let errs: Vec<f64> = (0..3).map(|t| super::grad_err(&raw.got[t], &want[t], floors[t])).collect();
     let bound = super::bound_for(case.dtype, case.logits);
     let verdict = if errs.iter().all(|&e| e < bound) { "PASS" } else { "FAIL" };
     let eps = score_err(partial_bound(case.logits), 128);

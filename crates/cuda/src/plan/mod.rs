@@ -10,6 +10,8 @@
 //! the batch row, is cut in the kernel (the padded tail of a plan row).
 
 use crate::spec::GpuPattern;
+
+pub mod documents;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
@@ -138,7 +140,7 @@ pub struct TilePlan {
 }
 
 impl TilePlan {
-    fn build(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> bool) -> Self {
+    pub(crate) fn build(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> bool) -> Self {
         let mut ptr = Vec::with_capacity(row_tiles + 1);
         let mut idx = Vec::new();
         ptr.push(0);
@@ -182,7 +184,7 @@ impl TilePlan {
 
 /// Inclusive global position range of the rows of launch indices `a..b` (clipped to the
 /// axis), or None past its end.
-fn positions(a: usize, b: usize, axis: Axis) -> Option<(usize, usize)> {
+pub(crate) fn positions(a: usize, b: usize, axis: Axis) -> Option<(usize, usize)> {
     (a < axis.rows).then(|| (axis.offset + a * axis.stride, axis.offset + (b.min(axis.rows) - 1) * axis.stride))
 }
 

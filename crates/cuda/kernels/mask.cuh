@@ -52,7 +52,7 @@ __device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qs
 // A tile (query indices q0..q0+qn-1, keys k0..k0+KROWS-1) that needs no per-element mask:
 // every key is a valid row visible to every query (query holes are never stored).
 template <int KROWS = BN>
-__device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn, int k0, int klimit) {
+__device__ __forceinline__ bool tile_full(const Params& p, int b, int h, int q0, int qn, int k0, int klimit) {
     const Axis qa = q_axis(p), ka = k_axis(p);
     const int k1 = k0 + KROWS - 1;
     if (p.compact) {
@@ -62,8 +62,9 @@ __device__ __forceinline__ bool tile_full(const Params& p, int h, int q0, int qn
         const TileEnds e = compact_tile_ends<KROWS>(p, ka, k0, dil_offset(p, h));
         return compact_tile_full(p, compact_key_seg(p, e, klimit), q0, qn, k1);
     }
-    const int klast = ka.offset + k1 * ka.stride;
-    return p.pattern == PATTERN_DENSE && k1 < p.nk && klast < klimit && (!p.causal || klast <= qa.offset + q0 * qa.stride);
+    const int klast = ka.offset + k1 * ka.stride, qfirst = qa.offset + q0 * qa.stride;
+    return p.pattern == PATTERN_DENSE && k1 < p.nk && klast < klimit && (!p.causal || klast <= qfirst) &&
+           docs_cover(p, b, qfirst, qa.offset + (min(q0 + qn, p.nq) - 1) * qa.stride, ka.offset + k0 * ka.stride, klast);
 }
 // How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
 // MASK_AFFINE for the common case (pattern 0 = dense, not compact: causal and / or key padding
@@ -81,7 +82,9 @@ __device__ __forceinline__ int mask_kind(const Params& p, bool full) {
 }
 #define CUT_MAX 0x7fffffff
 // MASK_AFFINE: key launch index kc is visible to query launch index qc iff
-// key_cut(kc) <= query_cut(qc). A key cut is the key's global position, CUT_MAX for no key
+// key_cut(kc) <= query_cut(qc), and (packed sequences) the key lies in the query's
+// document: key_cut(kc) >= lo and the query cut lowered to the document's last position
+// (doc_span; lo = -1 and no lowering without documents). A key cut is the key's global position, CUT_MAX for no key
 // (index past the launch or position past the padding limit); a query cut is the query's
 // position under a causal mask and CUT_MAX - 1 (every key) otherwise. A query index past the
 // launch is never stored (forward); the backward passes -1 for it (no key).
@@ -100,14 +103,19 @@ __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase 
 // Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
 // e % 2; NK 8-key column blocks) to -inf where not visible: nothing for MASK_NONE.
 template <int WMT, int NK = NKB>
-__device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, int klimit, float (&s)[WMT][NK][4],
-                                            int qbase, int k0, int t) {
+__device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int kind, int klimit,
+                                            float (&s)[WMT][NK][4], int qbase, int k0, int t) {
     if (kind == MASK_AFFINE) {
-        int qcut[WMT][2];
+        int qcut[WMT][2], qlo[WMT][2];
         #pragma unroll
         for (int mt = 0; mt < WMT; ++mt)
             #pragma unroll
-            for (int r = 0; r < 2; ++r) qcut[mt][r] = query_cut(p, row_idx(qbase, mt, r));
+            for (int r = 0; r < 2; ++r) {
+                const int qc = row_idx(qbase, mt, r);
+                const DocSpan d = doc_span(p, b, qc < p.nq ? p.q_offset + qc * p.q_stride : -1);
+                qcut[mt][r] = min(query_cut(p, qc), d.hi);
+                qlo[mt][r] = d.lo;
+            }
         #pragma unroll
         for (int nb = 0; nb < NK; ++nb)
             #pragma unroll
@@ -117,13 +125,14 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
                 for (int mt = 0; mt < WMT; ++mt)
                     #pragma unroll
                     for (int r = 0; r < 2; ++r)
-                        if (kcut > qcut[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
+                        if (kcut > qcut[mt][r] || kcut < qlo[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
         // (NK <= 16: 32 bits).
         static_assert(NK <= 16, "a thread's key columns fit the 32-bit mask");
         int qpos[WMT][2], qseg[WMT][2];
+        DocSpan qdoc[WMT][2];
         u32 vis[WMT][2];
         #pragma unroll
         for (int mt = 0; mt < WMT; ++mt)
@@ -132,6 +141,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
                 const int qc = row_idx(qbase, mt, r);
                 qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), qc, h));
                 qseg[mt][r] = seg_of(p, q_axis(p), qc);
+                qdoc[mt][r] = doc_span(p, b, qpos[mt][r]);
                 vis[mt][r] = 0;
             }
         #pragma unroll 1
@@ -142,7 +152,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
             for (int mt = 0; mt < WMT; ++mt)
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    vis[mt][r] |= (u32)visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) << col;
+                    vis[mt][r] |= (u32)(visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) &&
+                                        kpos >= qdoc[mt][r].lo && kpos <= qdoc[mt][r].hi)
+                                  << col;
         }
         #pragma unroll
         for (int nb = 0; nb < NK; ++nb)
@@ -160,7 +172,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int h, int kind, in
 // the lane's g) and query columns q0 + 8 nb + 2t + e % 2, NB blocks of 8 (a query tile of
 // 8 NB rows); sP holds the query tile's global positions (-1: none). Masked pairs get -inf.
 template <int NB>
-__device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, int klimit, float (&s)[NB][4],
+__device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int kind, int klimit, float (&s)[NB][4],
                                               int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
                                               const int* sP, int t) {
     if (kind == MASK_AFFINE) {
@@ -172,10 +184,11 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qp = sP[nb * 8 + 2 * t + e];
-                const int qcut = qp < 0 ? -1 : p.causal ? qp : CUT_MAX - 1;
+                const DocSpan d = doc_span(p, b, qp);
+                const int qcut = qp < 0 ? -1 : min(p.causal ? qp : CUT_MAX - 1, d.hi);
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    if (kcut[r] > qcut) s[nb][2 * r + e] = NEG_INF;
+                    if (kcut[r] > qcut || kcut[r] < d.lo) s[nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
@@ -185,8 +198,11 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int h, int kind, 
         for (int col = 0; col < 2 * NB; ++col) {
             const int qc = (col >> 1) * 8 + 2 * t + (col & 1);
             const int qp = sP[qc], qs = seg_of(p, q_axis(p), q0 + qc);
+            const DocSpan d = doc_span(p, b, qp);
             #pragma unroll
-            for (int r = 0; r < 2; ++r) vis[r] |= (u32)visible(p, h, qp, qs, kpos[r], kseg[r], klimit) << col;
+            for (int r = 0; r < 2; ++r)
+                vis[r] |= (u32)(visible(p, h, qp, qs, kpos[r], kseg[r], klimit) && kpos[r] >= d.lo && kpos[r] <= d.hi)
+                          << col;
         }
         #pragma unroll
         for (int nb = 0; nb < NB; ++nb)

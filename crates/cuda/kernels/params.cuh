@@ -18,6 +18,8 @@ struct Params {
     const int* plan_ptr;       // CSR of the tile plan: row tile -> visited column tiles
     const int* plan_idx;
     const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2, or null
+    const int* doc_first;      // packed sequences: per (batch row, position), the first and
+    const int* doc_last;       // last position of its document; null: no documents
     int batch, heads;
     int kv_heads, kv_group;    // K/V heads; query head h reads K/V head h / kv_group (GQA)
     int nq, nk;                // launch index space (compact rows for a dilated branch)
@@ -34,6 +36,7 @@ struct Params {
     int q_stride, k_stride;    // row i is at global position offset + i * stride
     int q_cbase, k_cbase;      // compact: global compact index of launch index 0
     int accumulate;            // forward: merge into out/lse; backward: add into dq/dk/dv
+    int plan_rows;             // 0: one tile plan for every batch row; else row b's start at b * plan_rows
     float scale;
     float scale_log2;          // scale * log2(e)
 };

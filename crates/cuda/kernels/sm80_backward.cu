@@ -31,8 +31,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kt * BN;
     const int klimit = key_limit(p, b);
-    const int qbeg = p.plan_ptr[kt];
-    const int qend = keys_past_limit(p, k0, klimit) ? qbeg : p.plan_ptr[kt + 1];  // all keys padded: zeros
+    const int prow = plan_row(p, b, kt), qbeg = p.plan_ptr[prow];
+    const int qend = keys_past_limit(p, k0, klimit) ? qbeg : p.plan_ptr[prow + 1];  // all keys padded: zeros
 
     int krow[2], kpos[2], kseg[2];
     #pragma unroll
@@ -90,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
-        mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
+        mask_scores_t(p, b, h, mask_kind(p, tile_full(p, b, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
                       kseg, q0, qs.pos(), t);
         probs_t(p, s, qs.lse2(), t);
         dscores_t(dp, s, qs.delta(), t);

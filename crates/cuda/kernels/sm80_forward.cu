@@ -33,7 +33,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * FBM, wq0 = q0 + warp * WM * 16;  // first index of the block / warp
     const int klimit = key_limit(p, b);
-    const int kbeg = p.plan_ptr[qt], kend = plan_end(p, qt, klimit);
+    const int prow = plan_row(p, b, qt), kbeg = p.plan_ptr[prow], kend = plan_end(p, prow, klimit);
 
     float o[WM][D / 8][4];
     #pragma unroll
@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         }
 
         // Mask, only where this warp's rows x the tile are not provably all visible.
-        mask_scores<WM>(p, h, mask_kind(p, tile_full(p, h, wq0, WM * 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
+        mask_scores<WM>(p, b, h, mask_kind(p, tile_full(p, b, h, wq0, WM * 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
         float alpha[WM][2];
         if (softmax_step<WM>(p, s, m, l, alpha)) rescale<WM>(o, alpha);
 

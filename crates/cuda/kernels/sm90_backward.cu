@@ -11,7 +11,7 @@ __device__ __forceinline__ void bwd_producer(const Params& p, const BwdSmem& sm,
                                              int b, int klimit) {
     const int R = p.compact ? p.dil_rate : 1;
     const unsigned ft = threadIdx.x - WB_CONSUMERS;
-    QueryWalk walk = query_walk(p, kb, klimit);
+    QueryWalk walk = query_walk(p, kb, b, klimit);
     for (int it = 0;; ++it) {
         u32 vis;
         const int qt = next_query_tile(p, walk, vis), q0 = qt * QB, st = it % BWD_STAGES;
@@ -120,7 +120,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             }
             wg_wait<1>();  // S^T is done; dP^T may still run
             fence_acc(s);
-            mask_scores_t(p, h, mask_kind(p, tile_full(p, h, q0, QB, kw, klimit)), klimit, s, kw + warp * 16 + g,
+            mask_scores_t(p, b, h, mask_kind(p, tile_full(p, b, h, q0, QB, kw, klimit)), klimit, s, kw + warp * 16 + g,
                           kpos, kseg, q0, qs.pos(), t);
             if (WB_QSUB > 1 && halves != (1u << WB_QSUB) - 1) {
                 // A plan tile outside this warpgroup's plan row: every pair is masked.

@@ -125,15 +125,15 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], const u16* sS, const 
 struct QueryWalk {
     int pos[WB_WGS], end[WB_WGS];
 };
-__device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int klimit) {
+__device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int b, int klimit) {
     QueryWalk w;
     const int tiles = (p.nk + BN - 1) / BN;
     #pragma unroll
     for (int i = 0; i < WB_WGS; ++i) {
         const int kt = kb * WB_WGS + i;
         const bool live = kt < tiles && !keys_past_limit(p, kt * BN, klimit);
-        w.pos[i] = live ? p.plan_ptr[kt] : 0;
-        w.end[i] = live ? p.plan_ptr[kt + 1] : 0;
+        w.pos[i] = live ? p.plan_ptr[plan_row(p, b, kt)] : 0;
+        w.end[i] = live ? p.plan_ptr[plan_row(p, b, kt) + 1] : 0;
     }
     return w;
 }

@@ -69,14 +69,14 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         // item: two registers live across the loop cost the dense launches 1-4%.)
         auto full_tile = [&](int j, int k0) {
             return p.compact ? compact_tile_full(p, sm.stage_seg(j), wq0, 16, k0 + FBN - 1)
-                             : tile_full<FBN>(p, h, wq0, 16, k0, klimit);
+                             : tile_full<FBN>(p, b, h, wq0, 16, k0, klimit);
         };
         // Mask + softmax of the complete S of tile j (of the block's run), in place, and
         // alpha; did a row maximum grow?
         auto softmax_tile = [&](int j) {
             const int k0 = sm.stage_key(j);
             const int kind = mask_kind(p, full_tile(j, k0));
-            mask_scores<1, FNKB>(p, h, kind, klimit, s, wq0 + g, k0, t);
+            mask_scores<1, FNKB>(p, b, h, kind, klimit, s, wq0 + g, k0, t);
             return softmax_step<1, FNKB>(p, s, m, l, alpha);
         };
         auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group

@@ -35,7 +35,7 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
     if (item >= items) return;
     const Coords c = coords_of(p, item, tiles, true);
     const int q0 = c.tile * B::ROWS, klimit = key_limit(p, c.b);
-    const int kbeg = p.plan_ptr[c.tile], n = plan_end<FBN>(p, c.tile, klimit) - kbeg;
+    const int prow = plan_row(p, c.b, c.tile), kbeg = p.plan_ptr[prow], n = plan_end<FBN>(p, prow, klimit) - kbeg;
     sl[1] = kbeg;
     sl[2] = n;
     sl[3] = klimit;

@@ -53,13 +53,13 @@ __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int kli
     const int first = p.compact ? max(seg_of(p, ka, k0) * p.dil_segment, ka.offset) : ka.offset + k0 * ka.stride;
     return first >= klimit;
 }
-// A block's key tiles (of KROWS keys): the plan row of query tile qt, without the tail past
-// the padding limit (plan rows are ascending; the plan is per row tile, shared by the
-// batch, padding is per batch row).
+// A block's key tiles (of KROWS keys): plan row `row` (plan_row), without the tail past the
+// padding limit (plan rows are ascending; padding is per batch row, and a plan may serve
+// every batch row).
 template <int KROWS = BN>
-__device__ __forceinline__ int plan_end(const Params& p, int qt, int klimit) {
-    const int kbeg = p.plan_ptr[qt];
-    int kend = p.plan_ptr[qt + 1];
+__device__ __forceinline__ int plan_end(const Params& p, int row, int klimit) {
+    const int kbeg = p.plan_ptr[row];
+    int kend = p.plan_ptr[row + 1];
     while (kend > kbeg && keys_past_limit(p, p.plan_idx[kend - 1] * KROWS, klimit)) --kend;
     return kend;
 }

@@ -193,12 +193,20 @@ impl Gpu {
             Some(m) => Some(self.stream.clone_htod(&m)?),
             None => None,
         };
+        let doc_spans = match &spec.documents {
+            Some(d) => {
+                let (first, last) = crate::plan::documents::position_spans(d, shape.batch, chunk.seq_len);
+                Some((self.stream.clone_htod(&first)?, self.stream.clone_htod(&last)?))
+            }
+            None => None,
+        };
         let prep = Prepared {
             shape: *shape,
             dtype,
             launches,
             key_len,
             block_mask,
+            doc_spans,
             kernels,
             delta: self.filled(shape.lse_len(), 0.0)?,
             lse2: self.filled(shape.lse_len(), 0.0)?,

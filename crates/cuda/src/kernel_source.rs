@@ -34,6 +34,7 @@ const COMMON: &[Source] = sources!(
     "params.cuh",
     "mma_sync.cuh",
     "index_map.cuh",
+    "documents.cuh",
     "copy.cuh",
     "mask.cuh",
     "tile_scheduler.cuh",
@@ -219,7 +220,7 @@ mod tests {
         let at = |s: &str| tu.find(s).unwrap_or_else(|| panic!("{s} missing"));
         assert!(at("#line 1 \"crates/cuda/kernels/params.cuh\"") < at("struct Params {"));
         assert!(at("struct Params {") < at("static_assert(sizeof(Params)"));
-        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 248,") > at("struct Params {"));
+        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 268,") > at("struct Params {"));
         assert!(at("#define FBN 64 ") < at("#line 1 \"crates/cuda/kernels/common.cuh\""));
         assert!(!tu.contains("sm80_forward.cu"));
     }

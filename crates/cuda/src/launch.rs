@@ -6,7 +6,7 @@
 use crate::error::{CudaError, Result};
 use crate::family::{Family, TILE};
 use crate::params::{OffsetRule, Params, PatternCode};
-use crate::plan::{IndexMap, TilePlan, plan};
+use crate::plan::{IndexMap, TilePlan, documents, plan};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
@@ -214,8 +214,16 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
-        let fwd = plan(&spec.pattern, branch, spec.causal, map, (fwd_q_tile, fwd_k_tile));
-        let cols = plan(&spec.pattern, branch, spec.causal, map, (TILE, TILE)).transpose();
+        let fwd_tiles = (fwd_q_tile, fwd_k_tile);
+        let (mut fwd, mut cols) = (
+            plan(&spec.pattern, branch, spec.causal, map, fwd_tiles),
+            plan(&spec.pattern, branch, spec.causal, map, (TILE, TILE)),
+        );
+        if let Some(docs) = &spec.documents {
+            fwd = documents::per_row(&fwd, map, fwd_tiles, docs, shape.batch, chunk.seq_len);
+            cols = documents::per_row(&cols, map, (TILE, TILE), docs, shape.batch, chunk.seq_len);
+        }
+        let cols = cols.transpose();
         // The kernels' block order (`block_coords`) indexes (tile, head, batch) linearly.
         for (what, tiles) in
             [("query tiles x heads x batch", fwd.row_tiles), ("key tiles x heads x batch", cols.row_tiles)]

@@ -47,6 +47,10 @@ params! {
     plan_idx: u64,
     /// Block-sparse user mask, `bs_mask_blocks^2` bytes, or 0.
     block_mask: u64,
+    /// Packed sequences: per (batch row, position), the first and the last position of
+    /// its document (`[batch, seq_len]` i32 each); 0: no documents.
+    doc_first: u64,
+    doc_last: u64,
     batch: i32,
     heads: i32,
     /// K/V heads (`heads` is a multiple); query head `h` reads K/V head `h / kv_group`.
@@ -90,6 +94,9 @@ params! {
     k_cbase: i32,
     /// Forward: merge into out / lse; backward: add into dq / dk / dv.
     accumulate: i32,
+    /// 0: one tile plan serves every batch row; else batch row `b`'s plan rows start at
+    /// `b * plan_rows` (packed sequences: each row's documents have their own plan).
+    plan_rows: i32,
     scale: f32,
     /// scale * log2(e).
     scale_log2: f32,
@@ -147,12 +154,12 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 15 pointers, 31 ints, 2 floats, padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<Params>(), 15 * 8 + 31 * 4 + 2 * 4 + 4);
-        assert_eq!(Params::LAYOUT.len(), 15 + 31 + 2);
+        // 17 pointers, 32 ints, 2 floats (a multiple of 8 bytes).
+        assert_eq!(std::mem::size_of::<Params>(), 17 * 8 + 32 * 4 + 2 * 4);
+        assert_eq!(Params::LAYOUT.len(), 17 + 32 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
-        assert_eq!(Params::LAYOUT[15], ("batch", 120));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 120 + 32 * 4)));
+        assert_eq!(Params::LAYOUT[17], ("batch", 136));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 33 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

@@ -7,8 +7,8 @@
 //! ([`GpuSpec::to_reference`]), so that both sides are built from one value.
 
 use crate::error::{CudaError, Result};
-use ringdil_reference::Spec;
 use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, SlidingWindow};
+use ringdil_reference::{Documents, Spec};
 
 /// The patterns with a GPU mask.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,18 +25,21 @@ pub enum GpuPattern {
     Dilated(Dilated),
 }
 
-/// Pattern, causality, key padding and softmax scale, as in the reference.
+/// Pattern, causality, key padding, packed documents and softmax scale, as in the
+/// reference.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuSpec {
     pub pattern: GpuPattern,
     pub causal: bool,
     pub key_lengths: Option<Vec<usize>>,
     pub scale: Option<f64>,
+    /// Packed sequences (`docs/semantics.md` section 16): with dense and window patterns.
+    pub documents: Option<Documents>,
 }
 
 impl GpuSpec {
     pub fn new(pattern: GpuPattern) -> Self {
-        GpuSpec { pattern, causal: false, key_lengths: None, scale: None }
+        GpuSpec { pattern, causal: false, key_lengths: None, scale: None, documents: None }
     }
 
     pub fn causal(mut self, causal: bool) -> Self {
@@ -46,6 +49,11 @@ impl GpuSpec {
 
     pub fn key_lengths(mut self, lengths: Vec<usize>) -> Self {
         self.key_lengths = Some(lengths);
+        self
+    }
+
+    pub fn documents(mut self, documents: Documents) -> Self {
+        self.documents = Some(documents);
         self
     }
 
@@ -60,6 +68,7 @@ impl GpuSpec {
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();
         spec.scale = self.scale;
+        spec.documents = self.documents.clone();
         spec
     }
 
@@ -71,6 +80,14 @@ impl GpuSpec {
         {
             return Err(CudaError::Unsupported {
                 what: "dilated head-group combine (use the softmax-denominator combine)",
+            });
+        }
+        // The kernels cut each query's key interval to its document: the document-relative
+        // rule of a pattern is that cut only where the rule is a difference of positions.
+        if self.documents.is_some() && !matches!(self.pattern, GpuPattern::Dense | GpuPattern::Window { .. }) {
+            return Err(CudaError::Unsupported {
+                what: "packed documents with a block-sparse or dilated pattern on the GPU (dense and sliding window \
+                       take documents; the CPU reference takes every pattern)",
             });
         }
         Ok(())

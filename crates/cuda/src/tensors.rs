@@ -50,6 +50,9 @@ pub struct Prepared {
     pub(crate) launches: Vec<(LaunchSpec, DevicePlan)>,
     pub(crate) key_len: Option<CudaSlice<i32>>,
     pub(crate) block_mask: Option<CudaSlice<u8>>,
+    /// Packed sequences: each position's document's first and last position
+    /// ([`crate::plan::documents::position_spans`]).
+    pub(crate) doc_spans: Option<(CudaSlice<i32>, CudaSlice<i32>)>,
     pub(crate) kernels: Arc<Kernels>,
     /// delta = rowsum(d_out * out) of the backward pass.
     pub(crate) delta: CudaSlice<f32>,

@@ -28,12 +28,20 @@ fn main() {
         return;
     }
     let device = gpu.describe().expect("device name");
-    let list = cases(seed, false);
+    // `--only TEXT`: the cases whose name contains TEXT (a plant's run), each with the
+    // inputs it gets in the whole list (its seed is drawn from its index there).
+    let only = args.value("--only");
+    let list: Vec<(usize, _)> = cases(seed, false)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| only.as_deref().is_none_or(|t| c.name.contains(t)))
+        .collect();
     let mut header = String::new();
     writeln!(header, "# GPU check log\n").unwrap();
     writeln!(header, "* device: {device}").unwrap();
     writeln!(header, "* date: {}", args.date()).unwrap();
-    writeln!(header, "* seed: {seed} (rerun: `gpu_check --seed {seed}`)").unwrap();
+    let filter = only.as_deref().map_or(String::new(), |t| format!(" --only '{t}'"));
+    writeln!(header, "* seed: {seed} (rerun: `gpu_check --seed {seed}{filter}`)").unwrap();
     writeln!(header, "* bounds (relative L2 error vs the f64 reference on the same rounded inputs): bf16 < {}, f16 < {}; merge kernel vs reference merge < {}", bound(Dtype::Bf16), bound(Dtype::F16), MERGE_BOUND).unwrap();
     writeln!(
         header,
@@ -53,7 +61,8 @@ fn main() {
     writeln!(header, "## Cases\n\n| # | result | case | errors |\n|---|---|---|---|").unwrap();
     let mut log = CheckLog::default();
     let start = std::time::Instant::now();
-    for (i, case) in list.iter().enumerate() {
+    for (i, case) in &list {
+        let i = *i;
         // A case that errors (a launch failure, or a result the reference refuses, such
         // as an infinite LSE) fails, and the run goes on to the others.
         match run_case(&gpu, case, seed ^ (i as u64 + 1)) {

@@ -1,13 +1,14 @@
 //! The kernel check's cases: for each element type and head dim, every kernel (forward,
 //! ring step, merge, backward) under every mask family, with sizes and pattern
 //! parameters drawn from the run's seed, then the large-score and all-masked cases of
-//! [`super::extreme`] and the grouped-query cases of [`super::gqa`] (109 cases in all:
-//! 64 + 21 + 24). Lengths favour primes and lengths that
-//! are not multiples of the 64-row tile.
+//! [`super::extreme`], the grouped-query cases of [`super::gqa`] and the packed-sequence
+//! cases of [`super::packed`] (133 cases in all: 64 + 21 + 24 + 24). Lengths favour primes
+//! and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
 use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::Documents;
 use ringdil_reference::pattern::{BlockSparse, Dilated};
 use ringdil_reference::random::SplitMix64;
 
@@ -104,6 +105,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     // After the draws above, so that a seed gives the unit-scale cases it always gave.
     out.extend(super::extreme::cases(&mut rng, quick));
     out.extend(super::gqa::cases(&mut rng, quick));
+    out.extend(super::packed::cases(&mut rng, quick));
     out
 }
 
@@ -159,11 +161,20 @@ impl Case {
     }
 }
 
-/// Draw what depends on the drawn sizes: key lengths (an empty list means "draw them")
-/// and a user block mask (an empty mask means "draw one for this length").
+/// Draw what depends on the drawn sizes: key lengths (an empty list means "draw them"),
+/// documents (likewise) and a user block mask (an empty mask means "draw one for this
+/// length").
 pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut SplitMix64) -> GpuSpec {
     if spec.key_lengths.is_some() {
         spec.key_lengths = Some((0..batch).map(|_| rng.range(0, seq)).collect());
+    }
+    let draw_documents = match &spec.documents {
+        Some(Documents::PerRow(lists)) => lists.is_empty(),
+        Some(Documents::Flat(list)) => list.is_empty(),
+        None => false,
+    };
+    if draw_documents && let Some(like) = &spec.documents {
+        spec.documents = Some(super::packed::draw_documents(like, batch, seq, rng));
     }
     if let GpuPattern::BlockSparse(bs) = &mut spec.pattern
         && bs.block_mask.as_ref().is_some_and(Vec::is_empty)
@@ -177,7 +188,7 @@ pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut Sp
 /// One line naming the case completely (enough to reproduce it with its seed).
 pub fn describe(c: &Case) -> String {
     format!(
-        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={:?} key_lengths={:?}",
+        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={:?} key_lengths={:?}{}",
         c.kind,
         c.name,
         c.dtype,
@@ -188,7 +199,8 @@ pub fn describe(c: &Case) -> String {
         c.seq,
         c.spec.causal,
         c.spec.pattern,
-        c.spec.key_lengths
+        c.spec.key_lengths,
+        c.spec.documents.as_ref().map_or(String::new(), |d| format!(" documents={d:?}"))
     )
 }
 
@@ -207,7 +219,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 109);
+        assert_eq!(c.len(), 133);
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

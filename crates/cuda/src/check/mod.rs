@@ -124,6 +124,7 @@ pub mod extreme;
 pub mod gqa;
 pub mod inputs;
 pub mod kernels;
+pub mod packed;
 pub mod ring;
 pub mod sweep;
 

@@ -6,8 +6,9 @@
 //! pattern costs its share of the dense work. The plan must be *sound* (every allowed
 //! pair lies in a planned tile; the tests check it against the reference's key sets) and
 //! is exact for dense and causal masks on any [`Axis`], and for windows on contiguous
-//! ones. It does not depend on the batch row or the head; key padding, which depends on
-//! the batch row, is cut in the kernel (the padded tail of a plan row).
+//! ones. It does not depend on the head. One plan serves every batch row, except with
+//! packed sequences ([`documents`]: one plan per row); key padding, which depends on the
+//! batch row, is cut in the kernel (the padded tail of a plan row).
 
 use crate::spec::GpuPattern;
 
@@ -129,11 +130,15 @@ pub enum Side {
     Key,
 }
 
-/// A CSR list: for each row tile, the ascending column tiles it visits.
+/// A CSR list: for each row tile, the ascending column tiles it visits; one list for
+/// every batch row, or one per batch row (`batches`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TilePlan {
     pub row_tiles: usize,
     pub col_tiles: usize,
+    /// 1: the plan serves every batch row; else batch row `b` has plan rows
+    /// `b * row_tiles .. (b + 1) * row_tiles` (the kernels' `plan_row`).
+    pub batches: usize,
     /// `ptr[r]..ptr[r + 1]` indexes `idx` (i32: what the kernels read).
     pub ptr: Vec<i32>,
     pub idx: Vec<i32>,
@@ -148,24 +153,45 @@ impl TilePlan {
             idx.extend((0..col_tiles).filter(|&c| visit(r, c)).map(|c| c as i32));
             ptr.push(idx.len() as i32);
         }
-        TilePlan { row_tiles, col_tiles, ptr, idx }
+        TilePlan { row_tiles, col_tiles, batches: 1, ptr, idx }
     }
 
-    /// The same tiles seen from the columns (key tile -> query tiles), for dK/dV.
-    pub fn transpose(&self) -> TilePlan {
-        let mut cols: Vec<Vec<i32>> = vec![Vec::new(); self.col_tiles];
-        for r in 0..self.row_tiles {
-            for &c in self.row(r) {
-                cols[c as usize].push(r as i32);
-            }
+    /// One plan per batch row, row `b` from `plans[b]` (single-row plans of one size).
+    pub fn stack(plans: &[TilePlan]) -> TilePlan {
+        let (row_tiles, col_tiles) = (plans[0].row_tiles, plans[0].col_tiles);
+        let (mut ptr, mut idx) = (vec![0], Vec::new());
+        for p in plans {
+            assert!(p.batches == 1 && (p.row_tiles, p.col_tiles) == (row_tiles, col_tiles), "stack: same sizes");
+            ptr.extend(p.ptr[1..].iter().map(|&x| x + idx.len() as i32));
+            idx.extend_from_slice(&p.idx);
         }
+        TilePlan { row_tiles, col_tiles, batches: plans.len(), ptr, idx }
+    }
+
+    /// The same tiles seen from the columns (key tile -> query tiles), for dK/dV; per
+    /// batch row for a per-row plan.
+    pub fn transpose(&self) -> TilePlan {
         let mut ptr = vec![0];
         let mut idx = Vec::with_capacity(self.idx.len());
-        for c in cols {
-            idx.extend(c);
-            ptr.push(idx.len() as i32);
+        for b in 0..self.batches {
+            let mut cols: Vec<Vec<i32>> = vec![Vec::new(); self.col_tiles];
+            for r in 0..self.row_tiles {
+                for &c in self.row(b * self.row_tiles + r) {
+                    cols[c as usize].push(r as i32);
+                }
+            }
+            for c in cols {
+                idx.extend(c);
+                ptr.push(idx.len() as i32);
+            }
         }
-        TilePlan { row_tiles: self.col_tiles, col_tiles: self.row_tiles, ptr, idx }
+        TilePlan { row_tiles: self.col_tiles, col_tiles: self.row_tiles, batches: self.batches, ptr, idx }
+    }
+
+    /// `Params::plan_rows`: 0 for a plan that serves every batch row, else its rows per
+    /// batch row.
+    pub fn rows_per_batch(&self) -> i32 {
+        if self.batches > 1 { self.row_tiles as i32 } else { 0 }
     }
 
     pub fn row(&self, r: usize) -> &[i32] {
@@ -176,7 +202,8 @@ impl TilePlan {
         self.row(r).binary_search(&(c as i32)).is_ok()
     }
 
-    /// Tiles computed; `row_tiles * col_tiles` for a dense non-causal plan.
+    /// Tiles computed (over every batch row of a per-row plan); `row_tiles * col_tiles`
+    /// for a dense non-causal plan.
     pub fn visits(&self) -> usize {
         self.idx.len()
     }

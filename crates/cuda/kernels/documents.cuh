@@ -9,6 +9,11 @@
 // document test (docs_cover, part of tile_full); the rest cut each query row's key
 // interval (mask.cuh).
 
+//
+// All of it exists only in the module variant for launches with documents (DOCS 1, from
+// the contract header; crates/cuda/src/variant.rs): with DOCS 0 the helpers below are
+// constants and the masks and tile tests compile to what they are without documents.
+
 // The key interval of the query at global position `pos` of batch row b: its document's
 // first and last position; [-1, CUT_MAX - 1] (no cut) without documents or without a
 // query (pos < 0).
@@ -16,15 +21,23 @@ struct DocSpan {
     int lo, hi;
 };
 __device__ __forceinline__ DocSpan doc_span(const Params& p, int b, int pos) {
-    if (!p.doc_first || pos < 0) return {-1, 0x7ffffffe};
+    if (!DOCS || !p.doc_first || pos < 0) return {-1, 0x7ffffffe};
     const size_t at = (size_t)b * p.seq_len + pos;
     return {__ldg(p.doc_first + at), __ldg(p.doc_last + at)};
 }
+// A query's cut (the last key position it may see, MASK_AFFINE) lowered to its document's
+// last position.
+__device__ __forceinline__ int doc_cut(int qcut, DocSpan d) { return DOCS ? min(qcut, d.hi) : qcut; }
+// Does the key at position (or cut) `kpos` lie before `lo`, the start of the query's
+// document?
+__device__ __forceinline__ bool before_doc(int kpos, int lo) { return DOCS && kpos < lo; }
+// Does the key at position `kpos` lie inside the query's document?
+__device__ __forceinline__ bool in_doc(int kpos, DocSpan d) { return !DOCS || (kpos >= d.lo && kpos <= d.hi); }
 // Do the queries at positions qfirst..qlast (ascending) and the keys at kfirst..klast all
 // share one document in row b? Both document ends grow with the position, so the last
 // query's document start and the first query's document end decide.
 __device__ __forceinline__ bool docs_cover(const Params& p, int b, int qfirst, int qlast, int kfirst, int klast) {
-    return !p.doc_first || (doc_span(p, b, qlast).lo <= kfirst && doc_span(p, b, qfirst).hi >= klast);
+    return !DOCS || !p.doc_first || (doc_span(p, b, qlast).lo <= kfirst && doc_span(p, b, qfirst).hi >= klast);
 }
 // The row of the launch's tile plan that lists tile t's partners in batch row b.
 __device__ __forceinline__ int plan_row(const Params& p, int b, int t) { return t + b * p.plan_rows; }

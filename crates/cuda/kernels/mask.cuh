@@ -113,7 +113,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
             for (int r = 0; r < 2; ++r) {
                 const int qc = row_idx(qbase, mt, r);
                 const DocSpan d = doc_span(p, b, qc < p.nq ? p.q_offset + qc * p.q_stride : -1);
-                qcut[mt][r] = min(query_cut(p, qc), d.hi);
+                qcut[mt][r] = doc_cut(query_cut(p, qc), d);
                 qlo[mt][r] = d.lo;
             }
         #pragma unroll
@@ -125,7 +125,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
                 for (int mt = 0; mt < WMT; ++mt)
                     #pragma unroll
                     for (int r = 0; r < 2; ++r)
-                        if (kcut > qcut[mt][r] || kcut < qlo[mt][r]) s[mt][nb][2 * r + e] = NEG_INF;
+                        if (kcut > qcut[mt][r] || before_doc(kcut, qlo[mt][r])) s[mt][nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
@@ -152,9 +152,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
             for (int mt = 0; mt < WMT; ++mt)
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    vis[mt][r] |= (u32)(visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) &&
-                                        kpos >= qdoc[mt][r].lo && kpos <= qdoc[mt][r].hi)
-                                  << col;
+                    vis[mt][r] |=
+                        (u32)(visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) && in_doc(kpos, qdoc[mt][r]))
+                        << col;
         }
         #pragma unroll
         for (int nb = 0; nb < NK; ++nb)
@@ -185,10 +185,10 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int
             for (int e = 0; e < 2; ++e) {
                 const int qp = sP[nb * 8 + 2 * t + e];
                 const DocSpan d = doc_span(p, b, qp);
-                const int qcut = qp < 0 ? -1 : min(p.causal ? qp : CUT_MAX - 1, d.hi);
+                const int qcut = qp < 0 ? -1 : doc_cut(p.causal ? qp : CUT_MAX - 1, d);
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    if (kcut[r] > qcut || kcut[r] < d.lo) s[nb][2 * r + e] = NEG_INF;
+                    if (kcut[r] > qcut || before_doc(kcut[r], d.lo)) s[nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
@@ -201,8 +201,7 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int
             const DocSpan d = doc_span(p, b, qp);
             #pragma unroll
             for (int r = 0; r < 2; ++r)
-                vis[r] |= (u32)(visible(p, h, qp, qs, kpos[r], kseg[r], klimit) && kpos[r] >= d.lo && kpos[r] <= d.hi)
-                          << col;
+                vis[r] |= (u32)(visible(p, h, qp, qs, kpos[r], kseg[r], klimit) && in_doc(kpos[r], d)) << col;
         }
         #pragma unroll
         for (int nb = 0; nb < NB; ++nb)

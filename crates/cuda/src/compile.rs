@@ -1,21 +1,21 @@
 //! NVRTC compilation of the kernel modules, cached per process.
 //!
-//! A module is specialised for (NVRTC target, element type, head dim); the target implies
-//! the family. Compilation happens at the first call that needs a module, so a contract
+//! A module is specialised for an NVRTC target (which implies the family) and a
+//! [`Variant`] (element type, head dim, packed documents or not). Compilation happens at the first call that needs a module, so a contract
 //! mismatch between host and kernels ([`crate::kernel_source`]) stops that first call with
 //! NVRTC's message, naming the value.
 
 use crate::error::{CudaError, Result};
 use crate::family::Family;
 use crate::kernel_source;
-use crate::shape::Dtype;
+use crate::variant::Variant;
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-/// What a compiled module is specialised for: (NVRTC target, element type, head dim).
-type PtxKey = (String, Dtype, usize);
+/// What a compiled module is specialised for: (NVRTC target, variant).
+type PtxKey = (String, Variant);
 
 /// PTX compiled by NVRTC, per [`PtxKey`], for the process.
 static PTX_CACHE: OnceLock<Mutex<HashMap<PtxKey, Ptx>>> = OnceLock::new();
@@ -27,18 +27,18 @@ pub const SOURCE_ENV: &str = "RINGDIL_CUDA_SOURCE";
 /// Benchmark knob: extra NVRTC options, whitespace-separated (e.g. `-DFAST_MASK=0`).
 pub const DEFINES_ENV: &str = "RINGDIL_CUDA_DEFINES";
 
-/// NVRTC-compile the module of (`family`, `dtype`, `head_dim`) for `arch`, once per
+/// NVRTC-compile the module of (`family`, `variant`) for `arch`, once per
 /// process. [`SOURCE_ENV`] and [`DEFINES_ENV`], read once per compile, replace the kernel
 /// files and add options (for A/B benchmarks; unset in normal use).
-pub fn compile(arch: &str, family: Family, dtype: Dtype, head_dim: usize) -> Result<Ptx> {
+pub fn compile(arch: &str, family: Family, variant: Variant) -> Result<Ptx> {
     let cache = PTX_CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let key = (arch.to_string(), dtype, head_dim);
+    let key = (arch.to_string(), variant);
     if let Some(ptx) = cache.lock().expect("ptx cache lock").get(&key) {
         return Ok(ptx.clone());
     }
     let extra = std::env::var(DEFINES_ENV).unwrap_or_default();
     let dir = std::env::var_os(SOURCE_ENV).map(PathBuf::from);
-    let ptx = compile_uncached(arch, family, dtype, head_dim, dir.as_deref(), &extra)?;
+    let ptx = compile_uncached(arch, family, variant, dir.as_deref(), &extra)?;
     cache.lock().expect("ptx cache lock").insert(key, ptx.clone());
     Ok(ptx)
 }
@@ -48,13 +48,12 @@ pub fn compile(arch: &str, family: Family, dtype: Dtype, head_dim: usize) -> Res
 pub fn compile_uncached(
     arch: &str,
     family: Family,
-    dtype: Dtype,
-    head_dim: usize,
+    variant: Variant,
     dir: Option<&std::path::Path>,
     extra_options: &str,
 ) -> Result<Ptx> {
-    let module = format!("attention_{arch}_{dtype:?}_d{head_dim}");
-    let source = kernel_source::translation_unit(family, dtype, head_dim, dir).map_err(|e| CudaError::Compile {
+    let module = format!("attention_{arch}_{}", variant.tag());
+    let source = kernel_source::translation_unit(family, variant, dir).map_err(|e| CudaError::Compile {
         module: module.clone(),
         log: format!("{SOURCE_ENV}={}: {e}", dir.map(|d| d.display().to_string()).unwrap_or_default()),
     })?;

@@ -13,6 +13,7 @@ use crate::error::{CudaError, Result};
 use crate::gpu::{Gpu, elementwise};
 use crate::shape::Dtype;
 use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, Prepared};
+use crate::variant::Variant;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 impl Gpu {
@@ -30,7 +31,7 @@ impl Gpu {
             });
         }
         // The conversion only depends on the element type; the head dim's module has it.
-        let kernels = self.kernels(dtype, head_dim)?;
+        let kernels = self.kernels(Variant::new(dtype, head_dim))?;
         let pairs = n / 2;
         let mut l = self.stream.launch_builder(&kernels.to_half);
         l.arg(x).arg(&mut y.data).arg(&pairs);

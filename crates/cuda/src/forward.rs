@@ -10,6 +10,7 @@ use crate::plan::IndexMap;
 use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
 use crate::tma::{Elem, TensorMap, TensorPair};
+use crate::variant::Variant;
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 impl Gpu {
@@ -155,7 +156,7 @@ impl Gpu {
             return Err(CudaError::UnsupportedHeadDim { head_dim: d });
         }
         // The merge kernel only depends on the head dim; any element type's module has it.
-        let kernels = self.kernels(Dtype::Bf16, d)?;
+        let kernels = self.kernels(Variant::new(Dtype::Bf16, d))?;
         let (batch, rows, heads) = (batch as i32, rows as i32, heads as i32);
         let n = a.out.len();
         let mut l = self.stream.launch_builder(&kernels.merge);

@@ -10,6 +10,7 @@ use crate::launch::{self, Kernel, LaunchDims};
 use crate::shape::{Chunk, Dtype, Shape};
 use crate::spec::GpuSpec;
 use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
+use crate::variant::Variant;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use std::collections::HashMap;
@@ -43,7 +44,7 @@ pub struct Gpu {
     family: Family,
     /// Multiprocessors: the wgmma forward's grid ([`Family::forward_grid`]).
     pub(crate) sms: u32,
-    kernels: Mutex<HashMap<(Dtype, usize), Arc<Kernels>>>,
+    kernels: Mutex<HashMap<Variant, Arc<Kernels>>>,
 }
 
 /// A device copy of a plan array: cudarc cannot copy an empty slice, and a plan with no
@@ -98,7 +99,7 @@ impl Gpu {
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the
     /// benchmark notes.
     pub fn kernel_resources(&self, dtype: Dtype, head_dim: usize) -> Result<String> {
-        let k = self.kernels(dtype, head_dim)?;
+        let k = self.kernels(Variant::new(dtype, head_dim))?;
         let mut parts = Vec::new();
         for (name, f) in [("fwd", k.get(Kernel::Forward)), ("bwd", k.get(Kernel::Backward))] {
             parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
@@ -114,11 +115,13 @@ impl Gpu {
         &self.ctx
     }
 
-    pub(crate) fn kernels(&self, dtype: Dtype, head_dim: usize) -> Result<Arc<Kernels>> {
-        if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&(dtype, head_dim)) {
+    /// The loaded module of `variant`, compiled at its first use.
+    pub(crate) fn kernels(&self, variant: Variant) -> Result<Arc<Kernels>> {
+        if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&variant) {
             return Ok(k.clone());
         }
-        let ptx = compile(&self.arch, self.family, dtype, head_dim)?;
+        let head_dim = variant.head_dim;
+        let ptx = compile(&self.arch, self.family, variant)?;
         let module = self.ctx.load_module(ptx)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = module.load_function(name)?;
@@ -143,7 +146,7 @@ impl Gpu {
             delta: load("bwd_delta", 0)?,
             to_half: load("to_half", 0)?,
         });
-        self.kernels.lock().expect("kernel cache lock").insert((dtype, head_dim), k.clone());
+        self.kernels.lock().expect("kernel cache lock").insert(variant, k.clone());
         Ok(k)
     }
 
@@ -172,7 +175,7 @@ impl Gpu {
     /// Validate a call, build its tile plans and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         let specs = launch::launches_for(shape, spec, chunk, self.family)?;
-        let kernels = self.kernels(dtype, shape.head_dim)?;
+        let kernels = self.kernels(Variant::new(dtype, shape.head_dim).with_documents(spec.documents.is_some()))?;
         let launches = specs
             .into_iter()
             .map(|l| {

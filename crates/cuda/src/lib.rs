@@ -51,6 +51,7 @@ pub mod shape;
 pub mod spec;
 pub mod tensors;
 pub mod tma;
+pub mod variant;
 
 pub use error::{CudaError, Result};
 pub use family::Family;
@@ -58,3 +59,4 @@ pub use gpu::Gpu;
 pub use shape::{Chunk, Dtype, Shape};
 pub use spec::{GpuPattern, GpuSpec};
 pub use tensors::{DeviceGrads, DevicePartial, DeviceTensor, GradsMut, Prepared};
+pub use variant::Variant;

@@ -9,7 +9,7 @@
 //! and expect NVRTC to refuse with the contract's message naming it.
 
 use ringdil_cuda::compile::compile_uncached;
-use ringdil_cuda::{CudaError, Dtype, Family};
+use ringdil_cuda::{CudaError, Dtype, Family, Variant};
 use std::path::{Path, PathBuf};
 
 const TARGETS: [(Family, &str); 2] = [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")];
@@ -35,7 +35,7 @@ fn planted(tag: &str, file: &str, old: &str, new: &str) -> PathBuf {
 }
 
 fn refused(family: Family, arch: &str, dir: &Path, expect: &str) -> Result<(), String> {
-    match compile_uncached(arch, family, Dtype::Bf16, 128, Some(dir), "") {
+    match compile_uncached(arch, family, Variant::new(Dtype::Bf16, 128), Some(dir), "") {
         Err(CudaError::Compile { log, .. }) if log.contains(expect) => Ok(()),
         Err(e) => Err(format!("{family:?}: refused, but without {expect:?}: {e}")),
         Ok(_) => Err(format!("{family:?}: compiled although {expect:?} should have stopped it")),
@@ -64,12 +64,19 @@ fn main() {
             failures.push(name);
         }
     };
+    // Every element type and head dim without documents; the document variant (whose
+    // code does not depend on the element type) in bf16.
     for (family, arch) in TARGETS {
         for dtype in [Dtype::Bf16, Dtype::F16] {
             for head_dim in [64, 128] {
-                let r =
-                    compile_uncached(arch, family, dtype, head_dim, None, "").map(|_| ()).map_err(|e| e.to_string());
-                check(format!("{arch} {dtype:?} d={head_dim} compiles"), r);
+                for documents in [false, true] {
+                    if documents && dtype == Dtype::F16 {
+                        continue;
+                    }
+                    let variant = Variant::new(dtype, head_dim).with_documents(documents);
+                    let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+                    check(format!("{arch} {} compiles", variant.tag()), r);
+                }
             }
         }
     }

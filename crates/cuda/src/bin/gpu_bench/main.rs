@@ -3,8 +3,9 @@
 //! branches against dense attention at the same length and against dense attention of the
 //! same work (one branch's segments as a batch of short sequences).
 //!
-//! `gpu_bench [--torch TORCH.json] [--json OUT.json] [--md OUT.md] [--label TEXT] [--date DATE]
-//! [--forward-only]`
+//! `gpu_bench [--torch TORCH.json] [--flex FLEX.json] [--json OUT.json] [--md OUT.md]
+//! [--label TEXT] [--date DATE] [--forward-only]`; `gpu_bench --write-documents DOCS.json`
+//! writes the packed rows' boundaries for `bench/flex_peer.py DOCS.json FLEX.json`.
 //!
 //! The report (JSON and Markdown) records the device, the date given and the command line,
 //! so that a committed table says how and when it was made.
@@ -13,7 +14,8 @@
 //! through `RINGDIL_CUDA_SOURCE`).
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
-//! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
+//! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]) and
+//! packed sequences ([`packed`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
@@ -27,6 +29,7 @@ use serde_json::{Value, json};
 use std::fmt::Write;
 
 mod gqa;
+mod packed;
 
 const TOKENS: usize = 16384;
 const HIDDEN: usize = 2048;
@@ -67,12 +70,21 @@ impl HostInputs {
         HostInputs([1, 2, 3, 4].map(|seed| rounded_bits(TOKENS * HIDDEN, Dtype::Bf16, &mut SplitMix64::new(seed))))
     }
 
-    /// The first `shape.q_len()` of q and dO, the first `shape.k_len()` of k and v (the
-    /// benchmark's shapes hold at most TOKENS * HIDDEN elements).
+    /// The first `shape.q_len()` of q and dO, the first `shape.k_len()` of k and v; a
+    /// larger shape (the packed rows' 64K tokens) repeats the draws.
     fn upload(&self, gpu: &Gpu, shape: &Shape) -> Inputs {
-        assert!(shape.q_len() <= TOKENS * HIDDEN, "benchmark shapes hold at most TOKENS * HIDDEN elements");
         let [q, k, v, dout] = &self.0;
-        let put = |bits: &[u16], dims: [usize; 4]| gpu.upload(&bits[..dims.iter().product()], dims).expect("upload");
+        let put = |bits: &[u16], dims: [usize; 4]| {
+            let n: usize = dims.iter().product();
+            let repeated: Vec<u16>;
+            let data = if n <= bits.len() {
+                &bits[..n]
+            } else {
+                repeated = bits.iter().copied().cycle().take(n).collect();
+                &repeated
+            };
+            gpu.upload(data, dims).expect("upload")
+        };
         Inputs {
             q: put(q, shape.q_dims()),
             k: put(k, shape.k_dims()),
@@ -104,6 +116,13 @@ fn tflops(flops: f64, ms: f64) -> f64 {
 
 fn main() {
     let args = Args::from_env(Program::GpuBench);
+    // `--write-documents PATH`: the packed rows' boundaries as JSON, for flex_peer.py to
+    // time the same documents; no GPU needed.
+    if let Some(path) = args.value("--write-documents") {
+        let list = json!({"seq": packed::SEQ, "boundaries": packed::boundaries()});
+        std::fs::write(path, list.to_string()).expect("write the boundaries");
+        return;
+    }
     let gpu = args.gpu();
     let device = gpu.describe().expect("device");
     let date = args.date();
@@ -113,6 +132,10 @@ fn main() {
     let torch: Value = args
         .value("--torch")
         .map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("torch json")).expect("torch json parses"))
+        .unwrap_or(json!({"rows": []}));
+    let flex: Value = args
+        .value("--flex")
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("flex json")).expect("flex json parses"))
         .unwrap_or(json!({"rows": []}));
     let torch_ms = |seq: usize, d: usize, causal: bool, backend: &str, key: &str| -> Option<f64> {
         torch["rows"].as_array()?.iter().find_map(|r| {
@@ -193,12 +216,15 @@ fn main() {
     writeln!(
         md,
         "Equal work: dense attention over n/w sequences of w/r tokens (batch n/w), the FLOPs of one\n\
-         branch without its index map; branch / equal is what the compact launch costs over that.\n"
+         branch without its index map; branch / equal is what the compact launch costs over that.\n\
+         Flex: compiled flex_attention with the branch's mask (offset h mod r; block mask built once,\n\
+         not timed), same run (`bench/flex_peer.py`); Flex / ringdil > 1 means ringdil is faster.\n"
     )
     .unwrap();
     writeln!(
         md,
-        "| branches | work share | time / dense | ms | equal-work dense ms | branch / equal |\n|---|---|---|---|---|---|"
+        "| branches | work share | time / dense | ms | equal-work dense ms | branch / equal | Flex ms | Flex / ringdil |\n\
+         |---|---|---|---|---|---|---|---|"
     )
     .unwrap();
     let mut dilated = Vec::new();
@@ -216,18 +242,34 @@ fn main() {
         };
         let (equal, over) =
             equal_ms.map_or(("-".into(), "-".into()), |e| (format!("{e:.3}"), format!("{:.2}", ms / e)));
-        writeln!(md, "| {branches:?} | {share:.4} | {:.4} | {ms:.3} | {equal} | {over} |", ms / dense_ms).unwrap();
+        // FlexAttention's time for the same single branch (flex_peer.py's "longnet (w, r)").
+        let flex_ms = match branches {
+            &[(w, r)] => flex["rows"].as_array().and_then(|rows| {
+                rows.iter()
+                    .find_map(|x| (x["what"] == format!("longnet ({w}, {r})")).then(|| x["fwd_ms"].as_f64()).flatten())
+            }),
+            _ => None,
+        };
+        let (flex_col, flex_over) =
+            flex_ms.map_or(("-".into(), "-".into()), |f| (format!("{f:.3}"), format!("{:.1}", f / ms)));
+        writeln!(
+            md,
+            "| {branches:?} | {share:.4} | {:.4} | {ms:.3} | {equal} | {over} | {flex_col} | {flex_over} |",
+            ms / dense_ms
+        )
+        .unwrap();
         println!(
             "dilated {branches:?}: {ms:.3} ms = {:.4} of dense (work share {share:.4}); equal-work dense {equal} ms",
             ms / dense_ms
         );
         dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms,
-            "equal_work_dense_ms": equal_ms}));
+            "equal_work_dense_ms": equal_ms, "flex_ms": flex_ms}));
     }
     let gqa_rows = gqa::rows(&gpu, &host, &torch, &mut md);
+    let packed_rows = packed::rows(&gpu, &host, &flex, &mut md);
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
-        "gqa": gqa_rows});
+        "gqa": gqa_rows, "packed": packed_rows, "flex": flex});
     if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
     }

@@ -1,0 +1,101 @@
+"""Time FlexAttention (torch.compile'd flex_attention with a block mask) on the masks of
+ringdil-cuda's gpu_bench, in the same run, and write JSON for `gpu_bench --flex`.
+
+Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
+- "documents causal": the packed row of gpu_bench (one row of `seq` tokens, 16 heads of
+  d = 128, bf16), causal within each document, boundaries read from DOCS.json
+  (`gpu_bench --write-documents DOCS.json`), so both sides time the same documents;
+- "dense causal": the same row with one document, the rate the packed row is held to;
+- "longnet (w, r)": one LongNet branch at n = 16384, 16 heads of d = 128 (segment w,
+  dilation r, offset h mod r: a query attends the keys of its segment on its dilation
+  lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows.
+
+The block masks are built once per mask, outside the timed region (FlexAttention's intended
+use: a mask is reused across layers and steps). Times are the mean of ITERS calls after
+WARMUP, between CUDA events.
+
+usage: python3 flex_peer.py DOCS.json OUT.json
+"""
+import json
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+HEADS, DIM = 16, 128
+LONGNET_SEQ = 16384
+LONGNET_BRANCHES = ((2048, 1), (4096, 4), (8192, 8), (16384, 16))
+WARMUP, ITERS = 5, 20
+
+flex = torch.compile(flex_attention, dynamic=False)
+
+
+def timed(fn):
+    for _ in range(WARMUP):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(ITERS):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / ITERS
+
+
+def time_mask(block_mask, seq, backward):
+    """Forward (and forward + backward) of flex_attention under `block_mask`, [1, H, seq, D]."""
+    q, k, v, do = (torch.randn(1, HEADS, seq, DIM, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    row = {"fwd_ms": timed(lambda: flex(q, k, v, block_mask=block_mask))}
+    if backward:
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+
+        def fwd_bwd():
+            flex(qg, kg, vg, block_mask=block_mask).backward(do)
+
+        row["fwd_bwd_ms"] = timed(fwd_bwd)
+    return row
+
+
+def document_ids(boundaries, seq):
+    """Per position, the index of its document (empty documents take no position)."""
+    lengths = torch.tensor([b - a for a, b in zip(boundaries, boundaries[1:])], device="cuda")
+    ids = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
+    assert ids.numel() == seq, "boundaries must end at the row's length"
+    return ids
+
+
+def main():
+    docs = json.load(open(sys.argv[1]))
+    seq, boundaries = docs["seq"], docs["boundaries"]
+    ids = document_ids(boundaries, seq)
+
+    def packed_causal(b, h, q, kv):
+        return (ids[q] == ids[kv]) & (q >= kv)
+
+    def causal(b, h, q, kv):
+        return q >= kv
+
+    rows = []
+    for what, mask_mod in (("documents causal", packed_causal), ("dense causal", causal)):
+        mask = create_block_mask(mask_mod, None, None, seq, seq, device="cuda")
+        row = {"what": what, "impl": "flex", "seq": seq, "heads": HEADS, "head_dim": DIM,
+               "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, seq, True)}
+        rows.append(row)
+        print(row, flush=True)
+    for w, r in LONGNET_BRANCHES:
+        def branch(b, h, q, kv, w=w, r=r):
+            o = h % r
+            return (q // w == kv // w) & ((q % w) % r == o) & ((kv % w) % r == o)
+
+        mask = create_block_mask(branch, None, HEADS, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
+        row = {"what": f"longnet ({w}, {r})", "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
+               "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, False)}
+        rows.append(row)
+        print(row, flush=True)
+    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "seq": seq,
+               "boundaries": boundaries, "rows": rows}, open(sys.argv[2], "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -198,14 +198,15 @@ pub struct RingPart {
     pub rows: Range<usize>,
 }
 
-/// The ring parts of `c` on `grid` (one part covering the whole batch when `R = 1`).
+/// The ring parts of `c` on `grid` (one part covering the whole batch when `R = 1`),
+/// each with its rows' key lengths and documents ([`GpuSpec::batch_rows`]).
 pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
     grid.batch_rows(c.batch)?
         .into_iter()
         .map(|rows| {
             let chunks = ChunkPlan::new(c.seq, c.ranks, &c.layout)?;
-            let plan = DistPlan::new(chunks, c.pattern.1.clone(), rows.len(), c.heads, c.head_dim)?
-                .with_kv_heads(c.kv_heads)?;
+            let spec = c.pattern.1.batch_rows(rows.clone(), c.batch, c.seq)?;
+            let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?.with_kv_heads(c.kv_heads)?;
             Ok(RingPart { plan, rows })
         })
         .collect()

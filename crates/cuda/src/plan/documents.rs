@@ -53,8 +53,15 @@ impl Lattice {
 /// documents that hold a query position, in order: from query position `p` in `[s, e)`,
 /// the key lattice meets the document iff its first position `>= s` is `< e`; the next
 /// document to try holds the first query position `>= e`. At most `min(tile rows,
-/// documents)` steps, one when a document covers the query tile.
+/// documents)` steps, one when a document covers the query tile. On contiguous tiles the
+/// documents of the query positions cover exactly `[start(q0), end(q1))` and the key tile
+/// is an interval, so one test decides (O(1) for tiles of many short documents).
 fn share_document(row: &[usize], q: Lattice, k: Lattice) -> bool {
+    if q.stride == 1 && k.stride == 1 {
+        let start = row[row.partition_point(|&x| x <= q.first) - 1];
+        let end = row[row.partition_point(|&x| x <= q.last)];
+        return k.last >= start && k.first < end;
+    }
     let mut p = q.first;
     while p <= q.last {
         let at = row.partition_point(|&x| x <= p);

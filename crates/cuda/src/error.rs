@@ -18,6 +18,8 @@ pub enum CudaError {
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// A chunk (ring step) that does not fit in the global sequence.
     ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, stride: usize, seq_len: usize },
+    /// Batch rows `start..end` that are empty or not inside a batch of `batch` rows.
+    BatchRows { start: usize, end: usize, batch: usize },
     /// A size that does not fit the kernels' 32-bit indexing or the launch grid.
     TooLarge { what: &'static str, value: usize, max: usize },
     /// The spec is invalid for these tensors (the reference crate's own check).
@@ -54,6 +56,9 @@ impl fmt::Display for CudaError {
                 f,
                 "{side} chunk: {rows} rows at positions {offset} + i * {stride} pass the global sequence length {seq_len}"
             ),
+            CudaError::BatchRows { start, end, batch } => {
+                write!(f, "batch rows {start}..{end} are empty or not inside the batch of {batch} rows")
+            }
             CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
             CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
             CudaError::NoSuchDevice { ordinal, count } => write!(

@@ -9,6 +9,7 @@
 use crate::error::{CudaError, Result};
 use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, SlidingWindow};
 use ringdil_reference::{Documents, Spec};
+use std::ops::Range;
 
 /// The patterns with a GPU mask.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +73,30 @@ impl GpuSpec {
         spec
     }
 
+    /// The same attention on batch rows `rows` of a batch of `batch` rows of `seq_len`
+    /// tokens (one ring of the 2-D layout, `dist::grid`, runs a slice of the batch): key
+    /// lengths and documents are per row, so they are cut to `rows`; a flat document list
+    /// becomes the per-row lists of those rows (its boundaries count positions of the
+    /// whole batch, which the slice no longer has). Errors: key lengths or documents
+    /// invalid for `batch` rows (the reference's error), or `rows` empty or past `batch`
+    /// ([`CudaError::BatchRows`]).
+    pub fn batch_rows(&self, rows: Range<usize>, batch: usize, seq_len: usize) -> Result<GpuSpec> {
+        if rows.is_empty() || rows.end > batch {
+            return Err(CudaError::BatchRows { start: rows.start, end: rows.end, batch });
+        }
+        let per_row = GpuSpec {
+            key_lengths: self.key_lengths.clone(),
+            documents: self.documents.clone(),
+            ..Self::new(GpuPattern::Dense)
+        };
+        per_row.to_reference().validate(batch, 1, seq_len)?;
+        Ok(GpuSpec {
+            key_lengths: self.key_lengths.as_ref().map(|l| l[rows.clone()].to_vec()),
+            documents: self.documents.as_ref().map(|d| Documents::per_row(rows.map(|b| d.row(b, seq_len)).collect())),
+            ..self.clone()
+        })
+    }
+
     /// Reject what the reference rejects (naming the value), then what only the GPU cannot do.
     pub fn validate(&self, batch: usize, heads: usize, seq_len: usize) -> Result<()> {
         self.to_reference().validate(batch, heads, seq_len)?;
@@ -96,5 +121,34 @@ impl GpuSpec {
     /// The softmax scale for `head_dim`.
     pub fn scale_for(&self, head_dim: usize) -> f64 {
         self.scale.unwrap_or(1.0 / (head_dim as f64).sqrt())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slice of the batch keeps its rows' key lengths and documents, a flat list as the
+    /// per-row lists of its rows (row-local positions); bad rows and bad per-row values
+    /// are typed errors naming them.
+    #[test]
+    fn batch_rows_keep_their_rows_documents_and_key_lengths() {
+        let n = 10;
+        // Rows: [0, 3, 10], [0, 4, 4, 10], [0, 10] as one flat list over 30 tokens.
+        let flat = Documents::flat(vec![0, 3, 10, 14, 14, 20, 30]);
+        let spec = GpuSpec::new(GpuPattern::Window { left: 2, right: 0 }).key_lengths(vec![9, 8, 7]);
+        let cut = spec.clone().documents(flat).batch_rows(1..3, 3, n).unwrap();
+        assert_eq!(cut.documents, Some(Documents::per_row(vec![vec![0, 4, 4, 10], vec![0, 10]])));
+        assert_eq!((cut.key_lengths, cut.pattern), (Some(vec![8, 7]), spec.pattern.clone()));
+        let per_row = Documents::per_row(vec![vec![0, 10], vec![0, 5, 10], vec![0, 1, 10]]);
+        let cut = spec.clone().documents(per_row).batch_rows(2..3, 3, n).unwrap();
+        assert_eq!(cut.documents, Some(Documents::per_row(vec![vec![0, 1, 10]])));
+        assert_eq!(GpuSpec::new(GpuPattern::Dense).batch_rows(0..2, 3, n).unwrap(), GpuSpec::new(GpuPattern::Dense));
+        for rows in [2..4, 1..1] {
+            let e = spec.batch_rows(rows.clone(), 3, n).unwrap_err().to_string();
+            assert!(e.contains(&format!("batch rows {}..{}", rows.start, rows.end)), "{e}");
+        }
+        let e = spec.clone().documents(Documents::per_row(vec![vec![0, 10]; 2])).batch_rows(0..1, 3, n).unwrap_err();
+        assert!(matches!(e, CudaError::Spec(ringdil_reference::Error::DocumentRows { lists: 2, batch: 3 })), "{e}");
     }
 }

@@ -126,6 +126,7 @@ pub mod inputs;
 pub mod kernels;
 pub mod packed;
 pub mod ring;
+pub mod ring_packed;
 pub mod sweep;
 
 pub use cases::{Case, Kind, cases, describe};

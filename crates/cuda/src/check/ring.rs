@@ -2,8 +2,9 @@
 //! against the f64 reference for every schedule the GPU runs, layout (contiguous,
 //! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
 //! (dense, causal, window, LongNet dilated, with segments inside one rank and across
-//! ranks), on lengths that do not divide evenly; and grouped-query attention (8 query
-//! heads over 2 K/V heads, and multi-query), whose K/V pieces travel at K/V heads.
+//! ranks), on lengths that do not divide evenly; grouped-query attention (8 query
+//! heads over 2 K/V heads, and multi-query), whose K/V pieces travel at K/V heads; and
+//! packed documents ([`super::ring_packed`], also on the work-balanced split).
 //!
 //! Inputs are bf16-rounded normals ([`super::rounded`]). The ranks' output, LSE, dQ, dK
 //! and dV pieces are gathered into host arrays that start as NaN (a row nobody wrote
@@ -103,8 +104,9 @@ const SIZES: [Size; 4] = [
     ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64"]),
 ];
 
-/// The cases for `ranks` per ring and `rings` rings; with several rings the batch grows
-/// by `rings - 1` so that every ring gets rows and the split is uneven for one size.
+/// The cases for `ranks` per ring and `rings` rings, the packed ones last; with several
+/// rings the batch grows by `rings - 1` so that every ring gets rows and the split is
+/// uneven for one size.
 pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
     let mut out = Vec::new();
     for &p in ranks {
@@ -131,6 +133,7 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
             }
         }
     }
+    out.extend(super::ring_packed::cases(ranks, rings));
     out
 }
 
@@ -198,14 +201,15 @@ pub struct RingPart {
     pub rows: Range<usize>,
 }
 
-/// The ring parts of `c` on `grid` (one part covering the whole batch when `R = 1`).
+/// The ring parts of `c` on `grid` (one part covering the whole batch when `R = 1`),
+/// each with its rows' key lengths and documents ([`GpuSpec::batch_rows`]).
 pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
     grid.batch_rows(c.batch)?
         .into_iter()
         .map(|rows| {
             let chunks = ChunkPlan::new(c.seq, c.ranks, &c.layout)?;
-            let plan = DistPlan::new(chunks, c.pattern.1.clone(), rows.len(), c.heads, c.head_dim)?
-                .with_kv_heads(c.kv_heads)?;
+            let spec = c.pattern.1.batch_rows(rows.clone(), c.batch, c.seq)?;
+            let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?.with_kv_heads(c.kv_heads)?;
             Ok(RingPart { plan, rows })
         })
         .collect()

@@ -115,12 +115,17 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
 
 impl Problem {
     /// The problem `plan` describes (see the module docs). The pair fraction counts the
-    /// kernel's tiles, so a dilated pattern counts its compacted branches' work.
+    /// kernel's tiles, so a dilated pattern counts its compacted branches' work, and
+    /// packed documents the tiles their rows share: over the plan's batch rows (the spec's
+    /// key lengths and documents are per row), a per-row plan's visits divided by its rows.
     pub fn of_plan(plan: &DistPlan) -> DistResult<Problem> {
         let n = plan.seq_len();
-        let shape = Shape::square(1, n, 1, plan.head_dim);
-        let visits: usize = launches(&shape, &plan.spec, &Chunk::whole(&shape))?.iter().map(|l| l.fwd.visits()).sum();
-        let dense = n.div_ceil(FWD_Q_TILE) * n.div_ceil(TILE);
+        let shape = Shape::square(plan.batch, n, 1, plan.head_dim);
+        let visits: f64 = launches(&shape, &plan.spec, &Chunk::whole(&shape))?
+            .iter()
+            .map(|l| l.fwd.visits() as f64 / l.fwd.batches as f64)
+            .sum();
+        let dense = (n.div_ceil(FWD_Q_TILE) * n.div_ceil(TILE)) as f64;
         let p = plan.ranks();
         let ring: usize = (0..p).map(|r| plan.ring_volume(r)).sum();
         let moved: usize = (0..p)
@@ -133,7 +138,7 @@ impl Problem {
             kv_heads: plan.kv_heads,
             head_dim: plan.head_dim,
             seq_len: n,
-            pair_fraction: visits as f64 / dense as f64,
+            pair_fraction: visits / dense,
             moved_fraction: if ring == 0 { 0.0 } else { moved as f64 / ring as f64 },
         })
     }
@@ -285,6 +290,26 @@ mod tests {
         assert_eq!(local.moved_fraction, 0.0);
         let share = (512.0 + 2048.0 / 16.0) / 4096.0;
         assert!(local.pair_fraction < 1.5 * share, "{local:?} vs share {share}");
+    }
+
+    /// Packed documents (per batch row) that never cross the rank split: the problem of a
+    /// two-row plan is the rows' mean tile fraction, and nothing moves. A causal document
+    /// of `L` tokens visits `2 + 4 + ... + 2 L / 128` tiles of 128 x 64: row 0's four
+    /// documents of 1024 tokens 4 x 72, row 1's two of 2048 2 x 272, of 32 x 64 tiles.
+    #[test]
+    fn a_packed_plan_becomes_its_problem() {
+        use crate::spec::{GpuPattern, GpuSpec};
+        use ringdil_reference::Documents;
+        use ringdil_reference::ring::{ChunkPlan, Layout};
+        let docs = Documents::per_row(vec![vec![0, 1024, 2048, 3072, 4096], vec![0, 2048, 4096]]);
+        let spec = GpuSpec::new(GpuPattern::Dense).causal(true).documents(docs);
+        let chunks = ChunkPlan::new(4096, 2, &Layout::Contiguous).unwrap();
+        let packed = Problem::of_plan(&DistPlan::new(chunks, spec, 2, 8, 128).unwrap()).unwrap();
+        let tiles = |docs: usize, len: usize| docs * (1..=len / 128).map(|t| 2 * t).sum::<usize>();
+        assert_eq!((tiles(4, 1024), tiles(2, 2048)), (4 * 72, 2 * 272));
+        let want = (tiles(4, 1024) + tiles(2, 2048)) as f64 / 2.0 / 2048.0;
+        assert!((packed.pair_fraction - want).abs() < 1e-12, "{packed:?} vs {want}");
+        assert_eq!(packed.moved_fraction, 0.0);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use super::error::{DistError, DistResult};
 use crate::launch::launches;
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::Documents;
 use ringdil_reference::ring::ChunkPlan;
 use std::sync::OnceLock;
 
@@ -171,7 +172,12 @@ impl DistPlan {
     /// A K/V head's row is kept when a live branch keeps it for some query head of its
     /// group (offsets stay per query head). `None` when that is every head row, or the
     /// pattern is not dilated, or a live branch has dilation 1 (it keeps every row).
-    fn kept_entries(&self, src: usize, kj: usize, live: &[bool]) -> Option<Vec<u32>> {
+    /// With packed documents, [`DistPlan::document_entries`] for `dst`.
+    fn kept_entries(&self, dst: usize, src: usize, kj: usize, live: &[bool]) -> Option<Vec<u32>> {
+        if let Some(documents) = &self.spec.documents {
+            // A piece no query piece needs never travels (and has no list to upload).
+            return live.iter().any(|&l| l).then(|| self.document_entries(documents, dst, src, kj)).flatten();
+        }
         let GpuPattern::Dilated(d) = &self.spec.pattern else { return None };
         let branches: Vec<_> = d.branches.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
@@ -200,6 +206,30 @@ impl DistPlan {
                         out.push(((bi * piece.rows + i) * kv_heads + g) as u32);
                     }
                 }
+            }
+        }
+        (out.len() < self.batch * piece.rows * kv_heads).then_some(out)
+    }
+
+    /// Packed documents: the K/V head rows of piece `kj` of `src` whose document (in their
+    /// batch row) holds a token of `dst`, every K/V head; `None` when that is every row. A
+    /// query sees only keys of its own document, so `dst` reads no other row unmasked:
+    /// a long document crossing the rank split moves only its own rows, not the whole
+    /// block of `src`. (Documents come only with dense and window patterns, which keep
+    /// every row of a document.)
+    fn document_entries(&self, documents: &Documents, dst: usize, src: usize, kj: usize) -> Option<Vec<u32>> {
+        let (n, piece, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.kv_heads);
+        if self.batch * piece.rows * kv_heads > u32::MAX as usize {
+            return None;
+        }
+        let mut out = Vec::new();
+        for b in 0..self.batch {
+            let row = documents.row(b, n);
+            let doc = |t: usize| row.partition_point(|&c| c <= t) - 1;
+            let mut holds = vec![false; row.len() - 1];
+            self.chunks.tokens(dst).iter().for_each(|&t| holds[doc(t)] = true);
+            for i in (0..piece.rows).filter(|&i| holds[doc(piece.start + i * piece.stride)]) {
+                out.extend((0..kv_heads).map(|g| ((b * piece.rows + i) * kv_heads + g) as u32));
             }
         }
         (out.len() < self.batch * piece.rows * kv_heads).then_some(out)
@@ -269,18 +299,20 @@ impl DistPlan {
 
     /// The K/V head rows of piece `kj` of `src` that `dst` needs, when fewer than all: for
     /// a LongNet pattern, the rows kept by the branches that reach across the two ranks
-    /// (the others stay home), for each query head its own offset. Indices of
+    /// (the others stay home), for each query head its own offset; with packed documents,
+    /// the rows of the documents that hold a token of `dst`, per batch row. Indices of
     /// `d`-vectors in the K/V piece tensor, `(b * rows + i) * kv_heads + g`, ascending. The pattern-aware plan sends
     /// only these (a gather into a send buffer) and the receiver scatters them into a
-    /// zeroed piece: every row a kernel reads is there (the kernels read only kept rows of
-    /// the branches they launch), and dK/dV contributions of the other rows are exactly
-    /// zero, so they are returned the same way. `None`: the whole piece.
+    /// zeroed piece: every row a kernel reads unmasked is there (the kernels read only kept
+    /// rows of the branches they launch; a zeroed row of another document is masked), and
+    /// dK/dV contributions of the other rows are exactly zero, so they are returned the
+    /// same way. `None`: the whole piece.
     pub fn kept_rows(&self, dst: usize, src: usize, kj: usize) -> Option<&[u32]> {
         if dst == src {
             return None;
         }
         let kept = self.kept[dst][src].get(kj)?;
-        kept.rows.get_or_init(|| self.kept_entries(src, kj, &kept.live)).as_deref()
+        kept.rows.get_or_init(|| self.kept_entries(dst, src, kj, &kept.live)).as_deref()
     }
 
     /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.

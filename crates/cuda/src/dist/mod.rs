@@ -16,11 +16,13 @@
 //!   ([`run_threads`]).
 //! * [`grid`]: the 2-D layout, several rings side by side, data-parallel across them
 //!   (rings on sub-communicators from [`Communicator::split`]).
+//! * [`balance`]: the work-balanced contiguous split for packed documents.
 //! * [`auto`]: single GPU, ring or all-gather from the problem and measured speeds.
 //!
 //! `docs/distributed.md` describes the runtime, the volumes and the auto rule.
 
 pub mod auto;
+pub mod balance;
 pub mod comm;
 pub mod error;
 mod exec;
@@ -31,6 +33,7 @@ pub mod ring;
 pub mod threads;
 pub mod virtual_ranks;
 
+pub use balance::balanced_layout;
 pub use comm::{Communicator, UniqueId};
 pub use error::{DistError, DistResult};
 pub use grid::Grid;

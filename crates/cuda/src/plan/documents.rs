@@ -16,26 +16,66 @@ use ringdil_reference::Documents;
 /// identity `map`) without the tile pairs that share no document of the row whose
 /// boundary list is `row` (`0 = c_0 <= ... <= c_m = seq_len`).
 ///
-/// Documents are ordered, so the documents the query positions `[q0, q1]` of a tile
-/// touch cover exactly the key positions `[start(q0), end(q1))`: the pair may attend iff
-/// the key tile's positions `[k0, k1]` meet that span. Exact on contiguous axes (every
-/// position from `q0` to `q1` is a row of the tile), sound on strided ones.
+/// A tile's positions are the lattice `p0, p0 + stride, ..., p1` of its axis (stride 1
+/// on a contiguous piece, `P` on a striped rank). The pair is kept iff some document
+/// `[s, e)` holds a query position and a key position of the two tiles
+/// ([`share_document`]): exact on every axis, so a rank whose documents all lie in its
+/// own tokens (striped ranks with one-token documents included) needs no other rank.
 pub fn restrict(plan: &TilePlan, map: IndexMap, (q_tile, k_tile): (usize, usize), row: &[usize]) -> TilePlan {
     let IndexMap::Identity { q, k } = map else {
         panic!("documents restrict identity launches only (compact branches are refused by GpuSpec::validate)");
     };
     let span = |tile: usize, size: usize, axis: super::Axis| {
-        super::positions(tile * size, (tile + 1) * size, axis).expect("a planned tile lies on its axis")
+        let (p0, p1) = super::positions(tile * size, (tile + 1) * size, axis).expect("a planned tile lies on its axis");
+        Lattice { first: p0, last: p1, stride: axis.stride }
     };
     TilePlan::build(plan.row_tiles, plan.col_tiles, |r, c| {
-        if !plan.contains(r, c) {
-            return false;
-        }
-        let ((q0, q1), (k0, k1)) = (span(r, q_tile, q), span(c, k_tile, k));
-        let start = row[row.partition_point(|&x| x <= q0) - 1];
-        let end = row[row.partition_point(|&x| x <= q1)];
-        k1 >= start && k0 < end
+        plan.contains(r, c) && share_document(row, span(r, q_tile, q), span(c, k_tile, k))
     })
+}
+
+/// The positions `first, first + stride, ..., last` of one tile.
+#[derive(Debug, Clone, Copy)]
+struct Lattice {
+    first: usize,
+    last: usize,
+    stride: usize,
+}
+
+impl Lattice {
+    /// The first position `>= p` (may lie past `last`).
+    fn at_or_after(&self, p: usize) -> usize {
+        self.first + p.saturating_sub(self.first).div_ceil(self.stride) * self.stride
+    }
+}
+
+/// Whether one document of `row` holds a position of `q` and a position of `k`. Walks the
+/// documents that hold a query position, in order: from query position `p` in `[s, e)`,
+/// the key lattice meets the document iff its first position `>= s` is `< e`; the next
+/// document to try holds the first query position `>= e`. At most `min(tile rows,
+/// documents)` steps, one when a document covers the query tile. On contiguous tiles the
+/// documents of the query positions cover exactly `[start(q0), end(q1))` and the key tile
+/// is an interval, so one test decides (O(1) for tiles of many short documents).
+fn share_document(row: &[usize], q: Lattice, k: Lattice) -> bool {
+    if q.stride == 1 && k.stride == 1 {
+        let start = row[row.partition_point(|&x| x <= q.first) - 1];
+        let end = row[row.partition_point(|&x| x <= q.last)];
+        return k.last >= start && k.first < end;
+    }
+    let mut p = q.first;
+    while p <= q.last {
+        let at = row.partition_point(|&x| x <= p);
+        let (s, e) = (row[at - 1], row[at]);
+        let key = k.at_or_after(s);
+        if key <= k.last && key < e {
+            return true;
+        }
+        if k.last < e {
+            return false; // later documents lie past every key
+        }
+        p = q.at_or_after(e);
+    }
+    false
 }
 
 /// The forward plan of every batch row of a launch: `plan` restricted to each row's
@@ -151,5 +191,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// On strided axes (striped ranks, any offsets and strides, short and one-token
+    /// documents) a tile pair is kept iff one document holds a query and a key position of
+    /// it: the transcription enumerates every position pair of every tile pair.
+    #[test]
+    fn strided_tiles_are_kept_iff_they_share_a_document() {
+        use crate::plan::Axis;
+        let mut rng = SplitMix64::new(21);
+        let mut dropped = 0;
+        for case in 0..80 {
+            let n = rng.range(1, 1500);
+            let row = if rng.uniform() < 0.3 {
+                (0..=n).collect() // one-token documents
+            } else {
+                random_docs(n, &mut rng)
+            };
+            let axis = |rng: &mut SplitMix64| {
+                let (offset, stride) = (rng.range(0, n - 1), rng.range(1, 5));
+                Axis { offset, stride, rows: rng.range(1, (n - 1 - offset) / stride + 1) }
+            };
+            let (qa, ka) = (axis(&mut rng), axis(&mut rng));
+            let map = IndexMap::Identity { q: qa, k: ka };
+            let tiles = (64, 64);
+            let p = restrict(&plan(&GpuPattern::Dense, None, false, map, tiles), map, tiles, &row);
+            let doc = |t: usize| row.partition_point(|&x| x <= t);
+            let rows =
+                |a: Axis, tile: usize| (tile * 64..((tile + 1) * 64).min(a.rows)).map(move |i| a.offset + i * a.stride);
+            for r in 0..p.row_tiles {
+                for c in 0..p.col_tiles {
+                    let share = rows(qa, r).any(|i| rows(ka, c).any(|j| doc(i) == doc(j)));
+                    assert_eq!(p.contains(r, c), share, "case {case}: tiles ({r}, {c}) of {qa:?} x {ka:?}, {row:?}");
+                    dropped += usize::from(!share);
+                }
+            }
+        }
+        assert!(dropped > 100, "only {dropped} dropped tile pairs: the test checks too little");
     }
 }

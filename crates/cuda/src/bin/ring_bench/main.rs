@@ -7,7 +7,8 @@
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
 //!
 //! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
-//! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]).
+//! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]), packed documents
+//! on contiguous ranks and on the work-balanced split included.
 //!
 //! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
 //! total length `N` (1.0 = perfect). Every row keeps `N` fixed across `P` (strong
@@ -29,19 +30,36 @@ use ringdil_cuda::dist::{
 use ringdil_cuda::programs::{Args, Program};
 use ringdil_cuda::shape::{Chunk, Dtype, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::Documents;
 use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use std::time::Instant;
 
 const HEADS: usize = 8;
 const DIM: usize = 128;
 
-fn pattern(name: &str) -> GpuSpec {
+/// The spec of a row's pattern over `n` tokens.
+fn pattern(name: &str, n: usize) -> GpuSpec {
     match name {
         "dense causal" | "gqa 8:1 dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true),
+        "packed dense causal" => GpuSpec::new(GpuPattern::Dense).causal(true).documents(packed_documents(n)),
         _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4), (262_144, 8)])))
             .causal(true),
     }
+}
+
+/// Long-tailed documents packed into one row of `n` tokens (a fixed draw): Pareto lengths
+/// `256 / u^(1 / 1.2)` (`u` uniform in (0, 1]; `P(L > x) = (256 / x)^1.2`: mean 1536
+/// tokens, one in ~12 over 2K, one in ~150 over 16K), the last one cut at `n`.
+fn packed_documents(n: usize) -> Documents {
+    let mut rng = SplitMix64::new(0xD0C5);
+    let mut list = vec![0];
+    while *list.last().expect("starts at 0") < n {
+        let len = 256.0 / (1.0 - rng.uniform()).powf(1.0 / 1.2);
+        list.push((list.last().expect("non-empty") + len as usize).min(n));
+    }
+    Documents::per_row(vec![list])
 }
 
 /// K/V heads of a pattern's rows: grouped-query rows put the 8 query heads over one K/V
@@ -126,7 +144,7 @@ fn mib(elements: usize) -> f64 {
 
 /// One GPU, whole sequence: forward and forward+backward times and memory.
 fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
-    let spec = pattern(pat);
+    let spec = pattern(pat, n);
     let shape = Shape::square(1, n, HEADS, DIM).with_kv_heads(kv_heads(pat));
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).expect("prepare");
     let up = |s, dims: [usize; 4]| gpu.upload(&random_bits(dims.iter().product(), s), dims).expect("upload");
@@ -174,7 +192,7 @@ fn distributed(
 ) -> Result<Measured, String> {
     let (me, p) = (comm.rank(), comm.world());
     let chunks = ChunkPlan::new(n, p, layout).map_err(|e| e.to_string())?;
-    let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM)
+    let plan = DistPlan::new(chunks, pattern(pat, n), 1, HEADS, DIM)
         .and_then(|p| p.with_kv_heads(kv_heads(pat)))
         .map_err(|e| e.to_string())?;
     let (len, kv_len) = (n * HEADS * DIM, n * plan.kv_heads * DIM);
@@ -328,8 +346,8 @@ fn main() {
         let n = per * p;
         let t = Instant::now();
         let chunks = ChunkPlan::new(n, p, &Layout::Zigzag).expect("plan");
-        let r =
-            DistPlan::new(chunks, pattern("dense causal"), 1, HEADS, DIM).map_err(|e| e.to_string()).and_then(|plan| {
+        let r = DistPlan::new(chunks, pattern("dense causal", n), 1, HEADS, DIM).map_err(|e| e.to_string()).and_then(
+            |plan| {
                 let len = n * HEADS * DIM;
                 let b = random_bits(len, 7);
                 let data = RankData::upload(&gpu, &plan, me, &b, &b, &b).map_err(|e| e.to_string())?;
@@ -343,7 +361,8 @@ fn main() {
                 drop(out);
                 comm.barrier(&gpu).map_err(|e| e.to_string())?;
                 Ok((ms, mem))
-            });
+            },
+        );
         match r {
             Ok((ms, mem)) => {
                 if me == 0 {
@@ -421,7 +440,7 @@ fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds) -> Vec<AutoRow> {
         ("longnet dilated causal", Layout::Contiguous, 128 * k),
     ] {
         let chunks = ChunkPlan::new(n, comm.world(), &layout).expect("plan");
-        let plan = DistPlan::new(chunks, pattern(pat), 1, HEADS, DIM).expect("plan");
+        let plan = DistPlan::new(chunks, pattern(pat, n), 1, HEADS, DIM).expect("plan");
         let (decision, selected) = select(&plan, speeds).expect("select");
         let mut measured = Vec::new();
         let single_ms = if me == 0 { single(gpu, pat, n).fwd_ms } else { f64::NAN };

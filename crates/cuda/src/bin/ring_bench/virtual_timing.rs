@@ -5,13 +5,17 @@
 //! adds no kernel cost; the excess is what the per-step, per-branch and per-piece launches
 //! cost (issue 24, item 2, measures this before changing it).
 //!
-//! Rows: LongNet `(4096,1)(16384,2)(65536,4)(262144,8)` causal on contiguous ranks and
-//! dense causal on zigzag ranks, at 128K tokens, 8 heads of d = 128, bf16, P given.
-//! Times are medians of 3 after a warm-up.
+//! Rows: LongNet `(4096,1)(16384,2)(65536,4)(262144,8)` causal on contiguous ranks,
+//! dense causal on zigzag ranks, and dense causal over long-tailed packed documents
+//! (`packed_documents`) on contiguous ranks and on the work-balanced split
+//! (`dist::balanced_layout`: every rank's causal work within `W / P +- w_max`, where an
+//! even split of packed documents is not), at 128K tokens, 8 heads of d = 128, bf16, P
+//! given. Times are medians of 3 after a warm-up; the single-GPU time of the packed rows
+//! is the whole packed sequence's.
 
-use super::{DIM, HEADS, median, pattern, random_bits, single};
+use super::{DIM, HEADS, median, packed_documents, pattern, random_bits, single};
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks};
+use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks, balanced_layout};
 use ringdil_cuda::programs::Args;
 use ringdil_cuda::shape::Dtype;
 use ringdil_reference::ring::{ChunkPlan, Layout};
@@ -21,7 +25,8 @@ use std::time::Instant;
 
 /// (forward s, forward + backward s) of the virtual ring of `pat` over `p` ranks.
 fn virtual_ring(gpu: &Gpu, pat: &str, layout: &Layout, n: usize, p: usize) -> (f64, f64) {
-    let plan = DistPlan::new(ChunkPlan::new(n, p, layout).expect("chunks"), pattern(pat), 1, HEADS, DIM).expect("plan");
+    let plan =
+        DistPlan::new(ChunkPlan::new(n, p, layout).expect("chunks"), pattern(pat, n), 1, HEADS, DIM).expect("plan");
     let len = n * HEADS * DIM;
     let (q, k, v, g) = (random_bits(len, 1), random_bits(len, 2), random_bits(len, 3), random_bits(len, 4));
     let data: Vec<RankData> = (0..p).map(|r| RankData::upload(gpu, &plan, r, &q, &k, &v).expect("upload")).collect();
@@ -61,11 +66,16 @@ pub fn run(args: &Args, p: usize) {
     .unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|").unwrap();
     let mut rows = Vec::new();
-    for (pat, layout) in [("longnet dilated causal", Layout::Contiguous), ("dense causal", Layout::Zigzag)] {
+    let balanced = balanced_layout(&packed_documents(n), 1, n, p).expect("balanced split");
+    for (pat, name, layout) in [
+        ("longnet dilated causal", "contiguous", Layout::Contiguous),
+        ("dense causal", "zigzag", Layout::Zigzag),
+        ("packed dense causal", "contiguous", Layout::Contiguous),
+        ("packed dense causal", "balanced", balanced),
+    ] {
         let one = single(&gpu, pat, n);
         let (f, b) = virtual_ring(&gpu, pat, &layout, n, p);
         let (f, b) = (f * 1e3, b * 1e3);
-        let name = format!("{layout:?}").to_lowercase();
         writeln!(
             md,
             "| {pat} | {name} | {:.2} | {f:.2} | {:.2} | {:.2} | {b:.2} | {:.2} |",
@@ -75,7 +85,10 @@ pub fn run(args: &Args, p: usize) {
             b / one.fwd_bwd_ms
         )
         .unwrap();
-        println!("{pat} P={p}: fwd {f:.2} ms vs {:.2} single, fwd+bwd {b:.2} vs {:.2}", one.fwd_ms, one.fwd_bwd_ms);
+        println!(
+            "{pat} {name} P={p}: fwd {f:.2} ms vs {:.2} single, fwd+bwd {b:.2} vs {:.2}",
+            one.fwd_ms, one.fwd_bwd_ms
+        );
         rows.push(json!({"pattern": pat, "layout": name, "ranks": p, "seq_len": n,
             "single_fwd_ms": one.fwd_ms, "virtual_fwd_ms": f, "single_fwd_bwd_ms": one.fwd_bwd_ms, "virtual_fwd_bwd_ms": b}));
     }

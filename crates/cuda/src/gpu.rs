@@ -44,7 +44,8 @@ pub struct Gpu {
     family: Family,
     /// Multiprocessors: the wgmma forward's grid ([`Family::forward_grid`]).
     pub(crate) sms: u32,
-    kernels: Mutex<HashMap<Variant, Arc<Kernels>>>,
+    /// Loaded modules, shared by every view of this device ([`Gpu::on_stream`]).
+    kernels: Arc<Mutex<HashMap<Variant, Arc<Kernels>>>>,
 }
 
 /// A device copy of a plan array: cudarc cannot copy an empty slice, and a plan with no
@@ -87,7 +88,7 @@ impl Gpu {
         let arch = family.target(major, minor);
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let sms = u32::try_from(sms).unwrap_or(1);
-        Ok(Some(Gpu { ctx, stream, arch, family, sms, kernels: Mutex::new(HashMap::new()) }))
+        Ok(Some(Gpu { ctx, stream, arch, family, sms, kernels: Arc::new(Mutex::new(HashMap::new())) }))
     }
 
     /// Device name, NVRTC target and kernel family, e.g.
@@ -105,6 +106,12 @@ impl Gpu {
             parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
         }
         Ok(parts.join(", "))
+    }
+
+    /// This device's context and loaded modules, launching on `stream` (a stream of the
+    /// same context).
+    pub(crate) fn with_stream(&self, stream: Arc<CudaStream>) -> Gpu {
+        Gpu { stream, ctx: self.ctx.clone(), arch: self.arch.clone(), kernels: self.kernels.clone(), ..*self }
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -211,8 +218,10 @@ impl Gpu {
             block_mask,
             doc_spans,
             kernels,
-            delta: self.filled(shape.lse_len(), 0.0)?,
-            lse2: self.filled(shape.lse_len(), 0.0)?,
+            // Zeroed on the device (a memset on the stream, no host copy): a call's
+            // preparation costs its tile plans, not a copy per query row.
+            delta: self.stream.alloc_zeros(shape.lse_len().max(1))?,
+            lse2: self.stream.alloc_zeros(shape.lse_len().max(1))?,
         };
         Ok(prep)
     }

@@ -39,6 +39,7 @@ pub mod compile;
 pub mod convert;
 pub mod dist;
 pub mod error;
+pub mod external;
 pub mod family;
 pub mod forward;
 pub mod gpu;

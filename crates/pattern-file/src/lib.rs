@@ -194,6 +194,44 @@ impl<'de> Deserialize<'de> for Offsets {
     }
 }
 
+/// The built-in patterns, as the reference defines them: the kinds whose rules a GPU
+/// kernel evaluates from indices ([`PatternFile::builtin`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Builtin {
+    Dense(Dense),
+    SlidingWindow(SlidingWindow),
+    BlockSparse(BlockSparse),
+    Dilated(Dilated),
+}
+
+/// A `dilated` file's branches: one per segment length, with its dilation and offset.
+fn dilated(
+    segment_lengths: &[usize],
+    dilation_rates: &[usize],
+    offsets: &Offsets,
+    combine: Combine,
+) -> Result<Dilated, FileError> {
+    let branches = segment_lengths.len();
+    let lengths = |field, len| FileError::Lengths { field, len, other: "segment_lengths", other_len: branches };
+    if dilation_rates.len() != branches {
+        return Err(lengths("dilation_rates", dilation_rates.len()));
+    }
+    if let Offsets::Fixed(fixed) = offsets
+        && fixed.len() != branches
+    {
+        return Err(lengths("offsets", fixed.len()));
+    }
+    let offset = |i: usize| match offsets {
+        Offsets::HeadMod => Offset::HeadMod,
+        Offsets::HeadBlock => Offset::HeadBlock,
+        Offsets::Fixed(fixed) => Offset::Fixed(fixed[i]),
+    };
+    let branches = (0..branches)
+        .map(|i| Branch { segment: segment_lengths[i], dilation: dilation_rates[i], offset: offset(i) })
+        .collect();
+    Ok(Dilated { branches, combine })
+}
+
 /// Why a pattern file was rejected.
 #[derive(Debug)]
 pub enum FileError {
@@ -272,35 +310,20 @@ impl PatternFile {
         })
     }
 
-    /// The pattern the file describes.
-    pub fn pattern(&self) -> Result<Arc<dyn Pattern>, FileError> {
-        Ok(match self {
-            PatternFile::Dense { .. } => Arc::new(Dense),
+    /// The built-in pattern the file describes (the GPU kernels' patterns, which a GPU
+    /// launcher inspects); `None` for the expression kinds, which exist as reference
+    /// patterns only ([`PatternFile::pattern`]).
+    pub fn builtin(&self) -> Result<Option<Builtin>, FileError> {
+        Ok(Some(match self {
+            PatternFile::Dense { .. } => Builtin::Dense(Dense),
             PatternFile::Dilated { segment_lengths, dilation_rates, offsets, combine, .. } => {
-                let branches = segment_lengths.len();
-                let lengths =
-                    |field, len| FileError::Lengths { field, len, other: "segment_lengths", other_len: branches };
-                if dilation_rates.len() != branches {
-                    return Err(lengths("dilation_rates", dilation_rates.len()));
-                }
-                if let Offsets::Fixed(fixed) = offsets
-                    && fixed.len() != branches
-                {
-                    return Err(lengths("offsets", fixed.len()));
-                }
-                let offset = |i: usize| match offsets {
-                    Offsets::HeadMod => Offset::HeadMod,
-                    Offsets::HeadBlock => Offset::HeadBlock,
-                    Offsets::Fixed(fixed) => Offset::Fixed(fixed[i]),
-                };
-                let branches = (0..branches)
-                    .map(|i| Branch { segment: segment_lengths[i], dilation: dilation_rates[i], offset: offset(i) })
-                    .collect();
-                Arc::new(Dilated { branches, combine: *combine })
+                Builtin::Dilated(dilated(segment_lengths, dilation_rates, offsets, *combine)?)
             }
-            PatternFile::SlidingWindow { left, right, .. } => Arc::new(SlidingWindow { left: *left, right: *right }),
+            PatternFile::SlidingWindow { left, right, .. } => {
+                Builtin::SlidingWindow(SlidingWindow { left: *left, right: *right })
+            }
             PatternFile::BlockSparse { block, local_radius, dilated_stride, global_tokens, block_mask, .. } => {
-                Arc::new(BlockSparse {
+                Builtin::BlockSparse(BlockSparse {
                     block: *block,
                     local_radius: *local_radius,
                     dilated_stride: *dilated_stride,
@@ -308,6 +331,13 @@ impl PatternFile {
                     block_mask: block_mask.clone(),
                 })
             }
+            PatternFile::Expr { .. } | PatternFile::DilatedExpr { .. } => return Ok(None),
+        }))
+    }
+
+    /// The pattern the file describes.
+    pub fn pattern(&self) -> Result<Arc<dyn Pattern>, FileError> {
+        Ok(match self {
             PatternFile::Expr { mask, constants, .. } => {
                 Arc::new(ExprPattern::new(mask, constants).map_err(FileError::Expression)?)
             }
@@ -323,6 +353,16 @@ impl PatternFile {
                     .collect::<Result<_, _>>()?;
                 Arc::new(ExprDilated { branches, combine: *combine })
             }
+            PatternFile::Dense { .. }
+            | PatternFile::Dilated { .. }
+            | PatternFile::SlidingWindow { .. }
+            | PatternFile::BlockSparse { .. } => match self.builtin()? {
+                Some(Builtin::Dense(p)) => Arc::new(p),
+                Some(Builtin::SlidingWindow(p)) => Arc::new(p),
+                Some(Builtin::BlockSparse(p)) => Arc::new(p),
+                Some(Builtin::Dilated(p)) => Arc::new(p),
+                None => unreachable!("builtin() describes every built-in kind"),
+            },
         })
     }
 

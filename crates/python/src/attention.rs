@@ -44,7 +44,7 @@ fn documents(value: &Bound<'_, PyAny>) -> PyResult<reference::Documents> {
 /// The spec of one call: the pattern's (dense if none), the call's `causal` OR-ed in,
 /// the call's `scale` if given, `key_lengths` (each a non-negative integer) and
 /// `documents`.
-fn spec(
+pub(crate) fn spec(
     pattern: Option<PyRef<'_, PyPattern>>,
     causal: bool,
     scale: Option<f64>,

@@ -9,6 +9,7 @@
 
 mod arrays;
 mod attention;
+mod cuda;
 mod errors;
 mod merge;
 mod pattern;
@@ -21,6 +22,8 @@ fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention::attention_backward, m)?)?;
     m.add_function(wrap_pyfunction!(merge::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_forward, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_counts, m)?)?;
     Ok(())

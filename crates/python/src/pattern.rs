@@ -9,7 +9,8 @@
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyRange};
-use ringdil_pattern_file::{FileError, PatternFile};
+use ringdil_cuda::GpuPattern;
+use ringdil_pattern_file::{Builtin, FileError, PatternFile};
 use ringdil_reference::pattern::Dense;
 use ringdil_reference::{KeyRun, Pattern, Spec};
 use std::path::PathBuf;
@@ -38,6 +39,25 @@ impl PyPattern {
             spec.scale = scale;
         }
         spec
+    }
+
+    /// The GPU kernels' form of `pattern` (dense when `None`): the built-in kinds;
+    /// expression patterns run in the CPU reference only (`ValueError` naming `pattern`).
+    pub fn gpu_pattern(pattern: Option<&Self>) -> PyResult<GpuPattern> {
+        let Some(p) = pattern else { return Ok(GpuPattern::Dense) };
+        Ok(match p.file.builtin().map_err(errors::pattern_file)? {
+            Some(Builtin::Dense(_)) => GpuPattern::Dense,
+            Some(Builtin::SlidingWindow(w)) => GpuPattern::Window { left: w.left, right: w.right },
+            Some(Builtin::BlockSparse(b)) => GpuPattern::BlockSparse(b),
+            Some(Builtin::Dilated(d)) => GpuPattern::Dilated(d),
+            None => {
+                return Err(errors::value(
+                    "pattern",
+                    "expression patterns (kind `expr`, `dilated_expr`) run in ringdil.reference only; the GPU \
+                     kernels take dense, sliding_window, block_sparse and dilated patterns",
+                ));
+            }
+        })
     }
 
     fn pattern(pattern: Option<&Self>) -> Arc<dyn Pattern> {

@@ -1,10 +1,12 @@
 """ringdil for Python: long-context attention (LongNet dilated, ring, online softmax).
 
-Step 1 of the PyTorch package (issue 23): the f64/f32 CPU reference on NumPy arrays,
-:mod:`ringdil.reference`, and :class:`Pattern`, the attention patterns of ringdil's
-pattern files. The numbers come from the Rust crate ``ringdil-reference``, the
-specification every other part of ringdil (ring, GPU kernels) is tested against; see
-``docs/python.md``.
+* :func:`attention`: ringdil's GPU kernels on PyTorch CUDA tensors, differentiable
+  (imports PyTorch at its first call; the rest of the package needs only NumPy).
+* :mod:`ringdil.reference`: the f64/f32 CPU reference on NumPy arrays, the specification
+  every other part of ringdil (ring, GPU kernels) is tested against.
+* :class:`Pattern`: the attention patterns of ringdil's pattern files.
+
+See ``docs/python.md``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -12,9 +14,29 @@ from importlib.metadata import PackageNotFoundError, version
 from . import reference
 from ._ringdil import Pattern
 
+
+def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None, documents=None,
+              return_lse=False):
+    """Attention of PyTorch CUDA tensors ``q``, ``k``, ``v`` (``[batch, seq, heads, head_dim]``,
+    bfloat16 or float16) on ringdil's GPU kernels, differentiable; the arguments of
+    :func:`ringdil.reference.attention`. Full documentation: ``ringdil._torch.attention``."""
+    try:
+        from ._torch import attention as on_gpu
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise ImportError(
+            "ringdil.attention needs PyTorch (it runs on CUDA tensors); ringdil.reference computes on "
+            "NumPy arrays without it"
+        ) from e
+
+    return on_gpu(q, k, v, pattern=pattern, causal=causal, scale=scale, key_lengths=key_lengths,
+                  documents=documents, return_lse=return_lse)
+
+
 try:
     __version__ = version("ringdil")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "unknown"
 
-__all__ = ["Pattern", "reference", "__version__"]
+__all__ = ["Pattern", "attention", "reference", "__version__"]

@@ -1,0 +1,80 @@
+"""Time ringdil.attention from PyTorch against the Rust benchmark of the same kernels.
+
+The shapes are gpu_bench's n = 4096 rows (bf16, batch 4, heads x head_dim = 2048, d = 64 and
+128, causal and not). For each: the forward ``ringdil.attention(q, k, v)`` and forward +
+backward (``out.backward(d_out)``) as a PyTorch user calls them (argument checks, output
+allocation by PyTorch, the f32 -> bf16 rounding of the results), the same passes of
+``gpu_bench`` (read from its JSON, made in the same run: the kernels alone on prepared
+launches), and torch SDPA's cuDNN backend. "Python / Rust" is the whole call's time over
+the kernels' time. Times are the mean of ITERS calls after WARMUP, between CUDA events.
+
+usage: python3 torch_bench.py GPU_BENCH.json OUT.json OUT.md
+"""
+import datetime
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import ringdil
+
+SEQ, TOKENS, HIDDEN = 4096, 16384, 2048
+WARMUP, ITERS = 5, 20
+
+
+def timed(fn):
+    for _ in range(WARMUP):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(ITERS):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / ITERS
+
+
+def passes(attend, q, k, v, d_out):
+    """(forward ms, forward + backward ms) of ``attend`` on [b, n, h, d] tensors."""
+    fwd = timed(lambda: attend(q, k, v))
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+    both = timed(lambda: attend(qg, kg, vg).backward(d_out))
+    return fwd, both
+
+
+def main():
+    rust = json.load(open(sys.argv[1]))
+    rows, md = [], []
+    md.append(f"## ringdil.attention from PyTorch on {torch.cuda.get_device_name()}\n")
+    md.append(f"Date {datetime.date.today()}; command `python3 crates/python/bench/torch_bench.py {' '.join(sys.argv[1:])}`; "
+              f"torch {torch.__version__}; Rust times from `{rust['command']}` (same run).\n")
+    md.append("| d | causal | pass | Python ms | Rust ms | Python / Rust | cuDNN ms |")
+    md.append("|---|---|---|---|---|---|---|")
+    for d in (64, 128):
+        b, h = TOKENS // SEQ, HIDDEN // d
+        q, k, v, d_out = (torch.randn(b, SEQ, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        for causal in (False, True):
+            ours = passes(lambda q, k, v: ringdil.attention(q, k, v, causal=causal), q, k, v, d_out)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                cudnn = passes(lambda q, k, v: F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2),
+                    q, k, v, d_out)
+            for i, name in enumerate(("fwd", "fwd+bwd")):
+                kernels = next(r["ms"] for r in rust["rows"]
+                               if r["seq"] == SEQ and r["head_dim"] == d and r["causal"] == causal and r["pass"] == name)
+                row = {"seq": SEQ, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": name,
+                       "python_ms": ours[i], "rust_ms": kernels, "overhead": ours[i] / kernels, "cudnn_ms": cudnn[i]}
+                rows.append(row)
+                print(row, flush=True)
+                md.append(f"| {d} | {causal} | {name} | {ours[i]:.3f} | {kernels:.3f} | {ours[i] / kernels:.3f} | "
+                          f"{cudnn[i]:.3f} |")
+    json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": str(datetime.date.today()),
+               "rust_command": rust["command"], "rows": rows}, open(sys.argv[2], "w"), indent=1)
+    open(sys.argv[3], "w").write("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

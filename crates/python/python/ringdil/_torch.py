@@ -1,0 +1,114 @@
+"""``ringdil.attention`` on CUDA tensors: ringdil's GPU kernels as a ``torch.autograd.Function``.
+
+The forward and backward are ringdil-cuda's kernels (wgmma on H100/H200, mma.sync on other
+GPUs from sm_80), launched on PyTorch's current stream on the tensors' own memory: the
+inputs are read in place, every result is allocated by PyTorch's caching allocator, and
+nothing synchronises with the host.
+
+What is saved for the backward: q, k, v, the forward's f32 output and its log-sum-exp
+(the kernels accumulate in f32 and the backward's ``delta = rowsum(dO * O)`` is taken from
+the f32 output, as ``gpu_check`` verifies it). The returned output and gradients are
+rounded once to the inputs' dtype.
+"""
+
+import torch
+
+from . import _ringdil
+from ._pattern import as_pattern
+
+_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _tensor(name, x, device=None, dtype=None):
+    """Check that ``x`` is a 4-d CUDA tensor of a 16-bit float type (and of ``q``'s device and
+    dtype), naming it; return it contiguous."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cuda":
+        raise ValueError(
+            f"{name}: ringdil.attention runs on CUDA tensors, got a tensor on {x.device} "
+            "(ringdil.reference computes on the CPU, from NumPy arrays)"
+        )
+    if device is not None and x.device != device:
+        raise ValueError(f"{name}: on {x.device}, but q is on {device}")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{name}: dtype must be torch.bfloat16 or torch.float16, got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name}: dtype {x.dtype} differs from q's {dtype}")
+    if x.dim() != 4:
+        raise ValueError(f"{name}: expected 4 dimensions [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+    return x.contiguous()
+
+
+def _inputs(q, k, v):
+    q = _tensor("q", q)
+    k = _tensor("k", k, q.device, q.dtype)
+    v = _tensor("v", v, q.device, q.dtype)
+    if k.shape != v.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
+    b, n, h, d = q.shape
+    if k.shape[0] != b or k.shape[1] != n or k.shape[3] != d:
+        raise ValueError(
+            f"k: shape {tuple(k.shape)} does not match q's {tuple(q.shape)} in batch, seq or head_dim "
+            "(self-attention: k and v have q's batch, sequence length and head_dim; their heads may "
+            "divide q's)"
+        )
+    return q, k, v
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, pattern, causal, scale, key_lengths, documents):
+        b, n, h, d = q.shape
+        out = torch.empty((b, n, h, d), dtype=torch.float32, device=q.device)
+        lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+        args = (list(q.shape), k.shape[2], str(q.dtype).removeprefix("torch."), pattern, causal, scale, key_lengths,
+                documents)
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        _ringdil.cuda_forward(q.device.index, stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                              lse.data_ptr(), *args)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = args
+        ctx.mark_non_differentiable(lse)
+        return out.to(q.dtype), lse
+
+    @staticmethod
+    def backward(ctx, d_out, _d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        d_out = d_out.to(q.dtype).contiguous()
+        dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
+        dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        _ringdil.cuda_backward(q.device.index, stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                               lse.data_ptr(), d_out.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                               *ctx.args)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+
+
+def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None, documents=None,
+              return_lse=False):
+    """Attention of ``q`` over ``k``, ``v`` on the GPU, differentiable (``torch.autograd``).
+
+    Tensors are ``[batch, seq, heads, head_dim]`` (flash-attention's layout), CUDA, bfloat16
+    or float16, on one device; ``k`` and ``v`` may have fewer heads than ``q``
+    (grouped-query attention: query head ``h`` reads K/V head ``h // (heads // kv_heads)``).
+    Non-contiguous inputs are copied to contiguous ones first. Head dims: 64 and 128.
+
+    The arguments mean what they mean in :func:`ringdil.reference.attention` (the
+    specification this function is tested against): ``pattern`` is ``None`` (dense), a
+    :class:`ringdil.Pattern`, a dict of pattern-file fields or a pattern file's path, of a
+    kind the kernels evaluate (dense, sliding_window, block_sparse, dilated with the
+    softmax-denominator combine; expression patterns run in ``ringdil.reference`` only);
+    ``causal`` is OR-ed with the pattern's; ``scale`` defaults to the pattern's, else
+    ``1 / sqrt(head_dim)``; ``key_lengths`` masks keys ``j >= key_lengths[b]``;
+    ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list),
+    with dense and sliding-window patterns.
+
+    Returns the output in the inputs' dtype, and with ``return_lse=True`` also the
+    natural-log log-sum-exp ``[batch, heads, seq]`` (float32, ``-inf`` for a row with no
+    key; not differentiable).
+    """
+    q, k, v = _inputs(q, k, v)
+    out, lse = _Attention.apply(q, k, v, as_pattern(pattern), bool(causal), scale, key_lengths, documents)
+    return (out, lse) if return_lse else out

@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use ringdil_cuda::{Chunk, CudaError, Dtype, Gpu, GpuSpec, Shape};
+use ringdil_cuda::{Chunk, CudaError, Dtype, Gpu, GpuSpec, Prepared, Shape};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -31,6 +31,34 @@ fn gpu(device: usize) -> PyResult<Arc<Gpu>> {
     let g = Arc::new(g);
     gpus.insert(device, g.clone());
     Ok(g)
+}
+
+/// What a prepared call depends on: device, stream, shape, element type and spec.
+type CallKey = (usize, usize, Shape, Dtype, String);
+
+/// Prepared calls (tile plans on the device, the backward's scratch), kept per
+/// [`CallKey`], so that a training loop's repeated calls upload nothing: a host-to-device
+/// copy from pageable memory first waits for the stream's earlier work, which would make
+/// the host wait for every kernel before it could queue the next. At most
+/// [`PREPARED_MAX`] are kept (a loop uses a handful: one per layer shape and direction).
+static PREPARED: OnceLock<Mutex<HashMap<CallKey, Arc<Mutex<Prepared>>>>> = OnceLock::new();
+const PREPARED_MAX: usize = 64;
+
+/// The prepared call of `call` on `view` (device `device`, stream `stream`), built at its
+/// first use.
+fn prepared(view: &Gpu, device: usize, stream: usize, call: &Call) -> Result<Arc<Mutex<Prepared>>, CudaError> {
+    let key = (device, stream, call.shape, call.dtype, format!("{:?}", call.spec));
+    let mut table = PREPARED.get_or_init(Default::default).lock().expect("prepared-call table lock");
+    if let Some(p) = table.get(&key) {
+        return Ok(p.clone());
+    }
+    let s = call.shape;
+    let p = Arc::new(Mutex::new(view.prepare(&s, call.dtype, &call.spec, &Chunk::whole(&s))?));
+    if table.len() >= PREPARED_MAX {
+        table.clear();
+    }
+    table.insert(key, p.clone());
+    Ok(p)
 }
 
 /// Input mistakes (shapes, head dims, patterns the kernels lack) as `ValueError`; the
@@ -118,7 +146,8 @@ pub fn cuda_forward(
         // alive until the kernels are done (PyTorch's allocator reuses memory in stream order).
         let view = unsafe { gpu.on_stream(stream as ringdil_cuda::external::CUstream) };
         let s = call.shape;
-        let mut prep = view.prepare(&s, call.dtype, &call.spec, &Chunk::whole(&s))?;
+        let prep = prepared(&view, device, stream, &call)?;
+        let mut prep = prep.lock().expect("prepared call lock");
         let (q, k, v) = unsafe {
             (view.borrow_tensor(q, s.q_dims()), view.borrow_tensor(k, s.k_dims()), view.borrow_tensor(v, s.k_dims()))
         };
@@ -162,7 +191,8 @@ pub fn cuda_backward(
         // SAFETY: as in cuda_forward.
         let view = unsafe { gpu.on_stream(stream as ringdil_cuda::external::CUstream) };
         let s = call.shape;
-        let mut prep = view.prepare(&s, call.dtype, &call.spec, &Chunk::whole(&s))?;
+        let prep = prepared(&view, device, stream, &call)?;
+        let mut prep = prep.lock().expect("prepared call lock");
         let (q, k, v, dout) = unsafe {
             (
                 view.borrow_tensor(q, s.q_dims()),

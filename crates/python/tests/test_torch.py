@@ -164,7 +164,7 @@ def test_bad_arguments_are_errors_naming_them():
         ringdil.attention(q, q, q, pattern={"kind": "dilated", "segment_lengths": [0], "dilation_rates": [1]})
     with pytest.raises(ValueError, match="key padding: batch row 0 has length 65 > seq 64"):
         ringdil.attention(q, q, q, key_lengths=[65])
-    with pytest.raises(ValueError, match="^documents: "):
+    with pytest.raises(ValueError, match="documents: boundaries of batch row 0: boundary 2 is 30, smaller than boundary 1 = 40"):
         ringdil.attention(q, q, q, documents=[[0, 40, 30, 64]])
     with pytest.raises(ValueError, match="softmax scale NaN must be finite and positive"):
         ringdil.attention(q, q, q, scale=float("nan"))

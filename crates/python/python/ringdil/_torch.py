@@ -20,10 +20,8 @@ _DTYPES = (torch.bfloat16, torch.float16)
 
 
 def _tensor(name, x, device=None, dtype=None):
-    """Check that ``x`` is a 4-d CUDA tensor of a 16-bit float type (and of ``q``'s device and
-    dtype), naming it; return it contiguous."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    """Check that the tensor ``x`` is a 4-d CUDA tensor of a 16-bit float type (and of
+    ``q``'s device and dtype), naming it; return it contiguous."""
     if x.device.type != "cuda":
         raise ValueError(
             f"{name}: ringdil.attention runs on CUDA tensors, got a tensor on {x.device} "
@@ -41,6 +39,9 @@ def _tensor(name, x, device=None, dtype=None):
 
 
 def _inputs(q, k, v):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     q = _tensor("q", q)
     k = _tensor("k", k, q.device, q.dtype)
     v = _tensor("v", v, q.device, q.dtype)

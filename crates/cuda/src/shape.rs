@@ -17,7 +17,7 @@ pub enum Dtype {
 /// and query head `h` reads K/V head `h / (heads / kv_heads)`; multi-head attention is
 /// `kv_heads = heads`, multi-query `kv_heads = 1`. The kernels read K/V at `kv_heads`
 /// (no replication) and add the group's dK/dV contributions into the K/V head's rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub batch: usize,
     pub heads: usize,

@@ -11,8 +11,7 @@ Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
   lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows.
 
 The block masks are built once per mask, outside the timed region (FlexAttention's intended
-use: a mask is reused across layers and steps). Times are the mean of ITERS calls after
-WARMUP, between CUDA events.
+use: a mask is reused across layers and steps). Times as torch_peer.py takes them.
 
 usage: python3 flex_peer.py DOCS.json OUT.json
 """
@@ -25,22 +24,10 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 HEADS, DIM = 16, 128
 LONGNET_SEQ = 16384
 LONGNET_BRANCHES = ((2048, 1), (4096, 4), (8192, 8), (16384, 16))
-WARMUP, ITERS = 5, 20
+
+from torch_peer import timed  # this folder's torch_peer.py: the same timing for every peer
 
 flex = torch.compile(flex_attention, dynamic=False)
-
-
-def timed(fn):
-    for _ in range(WARMUP):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(ITERS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / ITERS
 
 
 def time_mask(block_mask, seq, backward):

@@ -6,13 +6,15 @@ backward (``out.backward(d_out)``) as a PyTorch user calls them (argument checks
 allocation by PyTorch, the f32 -> bf16 rounding of the results), the same passes of
 ``gpu_bench`` (read from its JSON, made in the same run: the kernels alone on prepared
 launches), and torch SDPA's cuDNN backend. "Python / Rust" is the whole call's time over
-the kernels' time. Times are the mean of ITERS calls after WARMUP, between CUDA events.
+the kernels' time. Times as torch_peer.py takes them (the mean of 20 calls after 5, between
+CUDA events).
 
 usage: python3 torch_bench.py GPU_BENCH.json OUT.json OUT.md
 """
 import datetime
 import json
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -20,21 +22,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ringdil
 
+# The timing of crates/cuda/bench/torch_peer.py, which times gpu_bench's torch peers.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cuda" / "bench"))
+from torch_peer import timed  # noqa: E402
+
 SEQ, TOKENS, HIDDEN = 4096, 16384, 2048
-WARMUP, ITERS = 5, 20
-
-
-def timed(fn):
-    for _ in range(WARMUP):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(ITERS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / ITERS
 
 
 def passes(attend, q, k, v, d_out):

@@ -44,10 +44,10 @@ type CallKey = (usize, usize, Shape, Dtype, String);
 static PREPARED: OnceLock<Mutex<HashMap<CallKey, Arc<Mutex<Prepared>>>>> = OnceLock::new();
 const PREPARED_MAX: usize = 64;
 
-/// The prepared call of `call` on `view` (device `device`, stream `stream`), built at its
-/// first use.
-fn prepared(view: &Gpu, device: usize, stream: usize, call: &Call) -> Result<Arc<Mutex<Prepared>>, CudaError> {
-    let key = (device, stream, call.shape, call.dtype, format!("{:?}", call.spec));
+/// The prepared launches of `call` (on `view`, which launches on the call's stream), built
+/// at their first use.
+fn prepared(view: &Gpu, call: &Call) -> Result<Arc<Mutex<Prepared>>, CudaError> {
+    let key = (call.device, call.stream, call.shape, call.dtype, format!("{:?}", call.spec));
     let mut table = PREPARED.get_or_init(Default::default).lock().expect("prepared-call table lock");
     if let Some(p) = table.get(&key) {
         return Ok(p.clone());
@@ -81,27 +81,48 @@ fn dtype(name: &str) -> PyResult<Dtype> {
     }
 }
 
-/// What every call takes besides its buffers: the shape, element type and spec.
+/// A call's arguments besides its buffers, one tuple as `ringdil/_torch.py` passes it:
+/// device ordinal, PyTorch's current stream of that device, q's dims `[b, n, h, d]`, the
+/// K/V heads, the dtype's name, and the keyword arguments of `ringdil.attention`
+/// (pattern, causal, scale, key_lengths, documents).
+type CallArgs<'py> = (
+    usize,
+    usize,
+    [usize; 4],
+    usize,
+    String,
+    Option<PyRef<'py, PyPattern>>,
+    bool,
+    Option<f64>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+);
+
+/// One call: where it runs, its shape, element type and spec.
 struct Call {
+    device: usize,
+    stream: usize,
     shape: Shape,
     dtype: Dtype,
     spec: GpuSpec,
 }
 
 impl Call {
-    #[allow(clippy::too_many_arguments)] // the keyword arguments of ringdil.attention
-    fn new(
-        [batch, seq, heads, head_dim]: [usize; 4],
-        kv_heads: usize,
-        dtype_name: &str,
-        pattern: Option<PyRef<'_, PyPattern>>,
-        causal: bool,
-        scale: Option<f64>,
-        key_lengths: Option<&Bound<'_, PyAny>>,
-        documents: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Call> {
+    fn new(args: CallArgs<'_>) -> PyResult<Call> {
+        let (
+            device,
+            stream,
+            [batch, seq, heads, head_dim],
+            kv_heads,
+            dtype_name,
+            pattern,
+            causal,
+            scale,
+            lengths,
+            docs,
+        ) = args;
         let gpu_pattern = PyPattern::gpu_pattern(pattern.as_deref())?;
-        let spec = attention::spec(pattern, causal, scale, (key_lengths, documents))?;
+        let spec = attention::spec(pattern, causal, scale, (lengths.as_ref(), docs.as_ref()))?;
         let spec = GpuSpec {
             pattern: gpu_pattern,
             causal: spec.causal,
@@ -110,89 +131,54 @@ impl Call {
             documents: spec.documents,
         };
         let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads);
-        Ok(Call { shape, dtype: dtype(dtype_name)?, spec })
+        Ok(Call { device, stream, shape, dtype: dtype(&dtype_name)?, spec })
+    }
+
+    /// Run `launch` with the GIL released, on a view of the device that launches on the
+    /// call's stream, with the call's prepared launches.
+    fn run(
+        self,
+        py: Python<'_>,
+        launch: impl FnOnce(&Gpu, Shape, &mut Prepared) -> Result<(), CudaError> + Send,
+    ) -> PyResult<()> {
+        let gpu = gpu(self.device)?;
+        py.detach(|| {
+            // SAFETY: `stream` is PyTorch's current stream of the device, alive for the call
+            // (PyTorch's allocator reuses the tensors' memory in the order of that stream,
+            // so it stays allocated until the kernels queued here are done).
+            let view = unsafe { gpu.on_stream(self.stream as ringdil_cuda::external::CUstream) };
+            let prep = prepared(&view, &self)?;
+            let mut prep = prep.lock().expect("prepared call lock");
+            launch(&view, self.shape, &mut prep)
+        })
+        .map_err(cuda_error)
     }
 }
 
-/// `out`, `lse` (f32, PyTorch-allocated) <- attention of `q` over `k`, `v` (16-bit), on
-/// device `device` and stream `stream`. Pointers are PyTorch's `data_ptr()` of contiguous
-/// tensors: q `[b, n, h, d]`, k and v `[b, n, kv_heads, d]`, out like q, lse `[b, h, n]`.
+/// `out`, `lse` (f32, PyTorch-allocated) <- attention of `q` over `k`, `v` (16-bit).
+/// `ptrs` are PyTorch's `data_ptr()` of contiguous tensors: q `[b, n, h, d]`, k and v
+/// `[b, n, kv_heads, d]`, out like q, lse `[b, h, n]`.
 #[pyfunction]
-#[pyo3(signature = (device, stream, q, k, v, out, lse, q_dims, kv_heads, dtype, pattern, causal, scale, key_lengths, documents))]
-#[allow(clippy::too_many_arguments)] // one call's buffers and keyword arguments, as Python passes them
-pub fn cuda_forward(
-    py: Python<'_>,
-    device: usize,
-    stream: usize,
-    q: u64,
-    k: u64,
-    v: u64,
-    out: u64,
-    lse: u64,
-    q_dims: [usize; 4],
-    kv_heads: usize,
-    dtype: &str,
-    pattern: Option<PyRef<'_, PyPattern>>,
-    causal: bool,
-    scale: Option<f64>,
-    key_lengths: Option<&Bound<'_, PyAny>>,
-    documents: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
-    let call = Call::new(q_dims, kv_heads, dtype, pattern, causal, scale, key_lengths, documents)?;
-    let gpu = gpu(device)?;
-    py.detach(|| {
-        // SAFETY: `stream` is PyTorch's current stream of `device`, alive for the call; the
-        // pointers are contiguous PyTorch tensors of the shapes above, which Python keeps
-        // alive until the kernels are done (PyTorch's allocator reuses memory in stream order).
-        let view = unsafe { gpu.on_stream(stream as ringdil_cuda::external::CUstream) };
-        let s = call.shape;
-        let prep = prepared(&view, device, stream, &call)?;
-        let mut prep = prep.lock().expect("prepared call lock");
+pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyResult<()> {
+    let [q, k, v, out, lse] = ptrs;
+    Call::new(call)?.run(py, |view, s, prep| {
+        // SAFETY: the pointers address contiguous PyTorch tensors of these shapes (above).
         let (q, k, v) = unsafe {
             (view.borrow_tensor(q, s.q_dims()), view.borrow_tensor(k, s.k_dims()), view.borrow_tensor(v, s.k_dims()))
         };
         let mut partial = unsafe { view.borrow_partial(out, lse, s.q_dims()) };
-        view.forward_into(&mut prep, &q, &k, &v, &mut partial)
+        view.forward_into(prep, &q, &k, &v, &mut partial)
     })
-    .map_err(cuda_error)
 }
 
 /// `dq`, `dk`, `dv` (f32, PyTorch-allocated, shaped like q, k, v) <- the gradients of
 /// `out` for the upstream gradient `dout` (16-bit, like q), from the forward's f32 `out`
-/// and `lse`; the other arguments as [`cuda_forward`].
+/// and `lse`. `ptrs`: q, k, v, out, lse, dout, dq, dk, dv.
 #[pyfunction]
-#[pyo3(signature = (device, stream, q, k, v, out, lse, dout, dq, dk, dv, q_dims, kv_heads, dtype, pattern, causal, scale, key_lengths, documents))]
-#[allow(clippy::too_many_arguments)] // one call's buffers and keyword arguments, as Python passes them
-pub fn cuda_backward(
-    py: Python<'_>,
-    device: usize,
-    stream: usize,
-    q: u64,
-    k: u64,
-    v: u64,
-    out: u64,
-    lse: u64,
-    dout: u64,
-    dq: u64,
-    dk: u64,
-    dv: u64,
-    q_dims: [usize; 4],
-    kv_heads: usize,
-    dtype: &str,
-    pattern: Option<PyRef<'_, PyPattern>>,
-    causal: bool,
-    scale: Option<f64>,
-    key_lengths: Option<&Bound<'_, PyAny>>,
-    documents: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
-    let call = Call::new(q_dims, kv_heads, dtype, pattern, causal, scale, key_lengths, documents)?;
-    let gpu = gpu(device)?;
-    py.detach(|| {
-        // SAFETY: as in cuda_forward.
-        let view = unsafe { gpu.on_stream(stream as ringdil_cuda::external::CUstream) };
-        let s = call.shape;
-        let prep = prepared(&view, device, stream, &call)?;
-        let mut prep = prep.lock().expect("prepared call lock");
+pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 9]) -> PyResult<()> {
+    let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
+    Call::new(call)?.run(py, |view, s, prep| {
+        // SAFETY: as in cuda_forward; dq, dk, dv are f32 tensors shaped like q, k, v.
         let (q, k, v, dout) = unsafe {
             (
                 view.borrow_tensor(q, s.q_dims()),
@@ -203,7 +189,6 @@ pub fn cuda_backward(
         };
         let fwd = unsafe { view.borrow_partial(out, lse, s.q_dims()) };
         let mut grads = unsafe { view.borrow_grads([dq, dk, dv], s.q_dims(), s.k_dims()) };
-        view.backward_into(&mut prep, &q, &k, &v, &fwd, &dout, &mut grads)
+        view.backward_into(prep, &q, &k, &v, &fwd, &dout, &mut grads)
     })
-    .map_err(cuda_error)
 }

@@ -32,13 +32,9 @@ def key_runs(pattern: Optional[Pattern], query: int, head: int, heads: int, seq_
 def key_counts(
     pattern: Optional[Pattern], seq_len: int, head: int, heads: int, causal: bool
 ) -> npt.NDArray[np.uint32]: ...
-def cuda_forward(
-    device: int, stream: int, q: int, k: int, v: int, out: int, lse: int, q_dims: Sequence[int], kv_heads: int,
-    dtype: str, pattern: Optional[Pattern], causal: bool, scale: Optional[float],
-    key_lengths: Optional[Sequence[int]], documents: Optional[Sequence[Any]],
-) -> None: ...
-def cuda_backward(
-    device: int, stream: int, q: int, k: int, v: int, out: int, lse: int, d_out: int, dq: int, dk: int, dv: int,
-    q_dims: Sequence[int], kv_heads: int, dtype: str, pattern: Optional[Pattern], causal: bool,
-    scale: Optional[float], key_lengths: Optional[Sequence[int]], documents: Optional[Sequence[Any]],
-) -> None: ...
+# (device, stream, q dims, kv_heads, dtype name, pattern, causal, scale, key_lengths, documents)
+CallArgs = Tuple[int, int, Sequence[int], int, str, Optional[Pattern], bool, Optional[float],
+                 Optional[Sequence[int]], Optional[Sequence[Any]]]
+
+def cuda_forward(call: CallArgs, ptrs: Sequence[int]) -> None: ...
+def cuda_backward(call: CallArgs, ptrs: Sequence[int]) -> None: ...

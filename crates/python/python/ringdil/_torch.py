@@ -57,19 +57,21 @@ def _inputs(q, k, v):
     return q, k, v
 
 
+def _where(q):
+    """The device ordinal and PyTorch's current stream there: where the kernels run."""
+    return (q.device.index, torch.cuda.current_stream(q.device).cuda_stream)
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pattern, causal, scale, key_lengths, documents):
         b, n, h, d = q.shape
         out = torch.empty((b, n, h, d), dtype=torch.float32, device=q.device)
         lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
-        args = (list(q.shape), k.shape[2], str(q.dtype).removeprefix("torch."), pattern, causal, scale, key_lengths,
-                documents)
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _ringdil.cuda_forward(q.device.index, stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                              lse.data_ptr(), *args)
+        ctx.call = (list(q.shape), k.shape[2], str(q.dtype).removeprefix("torch."), pattern, causal, scale,
+                    key_lengths, documents)
+        _ringdil.cuda_forward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse)])
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = args
         ctx.mark_non_differentiable(lse)
         return out.to(q.dtype), lse
 
@@ -80,10 +82,7 @@ class _Attention(torch.autograd.Function):
         dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
         dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _ringdil.cuda_backward(q.device.index, stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                               lse.data_ptr(), d_out.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                               *ctx.args)
+        _ringdil.cuda_backward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv)])
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 

@@ -9,9 +9,10 @@
 // d = 128, O and S already take 192 registers and Q is re-read from shared memory per tile.
 #define QREGS (D == 64)
 // Fragment prefetch distance: ldmatrix results are requested PF fragments before the mma
-// that consumes them, so the shared-memory latency hides behind tensor-core work. Beyond
-// d = 64 the registers are short (d = 96: O 96 + S 64 with WM = 2), so 2.
-#define PF (D == 64 ? 4 : 2)
+// that consumes them, so the shared-memory latency hides behind tensor-core work. (2 at
+// d = 128, where O and S take 192 registers; at d = 96, 192, 256, 4 spills less than 2 or
+// as little: ptxas, sm_90.)
+#define PF (D == 128 ? 2 : 4)
 #define NKF ((D / 32) * (BN / 8))   // K fragments per tile (x4: 8 keys x 32 dims)
 #define NVF ((BN / 16) * (D / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
 static_assert(FBM == FWD_THREADS / 32 * WM * 16, "a block's warps cover its query tile");

@@ -105,10 +105,25 @@ impl Gpu {
         Ok(Some(Gpu { ctx, stream, arch, cc, family, smem_per_block, sms, kernels }))
     }
 
-    /// Device name, NVRTC target and kernel family, e.g.
-    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels)".
+    /// Device name, NVRTC target and kernel family, and the head dims another family runs,
+    /// e.g. "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels; d = 96, 192, 256: mma, sm_90)".
     pub fn describe(&self) -> Result<String> {
-        Ok(format!("{} ({}, {} kernels)", self.ctx.name()?, self.arch, self.family.name()))
+        let (name, family) = (self.ctx.name()?, self.family.name());
+        let mut other: Vec<(usize, Family)> = Vec::new();
+        for &d in Family::Mma.head_dims() {
+            match self.family_for(d) {
+                Ok(f) if f != self.family => other.push((d, f)),
+                _ => {}
+            }
+        }
+        Ok(match other.first() {
+            None => format!("{name} ({}, {family} kernels)", self.arch),
+            Some(&(_, f)) => {
+                let dims: Vec<String> = other.iter().map(|(d, _)| d.to_string()).collect();
+                let target = f.target(self.cc.0, self.cc.1);
+                format!("{name} ({}, {family} kernels; d = {}: {}, {target})", self.arch, dims.join(", "), f.name())
+            }
+        })
     }
 
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the

@@ -14,8 +14,9 @@
 // * dV += P^T dO and dK += dS^T Q for its 16 keys x DS columns: 2 x 16 x DS / 32 = D / 2
 //   registers (128 at d = 256, 96 at d = 192);
 // * dQ += dS K for query rows 16 kg .. x DS columns, reduced into dq per 16 columns.
-// Peak registers: dK, dV (D / 2) + S^T, dP^T (32) + K, V fragments of two k-steps (16) +
-// one B fragment (4): 180 at d = 256.
+// Live values the structure needs at its peak: dK, dV (D / 2) + S^T, dP^T (32) + K, V
+// fragments of two k-steps (16) + one B fragment (4): 180 at d = 256 (ptxas, sm_90: 251
+// registers and no spills, the rest addresses and operands loaded ahead).
 
 #if BWD_DIM_SLICES > 1
 #define DS (D / BWD_DIM_SLICES)   // columns of a warp's slice of dK, dV, dQ

@@ -52,9 +52,25 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
     return r;
 }
 
-// Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][D] tile: the chunk
-// index is XOR-ed with r mod 8 so that ldmatrix's 8 row addresses hit 8 different banks.
-__device__ __forceinline__ int swz(int r, int ch) { return r * D + ((ch ^ (r & 7)) << 3); }
+// Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][D] tile, a
+// permutation of the chunks of each row, so that ldmatrix's 8 addresses of one 8 x 8 matrix
+// (one chunk of 8 consecutive rows) hit the 8 different 16-byte bank groups of a 128-byte
+// cycle. Where CH is a multiple of 8 (d = 64, 128, 192, 256: a row is a whole number of
+// cycles) the chunk is XOR-ed with r mod 8. At d = 96 (CH = 12, rows of 192 bytes) that XOR
+// would move chunks 8..11 out of the row, so there:
+// * chunks 0..7 keep ch ^ (r mod 8). Row r starts 12 r = 4 (r mod 2) groups into a cycle
+//   (mod 8), so chunk c lands in group c ^ (r mod 8) ^ 4 (r mod 2): r -> (r mod 8) ^ 4 (r mod
+//   2) is a bijection of 0..7, 8 groups;
+// * chunks 8..11 XOR their low 2 bits with (r / 2) mod 4 (staying in 8..11): group
+//   4 (r mod 2) + ((c mod 4) ^ ((r / 2) mod 4)), and (r mod 2, (r / 2) mod 4) takes 8 values.
+static_assert(CH % 8 == 0 || CH == 12, "swz: the swizzle is derived for rows of 8k or 12 chunks");
+__device__ __forceinline__ int swz(int r, int ch) {
+    if constexpr (CH % 8 == 0) {
+        return r * D + ((ch ^ (r & 7)) << 3);
+    } else {
+        return r * D + ((ch < 8 ? ch ^ (r & 7) : ch ^ ((r >> 1) & 3)) << 3);
+    }
+}
 
 // The wgmma operand layout ("128-byte swizzle", see the wgmma forward): a tile of ROWS rows is stored
 // as D / 64 column blocks of ROWS x 64 elements (128-byte rows); in each block the 16-byte

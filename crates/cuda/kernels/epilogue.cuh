@@ -79,19 +79,21 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
     atomicAdd(dst + 1, y);
 #endif
 }
-// dK (scaled) and dV rows of this thread, query head h's contribution to K/V head
+// dK (scaled) and dV rows of this thread, columns col0 .. col0 + 8 NC - 1 (all D, or a
+// warp's slice of D), query head h's contribution to K/V head
 // h / kv_group: written, or added with `accumulate`. Under grouped-query attention the
 // kv_group query heads of a K/V head add into the same rows from different blocks, so the
 // contributions are global reductions into buffers the host has zeroed (or holds running
 // sums in).
-__device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[D / 8][4],
-                                           const float (&dv)[D / 8][4], const int (&krow)[2], int t) {
+template <int NC>
+__device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[NC][4],
+                                           const float (&dv)[NC][4], const int (&krow)[2], int col0, int t) {
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (krow[r] < 0) continue;
-        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * D;
+        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * D + col0;
         #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
+        for (int i = 0; i < NC; ++i) {
             float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
             float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
             if (p.kv_group > 1) {

@@ -1,12 +1,16 @@
-// The backward of the mma.sync family (any sm_80+ device; flash-attention 2's structure).
+// The backward of the mma.sync family (any sm_80+ device; flash-attention 2's structure)
+// up to d = 128, where a warp holds its 16 keys' dK and dV rows over all of D (D registers
+// per thread). Above, D is split between warps: sm80_backward_wide.cu.
 
 // Swizzled element offset of 16-byte chunk `ch` of row `r` in the [BN][BM] dS^T tile
 // (8 chunks per row; conflict-free stores of the C fragments and ldmatrix.trans reads).
 __device__ __forceinline__ int swz_s(int r, int ch) { return r * BM + ((ch ^ (r & 7)) << 3); }
 
+#if BWD_DIM_SLICES == 1
 // Shared memory: K and V of the block's key tile, BWD_STAGES = 2 query stages (the loop
 // alternates them by tile parity) and one dS^T tile, as the host sizes it.
-static_assert(WB_WGS == 1 && QB == BM && BWD_STAGES == 2 && WB_DS_BUFFERS == 1 && WB_DQ_BUFFERS == 0,
+static_assert(WB_WGS == 1 && QB == BM && BWD_STAGES == 2 && WB_DS_BUFFERS == 1 && WB_DQ_BUFFERS == 0 &&
+                  BWD_P_TILES == 0,
               "one key tile, 64-query visits, double-buffered stages, one dS^T tile");
 static_assert((2 * BN * D + BWD_STAGES * QueryStage<BM>::SIZE + WB_DS_BUFFERS * BN * BM) * 2 == BWD_SMEM_BYTES,
               "backward shared memory differs from the host's");
@@ -157,5 +161,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
         }
     }
     cp_wait<0>();
-    store_dkdv(p, b, h, dk, dv, krow, t);
+    store_dkdv(p, b, h, dk, dv, krow, 0, t);
 }
+#endif

@@ -1,29 +1,31 @@
 // The forward of the mma.sync family (any sm_80+ device; flash-attention 2's structure).
-// Block layout: 4 warps of two m16 row tiles (WM), so every K / V fragment read from
-// shared memory feeds two tensor-core products. (8 warps of one row tile each, with Q in
-// registers and no spills, measured 20% slower at d = 128 on H100: twice the shared-memory
-// traffic per flop.)
-#define WM 2      // m16 row tiles per warp
+// Block layout: FBM = 128 query rows, 4 warps of two m16 row tiles (WM) up to d = 128, so
+// every K / V fragment read from shared memory feeds two tensor-core products. (8 warps of
+// one row tile each, with Q in registers and no spills, measured 20% slower at d = 128 on
+// H100: twice the shared-memory traffic per flop.) Above d = 128 a warp's O of two tiles
+// would not fit its registers (2 x D / 2 = 256 at d = 256), so there 8 warps hold one tile
+// each (WM and the threads come from the family table: Family::forward_warp_tiles).
 // Q fragments live in registers for the whole key loop where they fit (d = 64); at
 // d = 128, O and S already take 192 registers and Q is re-read from shared memory per tile.
 #define QREGS (D == 64)
 // Fragment prefetch distance: ldmatrix results are requested PF fragments before the mma
-// that consumes them, so the shared-memory latency hides behind tensor-core work.
+// that consumes them, so the shared-memory latency hides behind tensor-core work. (2 at
+// d = 128, where O and S take 192 registers; at d = 96, 192, 256, 4 spills less than 2 or
+// as little: ptxas, sm_90.)
 #define PF (D == 128 ? 2 : 4)
 #define NKF ((D / 32) * (BN / 8))   // K fragments per tile (x4: 8 keys x 32 dims)
 #define NVF ((BN / 16) * (D / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
-static_assert(FBM == NTHREADS / 32 * WM * 16, "a block's warps cover its query tile");
+static_assert(FBM == FWD_THREADS / 32 * WM * 16, "a block's warps cover its query tile");
 static_assert(FBN == BN, "the mma forward's key tiles are plan tiles");
 // Shared memory: the Q tile, then FWD_STAGES = 2 stages of K and V (the loop alternates
 // them by tile parity), as the host sizes it.
 static_assert(FWD_STAGES == 2, "K/V tiles are double-buffered");
 static_assert((FBM + 2 * FWD_STAGES * BN) * D * 2 == FWD_SMEM_BYTES, "forward shared memory differs from the host's");
-static_assert(FWD_THREADS == NTHREADS, "forward block threads differ from the host's");
 
 // One block: FBM query rows (launch indices) of one (batch, head), visiting only the key
 // tiles of its plan row, online softmax in the log2 domain. K/V tiles are double-buffered:
 // tile j+1 is fetched (cp.async) while tile j is computed, one barrier per tile.
-extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) {
+extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     u16* sQ = smem;
     u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
@@ -47,10 +49,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
     u32 qf[WM][D / 16][4];
 #endif
 
-    load_tile<FBM>(sQ, p.q, p, q_axis(p), b, h, q0);
+    load_tile<FBM, FWD_THREADS>(sQ, p.q, p, q_axis(p), b, h, q0);
     if (kbeg < kend) {
-        load_tile(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
-        load_tile(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
+        load_tile<BN, FWD_THREADS>(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
+        load_tile<BN, FWD_THREADS>(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
     }
     cp_commit();
 
@@ -62,8 +64,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_fwd(const Params p) 
         __syncthreads();  // everyone's have, and every warp is done with tile it - 1
         if (it + 1 < kend) {  // into the stage tile it - 1 used
             u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
-            load_tile(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
-            load_tile(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
+            load_tile<BN, FWD_THREADS>(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
+            load_tile<BN, FWD_THREADS>(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
         }
         cp_commit();
 #if QREGS

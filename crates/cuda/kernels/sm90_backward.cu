@@ -221,7 +221,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
     int krow[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) krow[r] = row_of(p, k_axis(p), kw + warp * 16 + g + 8 * r, h);
-    store_dkdv(p, b, h, dk, dv, krow, t);
+    store_dkdv(p, b, h, dk, dv, krow, 0, t);
 }
 
 // One block per SM: two consumer warpgroups of up to 240 registers and the producer.

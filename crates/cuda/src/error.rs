@@ -6,8 +6,10 @@ use std::fmt;
 /// What went wrong, with the offending value.
 #[derive(Debug)]
 pub enum CudaError {
-    /// The head dimension has no compiled kernel (the register tiles are compile-time).
-    UnsupportedHeadDim { head_dim: usize },
+    /// The head dimension has no kernel (the register tiles are compile-time) that this
+    /// family or device can run: `supported` lists those it can ([`crate::Family::head_dims`],
+    /// on a device those whose blocks fit its shared memory: [`crate::Family::fits`]).
+    UnsupportedHeadDim { head_dim: usize, supported: Vec<usize> },
     /// A pattern or combine rule the GPU kernels do not implement.
     Unsupported { what: &'static str },
     /// A tensor dimension that must be positive is zero.
@@ -37,8 +39,9 @@ pub enum CudaError {
 impl fmt::Display for CudaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CudaError::UnsupportedHeadDim { head_dim } => {
-                write!(f, "head_dim {head_dim} has no GPU kernel; supported: 64, 128")
+            CudaError::UnsupportedHeadDim { head_dim, supported } => {
+                let list: Vec<String> = supported.iter().map(|d| d.to_string()).collect();
+                write!(f, "head_dim {head_dim} has no GPU kernel; supported: {}", list.join(", "))
             }
             CudaError::Unsupported { what } => write!(f, "not supported on the GPU: {what}"),
             CudaError::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),

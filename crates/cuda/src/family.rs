@@ -16,11 +16,21 @@ use crate::plan::IndexMap;
 /// `BM` (query side) and `BN` (key side) in the kernels.
 pub const TILE: usize = 64;
 
-/// Query rows per forward block of the mma family (`FBM`): 4 warps of 2 m16 tiles.
+/// Query rows per forward block of the mma family (`FBM`) at every head dim: 4 warps of 2
+/// m16 tiles, or 8 warps of one ([`Family::forward_warp_tiles`]).
 pub const FWD_Q_TILE: usize = 128;
 
-/// Threads of an mma-family block (`NTHREADS`): 4 warps.
+/// Threads of an mma-family block (`NTHREADS`): 4 warps. Above d = 128 the forward and the
+/// backward run twice as many ([`Family::forward_threads`], [`Family::backward_threads`]).
 pub const MMA_THREADS: u32 = 128;
+
+/// Head dims of the mma family: every one that flash-attention 3 serves.
+const MMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
+
+/// Head dims of the wgmma family: its TMA boxes are 64 columns wide and its tiles are tuned
+/// for these two; other head dims need other tile shapes (future work), and run the mma
+/// family's kernels on sm_90 meanwhile ([`Family::for_head_dim`]).
+const WGMMA_HEAD_DIMS: &[usize] = &[64, 128];
 
 /// Threads of the producer warpgroup of a wgmma block (`WG_PRODUCERS`).
 pub const PRODUCER_THREADS: u32 = 128;
@@ -52,6 +62,31 @@ impl Family {
     /// features do not carry over to later architectures).
     pub fn for_device(major: i32, minor: i32, forced: Option<&str>) -> Self {
         if (major, minor) == (9, 0) && forced != Some("mma") { Family::Wgmma } else { Family::Mma }
+    }
+
+    /// Whether this family has kernels for `head_dim` whose blocks fit a device's
+    /// `smem_per_block` bytes of shared memory (its opt-in maximum): the mma family at
+    /// d = 256 (192 KB forward, 210 KB backward) needs sm_90's 227 KB; sm_80's 163 KB runs up
+    /// to d = 192, sm_86 / sm_89's 99 KB d = 64 and 96 (d = 128's backward takes 106 KB).
+    pub fn fits(self, head_dim: usize, smem_per_block: u32) -> bool {
+        self.head_dims().contains(&head_dim)
+            && self.forward_smem(head_dim).max(self.backward_smem(head_dim)) <= smem_per_block
+    }
+
+    /// The family that runs `head_dim` on a device whose family is `self` and whose blocks
+    /// may take `smem_per_block` bytes of shared memory: `self` where its kernels for it fit
+    /// ([`Family::fits`]), else mma (whose kernels run on every sm_80+ device, sm_90
+    /// included); None where neither's do.
+    pub fn for_head_dim(self, head_dim: usize, smem_per_block: u32) -> Option<Family> {
+        [self, Family::Mma].into_iter().find(|f| f.fits(head_dim, smem_per_block))
+    }
+
+    /// The head dims this family has kernels for.
+    pub fn head_dims(self) -> &'static [usize] {
+        match self {
+            Family::Mma => MMA_HEAD_DIMS,
+            Family::Wgmma => WGMMA_HEAD_DIMS,
+        }
     }
 
     /// NVRTC's `--gpu-architecture`: wgmma needs the architecture-specific target.
@@ -124,12 +159,22 @@ impl Family {
         }
     }
 
+    /// m16 row tiles per warp of the mma forward (`WM`). A warp holds O, 16 rows x D f32 per
+    /// tile: D / 2 registers per thread. Two tiles (every K / V fragment read from shared
+    /// memory feeds two products) up to d = 128: O 2 x 64 and S 2 x 16 x 64 / 32 = 64
+    /// registers, 192 of 255. Above, one: at d = 256 two would be O alone at 256; one is O 128
+    /// + S 32 (d = 192: 96 + 32), and the block keeps its 128 rows with 8 warps.
+    pub fn forward_warp_tiles(self, head_dim: usize) -> usize {
+        if head_dim <= 128 { 2 } else { 1 }
+    }
+
     /// Threads per forward block of a launch with `q_tile`-row tiles
-    /// ([`Family::forward_q_tile_for`]): 4 warps (mma); one warpgroup per 64 query rows and a
-    /// producer warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
-    pub fn forward_threads(self, q_tile: usize) -> u32 {
+    /// ([`Family::forward_q_tile_for`]): one warp per [`Family::forward_warp_tiles`] m16
+    /// tiles (mma: 4 warps, 8 above d = 128); one warpgroup per 64 query rows and a producer
+    /// warpgroup (wgmma: 512 for `attn_fwd`, 384 for `attn_fwd_128`).
+    pub fn forward_threads(self, q_tile: usize, head_dim: usize) -> u32 {
         match self {
-            Family::Mma => MMA_THREADS,
+            Family::Mma => (q_tile / (16 * self.forward_warp_tiles(head_dim)) * 32) as u32,
             Family::Wgmma => (2 * q_tile) as u32 + PRODUCER_THREADS,
         }
     }
@@ -183,11 +228,30 @@ impl Family {
         }
     }
 
-    /// Threads per block of the backward kernel: 4 warps per key tile, and for wgmma a
-    /// producer warpgroup that fills the query stages.
-    pub fn backward_threads(self) -> u32 {
-        let tiles = self.backward_key_tiles() as u32;
-        MMA_THREADS * tiles + if self == Family::Wgmma { PRODUCER_THREADS } else { 0 }
+    /// Slices of D that the mma backward's warps split dK, dV and dQ into
+    /// (`BWD_DIM_SLICES`; wgmma: 1). Its 4 warps of 16 keys each hold their keys' dK and dV
+    /// rows, 2 x 16 x D f32 over 32 lanes = D registers per thread, with S^T and dP^T (32 +
+    /// 32) beside them: 192 at d = 128, 256 (more than a thread has) at d = 192. Above d =
+    /// 128, two slices: 8 warps, a key group's two warps each own half of D (dK, dV: D / 2
+    /// registers, 128 at d = 256) and half of the tile's 64 queries for S^T and dP^T (16 +
+    /// 16), whose P^T and dS^T go through shared memory (`kernels/sm80_backward_wide.cu`).
+    pub fn backward_dim_slices(self, head_dim: usize) -> usize {
+        if self == Family::Mma && head_dim > 128 { 2 } else { 1 }
+    }
+
+    /// 16-bit P^T tiles of the backward (`BWD_P_TILES`): the mma backward with D split
+    /// ([`Family::backward_dim_slices`]) hands P^T between its warps in one; the others keep
+    /// P^T in registers.
+    pub fn backward_p_tiles(self, head_dim: usize) -> usize {
+        (self.backward_dim_slices(head_dim) > 1) as usize
+    }
+
+    /// Threads per block of the backward kernel: 4 warps per key tile and D slice
+    /// ([`Family::backward_dim_slices`]), and for wgmma a producer warpgroup that fills the
+    /// query stages.
+    pub fn backward_threads(self, head_dim: usize) -> u32 {
+        let warps4 = (self.backward_key_tiles() * self.backward_dim_slices(head_dim)) as u32;
+        MMA_THREADS * warps4 + if self == Family::Wgmma { PRODUCER_THREADS } else { 0 }
     }
 
     /// Dynamic shared memory of the forward (`FWD_SMEM_BYTES`; the kernels' `FwdSmem`
@@ -214,7 +278,8 @@ impl Family {
     /// Dynamic shared memory of the backward (`BWD_SMEM_BYTES`; asserted by the kernels'
     /// `BwdSmem` layouts): the block's K and V tiles, [`Family::backward_stages`] stages of
     /// the Q and dO tiles it visits with their per-query lse2, delta, position and row, the
-    /// 16-bit dS^T tiles ([`Family::backward_ds_buffers`]) and the f32 dQ staging tiles
+    /// 16-bit dS^T tiles ([`Family::backward_ds_buffers`]) and P^T tiles
+    /// ([`Family::backward_p_tiles`]), and the f32 dQ staging tiles
     /// ([`Family::backward_dq_buffers`]); wgmma adds a full and an empty mbarrier and the
     /// visit (query tile, warpgroups' plan tiles: 8 bytes) per stage, and no slack to
     /// align the base (the kernel checks that it starts 1 KB-aligned, as sm_90 places it).
@@ -222,7 +287,7 @@ impl Family {
         let (row, q_tile, stages) = (head_dim * 2, self.backward_q_tile(head_dim), self.backward_stages());
         let keys = TILE * self.backward_key_tiles();
         let stage = 2 * q_tile * row + 4 * q_tile * 4;
-        let ds = self.backward_ds_buffers() * keys * q_tile * 2;
+        let ds = (self.backward_ds_buffers() + self.backward_p_tiles(head_dim)) * keys * q_tile * 2;
         let dq = self.backward_dq_buffers(head_dim) * q_tile * head_dim * 4;
         let bars = if self == Family::Wgmma { 3 * stages * 8 } else { 0 };
         (2 * keys * row + stages * stage + ds + dq + bars) as u32
@@ -257,23 +322,50 @@ mod tests {
             assert_eq!(Family::for_device(major, minor, None), Family::Mma, "sm_{major}{minor}");
         }
         assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
+        // Head dims the wgmma family has no kernels for run the mma family's on sm_90 (227 KB
+        // of shared memory per block).
+        let (sm90, sm80, sm86) = (227 * 1024, 163 * 1024, 99 * 1024);
+        for d in [64, 128] {
+            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Wgmma));
+        }
+        for d in [64, 96, 128, 192, 256] {
+            assert_eq!(Family::Mma.for_head_dim(d, sm90), Some(Family::Mma));
+        }
+        for d in [96, 192, 256] {
+            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Mma));
+        }
+        for d in [0, 32, 80, 100, 512] {
+            assert_eq!((Family::Wgmma.for_head_dim(d, sm90), Family::Mma.for_head_dim(d, sm90)), (None, None));
+        }
+        // Smaller shared memories refuse the head dims whose blocks do not fit.
+        let fit = |smem| -> Vec<usize> {
+            [64, 96, 128, 192, 256].into_iter().filter(|&d| Family::Mma.fits(d, smem)).collect()
+        };
+        assert_eq!((fit(sm80), fit(sm86)), (vec![64, 96, 128, 192], vec![64, 96]));
         assert_eq!(Family::Mma.target(9, 0), "sm_90");
     }
 
     #[test]
     fn block_geometry() {
-        assert_eq!((Family::Wgmma.forward_threads(192), Family::Wgmma.forward_q_tile()), (512, 192));
-        assert_eq!(Family::Wgmma.forward_threads(Family::Wgmma.forward_q_tile_narrow()), 384);
+        assert_eq!((Family::Wgmma.forward_threads(192, 128), Family::Wgmma.forward_q_tile()), (512, 192));
+        assert_eq!(Family::Wgmma.forward_threads(Family::Wgmma.forward_q_tile_narrow(), 64), 384);
         assert_eq!((Family::Wgmma.forward_key_tile(64), Family::Wgmma.forward_key_tile(128)), (2 * TILE, TILE));
-        assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
+        assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE, 128), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
-        assert_eq!(Family::Wgmma.backward_threads(), 384);
+        assert_eq!((Family::Wgmma.backward_threads(64), Family::Wgmma.backward_threads(128)), (384, 384));
         assert_eq!((Family::Wgmma.backward_q_tile(64), Family::Wgmma.backward_q_tile(128)), (2 * TILE, TILE));
-        for d in [64, 128] {
+        // mma: 4 warps of 2 m16 tiles (forward) and of 16 keys (backward) up to d = 128; 8
+        // warps of one tile, and two warps per 16 keys (one per half of D), above. Every head
+        // dim keeps 128-row forward tiles.
+        for (d, wm, threads) in [(64, 2, 128), (96, 2, 128), (128, 2, 128), (192, 1, 256), (256, 1, 256)] {
+            assert_eq!(Family::Mma.forward_warp_tiles(d), wm, "d = {d}");
+            let warps = Family::Mma.forward_threads(FWD_Q_TILE, d) as usize / 32;
+            assert_eq!((warps * wm * 16, warps * 32), (FWD_Q_TILE, threads as usize), "d = {d}");
+            assert_eq!(Family::Mma.backward_threads(d), threads, "d = {d}");
+            assert_eq!(Family::Mma.backward_dim_slices(d) * MMA_THREADS as usize, threads as usize, "d = {d}");
             assert_eq!(Family::Mma.forward_key_tile(d), TILE);
             assert_eq!(Family::Mma.backward_q_tile(d), TILE);
         }
-        assert_eq!(Family::Mma.backward_threads(), Family::Mma.forward_threads(FWD_Q_TILE));
         // One block per multiprocessor, at most one per item; mma keeps one per item.
         assert_eq!(Family::Wgmma.forward_grid((22, 16, 4), 132), (132, 1, 1));
         assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
@@ -296,10 +388,23 @@ mod tests {
         // mbarriers and visits.
         assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 48);
         assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 48);
-        // sm_90's largest dynamic shared memory per block is 227 KB.
-        for d in [64, 128] {
-            assert!(Family::Wgmma.forward_smem(d) <= 227 * 1024, "d = {d}");
-            assert!(Family::Wgmma.backward_smem(d) <= 227 * 1024, "d = {d}");
+        // The new head dims: a 128-row Q tile and two stages of 64-key K / V tiles: 384 rows
+        // of 2 D bytes.
+        for d in [96, 192, 256] {
+            assert_eq!(Family::Mma.forward_smem(d), 384 * 2 * d as u32, "d = {d}");
+        }
+        // d = 96: K, V (24 KB), two stages of 64 queries (2 x 25 KB), one dS^T tile (8 KB).
+        assert_eq!(Family::Mma.backward_smem(96), (24 + 50 + 8) * 1024);
+        // d = 192, 256: K, V (48, 64 KB), two stages (2 x 49, 2 x 65 KB), dS^T and P^T (16 KB).
+        assert_eq!(Family::Mma.backward_smem(192), (48 + 98 + 16) * 1024);
+        assert_eq!(Family::Mma.backward_smem(256), (64 + 130 + 16) * 1024);
+        // sm_90's largest dynamic shared memory per block is 227 KB (sm_80's 163 KB: the mma
+        // family at d = 192 (162 KB backward) and 256 (192, 210 KB) needs a device of sm_90's).
+        for f in [Family::Mma, Family::Wgmma] {
+            for &d in f.head_dims() {
+                assert!(f.forward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
+                assert!(f.backward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
+            }
         }
     }
 }

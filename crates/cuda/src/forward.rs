@@ -152,10 +152,8 @@ impl Gpu {
             });
         }
         let [batch, rows, heads, d] = a.dims;
-        if !matches!(d, 64 | 128) {
-            return Err(CudaError::UnsupportedHeadDim { head_dim: d });
-        }
-        // The merge kernel only depends on the head dim; any element type's module has it.
+        // The merge kernel only depends on the head dim; any element type's module has it
+        // (and an unsupported head dim is refused there, by name).
         let kernels = self.kernels(Variant::new(Dtype::Bf16, d))?;
         let (batch, rows, heads) = (batch as i32, rows as i32, heads as i32);
         let n = a.out.len();

@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 
 /// The kernels of one (element type, head dim) module, loaded into a context.
 pub(crate) struct Kernels {
-    /// The attention kernels of the device's family ([`Kernel::of`]).
+    /// The family that compiled the module ([`Gpu::family_for`]).
+    pub(crate) family: Family,
+    /// The attention kernels of that family ([`Kernel::of`]).
     attention: HashMap<Kernel, CudaFunction>,
     pub(crate) merge: CudaFunction,
     pub(crate) fill: CudaFunction,
@@ -28,8 +30,8 @@ pub(crate) struct Kernels {
 }
 
 impl Kernels {
-    /// An attention kernel; its family compiled it (launches are built for the device's
-    /// family, whose kernels are all loaded).
+    /// An attention kernel; its family compiled it (a call's launches are built for the
+    /// family of its module, whose kernels are all loaded).
     pub(crate) fn get(&self, kernel: Kernel) -> &CudaFunction {
         &self.attention[&kernel]
     }
@@ -39,9 +41,16 @@ impl Kernels {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
-    /// NVRTC's target, e.g. `sm_90a` (see [`Family::target`]).
+    /// NVRTC's target of the device's family, e.g. `sm_90a` (see [`Family::target`]).
     arch: String,
+    /// Compute capability (major, minor): the target of another family's modules.
+    cc: (i32, i32),
+    /// The device's family; a head dim it has no kernels for runs another's
+    /// ([`Gpu::family_for`]).
     family: Family,
+    /// The most shared memory a block may take here (the opt-in maximum): which head dims'
+    /// kernels fit ([`Family::fits`]).
+    smem_per_block: u32,
     /// Multiprocessors: the wgmma forward's grid ([`Family::forward_grid`]).
     pub(crate) sms: u32,
     /// Loaded modules, shared by every view of this device ([`Gpu::on_stream`]).
@@ -88,13 +97,34 @@ impl Gpu {
         let arch = family.target(major, minor);
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let sms = u32::try_from(sms).unwrap_or(1);
-        Ok(Some(Gpu { ctx, stream, arch, family, sms, kernels: Arc::new(Mutex::new(HashMap::new())) }))
+        let cc = (major, minor);
+        let smem = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
+        let smem_per_block = u32::try_from(smem).unwrap_or(0);
+        let kernels = Arc::new(Mutex::new(HashMap::new()));
+        Ok(Some(Gpu { ctx, stream, arch, cc, family, smem_per_block, sms, kernels }))
     }
 
-    /// Device name, NVRTC target and kernel family, e.g.
-    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels)".
+    /// Device name, NVRTC target and kernel family, and the head dims another family runs,
+    /// e.g. "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels; d = 96, 192, 256: mma, sm_90)".
     pub fn describe(&self) -> Result<String> {
-        Ok(format!("{} ({}, {} kernels)", self.ctx.name()?, self.arch, self.family.name()))
+        let (name, family) = (self.ctx.name()?, self.family.name());
+        let mut other: Vec<(usize, Family)> = Vec::new();
+        for &d in Family::Mma.head_dims() {
+            match self.family_for(d) {
+                Ok(f) if f != self.family => other.push((d, f)),
+                _ => {}
+            }
+        }
+        Ok(match other.first() {
+            None => format!("{name} ({}, {family} kernels)", self.arch),
+            Some(&(_, f)) => {
+                let dims: Vec<String> = other.iter().map(|(d, _)| d.to_string()).collect();
+                let target = f.target(self.cc.0, self.cc.1);
+                format!("{name} ({}, {family} kernels; d = {}: {}, {target})", self.arch, dims.join(", "), f.name())
+            }
+        })
     }
 
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the
@@ -114,6 +144,18 @@ impl Gpu {
         Gpu { stream, ctx: self.ctx.clone(), arch: self.arch.clone(), kernels: self.kernels.clone(), ..*self }
     }
 
+    /// The family whose kernels run `head_dim` here: the device's where it has them, else
+    /// mma's (on sm_90: d = 96, 192, 256, compiled for `sm_90`; see [`Family::for_head_dim`]).
+    /// Otherwise an error naming the value and every head dim this device runs (mma's,
+    /// those whose blocks fit its shared memory: d = 256 needs sm_90's 227 KB).
+    pub fn family_for(&self, head_dim: usize) -> Result<Family> {
+        self.family.for_head_dim(head_dim, self.smem_per_block).ok_or_else(|| {
+            let supported = Family::Mma.head_dims().iter().copied();
+            let supported = supported.filter(|&d| self.family.for_head_dim(d, self.smem_per_block).is_some()).collect();
+            CudaError::UnsupportedHeadDim { head_dim, supported }
+        })
+    }
+
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -122,13 +164,15 @@ impl Gpu {
         &self.ctx
     }
 
-    /// The loaded module of `variant`, compiled at its first use.
+    /// The loaded module of `variant`, compiled at its first use by the family of its head
+    /// dim ([`Gpu::family_for`]: one per head dim on a device, so the variant keys it).
     pub(crate) fn kernels(&self, variant: Variant) -> Result<Arc<Kernels>> {
         if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&variant) {
             return Ok(k.clone());
         }
         let head_dim = variant.head_dim;
-        let ptx = compile(&self.arch, self.family, variant)?;
+        let family = self.family_for(head_dim)?;
+        let ptx = compile(&family.target(self.cc.0, self.cc.1), family, variant)?;
         let module = self.ctx.load_module(ptx)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = module.load_function(name)?;
@@ -143,10 +187,11 @@ impl Gpu {
             Ok(f)
         };
         let mut attention = HashMap::new();
-        for &kernel in Kernel::of(self.family) {
-            attention.insert(kernel, load(kernel.name(), kernel.smem(self.family, head_dim))?);
+        for &kernel in Kernel::of(family) {
+            attention.insert(kernel, load(kernel.name(), kernel.smem(family, head_dim))?);
         }
         let k = Arc::new(Kernels {
+            family,
             attention,
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
@@ -179,9 +224,10 @@ impl Gpu {
         Ok(self.stream.clone_dtoh(x)?)
     }
 
-    /// Validate a call, build its tile plans and copy them to the device.
+    /// Validate a call, build its tile plans (for the family of its head dim,
+    /// [`Gpu::family_for`]) and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
-        let specs = launch::launches_for(shape, spec, chunk, self.family)?;
+        let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
         let kernels = self.kernels(Variant::new(dtype, shape.head_dim).with_documents(spec.documents.is_some()))?;
         let launches = specs
             .into_iter()

@@ -44,8 +44,9 @@ const COMMON: &[Source] = sources!(
     "query_stage.cuh",
 );
 
-/// The mma.sync family (sm_80 on): forward, elementwise kernels, backward.
-const SM80: &[Source] = sources!("sm80_forward.cu", "elementwise.cu", "sm80_backward.cu");
+/// The mma.sync family (sm_80 on): forward, elementwise kernels, backward (up to d = 128,
+/// and above: each file compiles its kernel for its head dims alone).
+const SM80: &[Source] = sources!("sm80_forward.cu", "elementwise.cu", "sm80_backward.cu", "sm80_backward_wide.cu");
 
 /// The wgmma family (sm_90a): instruction wrappers, synchronisation, TMA, forward,
 /// elementwise kernels, backward.
@@ -81,6 +82,7 @@ pub struct Define {
 /// The compile-time constants of one (family, variant) module.
 pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
     let (f, dtype, head_dim) = (family, variant.dtype, variant.head_dim);
+    debug_assert!(f.head_dims().contains(&head_dim), "{f:?} has no kernels for d = {head_dim}");
     let d = |name, value: usize, doc| Define { name, value: value as i64, doc };
     let mut out = vec![
         d("HEAD_DIM", head_dim, "head dimension (register tiles)"),
@@ -94,18 +96,27 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("FBM_NARROW", f.forward_q_tile_narrow(), "query rows per attn_fwd_128 block (wgmma)"),
         d("FBN", f.forward_key_tile(head_dim), "key rows per forward K/V tile"),
         d("FWD_STAGES", f.forward_stages(), "K/V stages of the forward"),
-        d("FWD_THREADS", f.forward_threads(f.forward_q_tile()) as usize, "threads of an attn_fwd block"),
-        d("FWD_THREADS_NARROW", f.forward_threads(f.forward_q_tile_narrow()) as usize, "threads of attn_fwd_128"),
+        d("FWD_THREADS", f.forward_threads(f.forward_q_tile(), head_dim) as usize, "threads of an attn_fwd block"),
+        d(
+            "FWD_THREADS_NARROW",
+            f.forward_threads(f.forward_q_tile_narrow(), head_dim) as usize,
+            "threads of attn_fwd_128",
+        ),
         d("WG_PRODUCERS", PRODUCER_THREADS as usize, "threads of a producer warpgroup"),
         d("WB_WGS", f.backward_key_tiles(), "key tiles (consumer warpgroups) per backward block"),
         d("QB", f.backward_q_tile(head_dim), "query rows per backward visit"),
         d("BWD_STAGES", f.backward_stages(), "query stages of the backward"),
-        d("BWD_THREADS", f.backward_threads() as usize, "threads of a backward block"),
+        d("BWD_THREADS", f.backward_threads(head_dim) as usize, "threads of a backward block"),
         d("WB_DS_BUFFERS", f.backward_ds_buffers(), "dS^T tiles of the backward"),
         d("WB_DQ_BUFFERS", f.backward_dq_buffers(head_dim), "f32 dQ staging tiles of the wgmma backward"),
         d("FWD_SMEM_BYTES", f.forward_smem(head_dim) as usize, "dynamic shared memory of the forward"),
         d("BWD_SMEM_BYTES", f.backward_smem(head_dim) as usize, "dynamic shared memory of the backward"),
     ];
+    if f == Family::Mma {
+        out.push(d("WM", f.forward_warp_tiles(head_dim), "m16 row tiles per warp of the mma forward"));
+        out.push(d("BWD_DIM_SLICES", f.backward_dim_slices(head_dim), "slices of D the mma backward's warps split"));
+        out.push(d("BWD_P_TILES", f.backward_p_tiles(head_dim), "16-bit P^T tiles of the mma backward"));
+    }
     out.extend(PatternCode::ALL.iter().map(|&(name, c)| Define { name, value: c as i64, doc: "Params::pattern" }));
     out.extend(OffsetRule::ALL.iter().map(|&(name, r)| Define { name, value: r as i64, doc: "Params::dil_rule" }));
     debug_assert_eq!(f.forward_q_tile() % TILE, 0);

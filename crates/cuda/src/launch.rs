@@ -99,7 +99,7 @@ impl LaunchSpec {
         LaunchDims {
             kernel,
             grid: f.forward_grid(self.grid_fwd(), sms),
-            block: f.forward_threads(self.fwd_q_tile),
+            block: f.forward_threads(self.fwd_q_tile, self.head_dim),
             smem: kernel.smem(f, self.head_dim),
         }
     }
@@ -110,7 +110,7 @@ impl LaunchSpec {
         LaunchDims {
             kernel: Kernel::Backward,
             grid: self.grid_cols(f.backward_key_tiles()),
-            block: f.backward_threads(),
+            block: f.backward_threads(self.head_dim),
             smem: Kernel::Backward.smem(f, self.head_dim),
         }
     }
@@ -129,11 +129,12 @@ fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
     i32::try_from(value).map_err(|_| CudaError::TooLarge { what, value, max: i32::MAX as usize })
 }
 
-/// Check a call's arguments: head dim, positive sizes, chunk placement, 32-bit indexing,
-/// grid limits and the spec itself. Every error names the failing value.
-pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<()> {
-    if !matches!(shape.head_dim, 64 | 128) {
-        return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim });
+/// Check a call's arguments for `family`'s kernels: head dim, positive sizes, chunk
+/// placement, 32-bit indexing, grid limits and the spec itself. Every error names the
+/// failing value.
+pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<()> {
+    if !family.head_dims().contains(&shape.head_dim) {
+        return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim, supported: family.head_dims().to_vec() });
     }
     for (dim, size) in [
         ("batch", shape.batch),
@@ -189,10 +190,10 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
     launches_for(shape, spec, chunk, Family::Mma)
 }
 
-/// [`launches`] with the forward query tiles of a kernel family
-/// ([`Family::forward_q_tile_for`], per launch).
+/// [`launches`] for a kernel family: its head dims, its forward query tiles
+/// ([`Family::forward_q_tile_for`], per launch) and key tiles, and its launch dimensions.
 pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<Vec<LaunchSpec>> {
-    validate(shape, spec, chunk)?;
+    validate(shape, spec, chunk, family)?;
     let scale = spec.scale_for(shape.head_dim);
     let base = Params {
         batch: shape.batch as i32,
@@ -359,6 +360,25 @@ mod tests {
     }
 
     #[test]
+    fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
+        // Above d = 128 the mma blocks have 8 warps (one m16 tile each in the forward, half
+        // of D each in the backward) over the plans of d <= 128.
+        let spec = dense().causal(true);
+        for (d, threads) in [(96, 128), (192, 256), (256, 256)] {
+            let shape = Shape::square(2, 1000, 3, d);
+            let l = &launches(&shape, &spec, &Chunk::whole(&shape)).unwrap()[0];
+            assert_eq!((l.fwd_q_tile, l.fwd_k_tile, l.grid_fwd(), l.grid_cols(1)), (128, 64, (8, 3, 2), (16, 3, 2)));
+            let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
+            assert_eq!(
+                (fwd.kernel, fwd.grid, fwd.block, fwd.smem),
+                (Kernel::Forward, (8, 3, 2), threads, 768 * d as u32)
+            );
+            assert_eq!((bwd.grid, bwd.block, bwd.smem), ((16, 3, 2), threads, Family::Mma.backward_smem(d)));
+            assert!((l.params.scale - 1.0 / (d as f32).sqrt()).abs() < 1e-7);
+        }
+    }
+
+    #[test]
     fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
         let d = Dilated::longnet(&[(512, 1), (1024, 4), (100_000, 16)]);
         let spec = GpuSpec::new(GpuPattern::Dilated(d));
@@ -434,9 +454,16 @@ mod tests {
         let whole = Chunk::whole(&shape);
         let err = |s: &Shape, spec: &GpuSpec, c: &Chunk| launches(s, spec, c).unwrap_err().to_string();
         assert_eq!(
-            err(&Shape { head_dim: 96, ..shape }, &dense(), &whole),
-            "head_dim 96 has no GPU kernel; supported: 64, 128"
+            err(&Shape { head_dim: 80, ..shape }, &dense(), &whole),
+            "head_dim 80 has no GPU kernel; supported: 64, 96, 128, 192, 256"
         );
+        // The wgmma family has kernels for two of them (a device runs the others with mma's:
+        // Gpu::family_for).
+        let d96 = Shape { head_dim: 96, ..shape };
+        assert!(matches!(
+            launches_for(&d96, &dense(), &whole, Family::Wgmma),
+            Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128]
+        ));
         assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
         assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));
         let gqa = Shape::square(1, 100, 6, 64);

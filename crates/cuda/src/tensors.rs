@@ -76,6 +76,12 @@ impl Prepared {
         self.dtype
     }
 
+    /// The kernel family the call was planned for and launches (its module's:
+    /// [`crate::Gpu::family_for`]).
+    pub fn family(&self) -> crate::family::Family {
+        self.kernels.family
+    }
+
     /// The host-side launch specs (plans, parameters) of this call.
     pub fn launches(&self) -> impl Iterator<Item = &LaunchSpec> {
         self.launches.iter().map(|(l, _)| l)

@@ -35,7 +35,11 @@ fn planted(tag: &str, file: &str, old: &str, new: &str) -> PathBuf {
 }
 
 fn refused(family: Family, arch: &str, dir: &Path, expect: &str) -> Result<(), String> {
-    match compile_uncached(arch, family, Variant::new(Dtype::Bf16, 128), Some(dir), "") {
+    refused_at(family, arch, dir, expect, 128)
+}
+
+fn refused_at(family: Family, arch: &str, dir: &Path, expect: &str, head_dim: usize) -> Result<(), String> {
+    match compile_uncached(arch, family, Variant::new(Dtype::Bf16, head_dim), Some(dir), "") {
         Err(CudaError::Compile { log, .. }) if log.contains(expect) => Ok(()),
         Err(e) => Err(format!("{family:?}: refused, but without {expect:?}: {e}")),
         Ok(_) => Err(format!("{family:?}: compiled although {expect:?} should have stopped it")),
@@ -80,6 +84,14 @@ fn main() {
             }
         }
     }
+    // The mma family's other head dims (its own swizzle at 96, 8-warp blocks and the backward
+    // that splits D at 192 and 256), in bf16 alone: their code does not depend on the element
+    // type beyond the conversions the modules above compile, and CI's 2 cores pay for each.
+    for head_dim in [96, 192, 256] {
+        let variant = Variant::new(Dtype::Bf16, head_dim);
+        let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+        check(format!("sm_80 {} compiles", variant.tag()), r);
+    }
     // A field moved on the kernel side only: the offset asserts name it.
     let swapped = planted(
         "params",
@@ -111,6 +123,9 @@ fn main() {
     check("sm_90a: forward threads".into(), refused(Family::Wgmma, "sm_90a", &threads, "block threads differ"));
     let mma = planted("mma-smem", "sm80_forward.cu", "(FBM + 2 * FWD_STAGES * BN)", "(FBM + 3 * FWD_STAGES * BN)");
     check("sm_80: forward layout".into(), refused(Family::Mma, "sm_80", &mma, "forward shared memory differs"));
+    let wide = planted("mma-wide", "sm80_backward_wide.cu", "(WB_DS_BUFFERS + BWD_P_TILES)", "(WB_DS_BUFFERS + 0)");
+    let r = refused_at(Family::Mma, "sm_80", &wide, "backward shared memory differs", 256);
+    check("sm_80: wide backward layout (d = 256)".into(), r);
     println!("{passed} passed, {} failed", failures.len());
     if !failures.is_empty() {
         std::process::exit(1);

@@ -1,8 +1,9 @@
 //! The kernel check's cases: for each element type and head dim, every kernel (forward,
 //! ring step, merge, backward) under every mask family, with sizes and pattern
 //! parameters drawn from the run's seed, then the large-score and all-masked cases of
-//! [`super::extreme`], the grouped-query cases of [`super::gqa`] and the packed-sequence
-//! cases of [`super::packed`] (133 cases in all: 64 + 21 + 24 + 24). Lengths favour primes
+//! [`super::extreme`], the grouped-query cases of [`super::gqa`], the packed-sequence
+//! cases of [`super::packed`] and the cases of head dims 96, 192, 256 of
+//! [`super::head_dims`] (175 cases in all: 64 + 21 + 24 + 24 + 42). Lengths favour primes
 //! and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -106,6 +107,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::extreme::cases(&mut rng, quick));
     out.extend(super::gqa::cases(&mut rng, quick));
     out.extend(super::packed::cases(&mut rng, quick));
+    out.extend(super::head_dims::cases(&mut rng, quick));
     out
 }
 
@@ -219,7 +221,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 133);
+        assert_eq!(c.len(), 175);
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

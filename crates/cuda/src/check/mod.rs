@@ -122,6 +122,7 @@ macro_rules! quantity {
 pub mod cases;
 pub mod extreme;
 pub mod gqa;
+pub mod head_dims;
 pub mod inputs;
 pub mod kernels;
 pub mod packed;

@@ -1,0 +1,117 @@
+//! What NVRTC makes of the kernel modules, without a GPU (NVRTC alone: put its library on
+//! `LD_LIBRARY_PATH`):
+//!
+//! ```text
+//! kernel_report ptxas FAMILY ARCH DTYPE HEAD_DIM [docs]   registers and spills per kernel
+//! kernel_report ptx DIR [FILTER]                          PTX of the d = 64 / 128 modules
+//! ```
+//!
+//! `ptxas` compiles one module for a real architecture (`mma sm_90 bf16 256`; the wgmma
+//! family needs `sm_90a`) with `--ptxas-options=-v` and prints the attention kernels'
+//! registers and spill bytes. `ptx` writes the PTX of every d = 64 / 128 module of both
+//! families (those whose names contain FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file
+//! per module: two runs, before and after a change, compared with `cmp`, prove that the
+//! change leaves those modules' code as it was.
+
+use ringdil_cuda::compile::compile_uncached;
+use ringdil_cuda::{Dtype, Family, Variant};
+use std::ffi::CString;
+use std::process::ExitCode;
+
+const USAGE: &str =
+    "usage: kernel_report ptxas (mma|wgmma) ARCH (bf16|f16) HEAD_DIM [docs] | kernel_report ptx DIR [FILTER]";
+
+fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (family, arch) in [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")] {
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            for head_dim in [64, 128] {
+                for documents in [false, true] {
+                    let v = Variant::new(dtype, head_dim).with_documents(documents);
+                    let name = format!("{arch}_{}", v.tag());
+                    if filter.is_some_and(|f| !name.contains(f)) {
+                        continue;
+                    }
+                    let ptx = compile_uncached(arch, family, v, None, "").map_err(|e| e.to_string())?;
+                    let path = dir.join(format!("{name}.ptx"));
+                    std::fs::write(&path, ptx.to_src()).map_err(|e| format!("{}: {e}", path.display()))?;
+                    println!("{}", path.display());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ptxas(family: Family, arch: &str, variant: Variant) -> Result<(), String> {
+    let src = ringdil_cuda::kernel_source::translation_unit(family, variant, None).map_err(|e| e.to_string())?;
+    let src = CString::new(src).map_err(|e| e.to_string())?;
+    let prog = cudarc::nvrtc::result::create_program(&src, None).map_err(|e| format!("{e:?}"))?;
+    let options = [format!("--gpu-architecture={arch}"), "--std=c++17".into(), "--ptxas-options=-v".into()];
+    // SAFETY: `prog` is the program just created; the log is read before it is destroyed.
+    let (compiled, log) = unsafe {
+        let compiled = cudarc::nvrtc::result::compile_program(prog, &options);
+        let log = cudarc::nvrtc::result::get_program_log(prog).map_err(|e| format!("{e:?}"))?;
+        cudarc::nvrtc::result::destroy_program(prog).map_err(|e| format!("{e:?}"))?;
+        (compiled, log)
+    };
+    let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    let log = String::from_utf8_lossy(&log);
+    if compiled.is_err() {
+        return Err(log.into_owned());
+    }
+    // ptxas prints, per entry: "Compiling entry function 'NAME'", the spill line, "Used N registers".
+    let mut kernel = None;
+    for line in log.lines() {
+        if let Some(name) = line.split('\'').nth(1).filter(|_| line.contains("Compiling entry function")) {
+            kernel = name.starts_with("attn_").then(|| name.to_string());
+        } else if let Some(k) = &kernel
+            && (line.contains("spill") || line.contains("Used"))
+        {
+            let text = line.split_once(" : ").map_or(line, |(_, r)| r);
+            println!(
+                "{arch} {} {k}: {}",
+                variant.tag(),
+                text.trim_start_matches("ptxas").trim_start_matches([' ', '.'])
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["ptx", dir] => ptx(dir, None),
+        ["ptx", dir, filter] => ptx(dir, Some(filter)),
+        ["ptxas", family, arch, dtype, head_dim, rest @ ..] if rest.is_empty() || rest == ["docs"] => {
+            let family = match *family {
+                "mma" => Family::Mma,
+                "wgmma" => Family::Wgmma,
+                other => return Err(format!("family {other}: mma or wgmma")),
+            };
+            let dtype = match *dtype {
+                "bf16" => Dtype::Bf16,
+                "f16" => Dtype::F16,
+                other => return Err(format!("element type {other}: bf16 or f16")),
+            };
+            let head_dim: usize = head_dim.parse().map_err(|e| format!("head dim {head_dim}: {e}"))?;
+            if !family.head_dims().contains(&head_dim) {
+                return Err(format!("the {} family has no kernels for d = {head_dim}", family.name()));
+            }
+            ptxas(family, arch, Variant::new(dtype, head_dim).with_documents(!rest.is_empty()))
+        }
+        _ => Err(USAGE.into()),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

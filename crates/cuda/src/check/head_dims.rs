@@ -1,0 +1,81 @@
+//! The cases of the head dims beyond 64 and 128: d = 96, 192 and 256 (flash-attention 3's
+//! others), which run the mma family's kernels on every device (on sm_90 too: the wgmma
+//! family has none for them, [`crate::Family::for_head_dim`]). 96 has its own swizzle
+//! (12 chunks per row) and 3-chunk copies; 192 and 256 have 8-warp blocks and the backward
+//! whose warps split D (`kernels/sm80_backward_wide.cu`).
+//!
+//! For each element type and of these head dims: forward dense, causal, sliding window
+//! and LongNet; a dilated ring step; a causal backward with key padding and a grouped-query
+//! one. Every name starts with `d=D ` (`gpu_check --only "d=256"` runs one head dim's).
+
+use super::cases::{Case, Kind, fit_spec, sizes};
+use crate::shape::Dtype;
+use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::SplitMix64;
+
+/// The head dims these cases cover.
+pub const HEAD_DIMS: [usize; 3] = [96, 192, 256];
+
+/// The cases, drawn from `rng` after every other case (so that a seed gives the other
+/// cases it always gave).
+pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
+    let mut out = Vec::new();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        for head_dim in HEAD_DIMS {
+            let combo = (dtype, head_dim);
+            let mut add = |kind: Kind, what: &str, spec: GpuSpec, kv_heads: Option<usize>, rng: &mut SplitMix64| {
+                let (seq, batch, heads) = sizes(quick, rng);
+                let spec = fit_spec(spec, batch, seq, rng);
+                let name = format!("d={head_dim} {what}");
+                let heads = kv_heads.map_or(heads, |kv| 2 * kv);
+                let case = Case::new(kind, &name, combo, [batch, seq, heads], spec);
+                out.push(Case { kv_heads: kv_heads.unwrap_or(heads), ..case });
+            };
+            let causal = rng.uniform() < 0.5;
+            let dense = GpuSpec::new(GpuPattern::Dense);
+            add(Kind::Forward, "dense", dense.clone(), None, rng);
+            add(Kind::Forward, "dense causal", dense.clone().causal(true), None, rng);
+            let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
+            add(Kind::Forward, "sliding window", GpuSpec::new(window).causal(causal), None, rng);
+            let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
+            let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&branches)));
+            add(Kind::Forward, "dilated longnet", longnet.clone().causal(causal), None, rng);
+            add(Kind::RingStep, "ring step dilated", longnet.causal(true), None, rng);
+            let padded = dense.causal(true).key_lengths(vec![]);
+            add(Kind::Backward, "backward causal + padding", padded.clone(), None, rng);
+            // Groups of 2 query heads over 1 to 3 K/V heads: dK, dV rows added from two blocks.
+            let kv_heads = rng.range(1, 3);
+            add(Kind::Backward, "gqa backward causal + padding", padded, Some(kv_heads), rng);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_new_head_dim_has_forward_ring_and_backward_cases_named_by_it() {
+        let mut rng = SplitMix64::new(7);
+        let c = cases(&mut rng, false);
+        assert_eq!(c.len(), 2 * HEAD_DIMS.len() * 7);
+        for d in HEAD_DIMS {
+            let tag = format!("d={d} ");
+            let of_d: Vec<&Case> = c.iter().filter(|x| x.name.starts_with(&tag)).collect();
+            assert_eq!(of_d.len(), 14);
+            assert!(of_d.iter().all(|x| x.head_dim == d));
+            for kind in [Kind::Forward, Kind::RingStep, Kind::Backward] {
+                for dtype in [Dtype::Bf16, Dtype::F16] {
+                    assert!(of_d.iter().any(|x| x.kind == kind && x.dtype == dtype), "d = {d} {kind:?} {dtype:?}");
+                }
+            }
+            assert!(of_d.iter().any(|x| x.kind == Kind::Backward && x.kv_heads < x.heads));
+        }
+        for x in &c {
+            assert!(x.heads % x.kv_heads == 0, "{}", x.name);
+            x.spec.validate(x.batch, x.heads, x.seq).unwrap();
+        }
+    }
+}

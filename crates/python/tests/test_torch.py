@@ -43,8 +43,8 @@ def host(x):
 
 
 # (name, keyword arguments, [batch, seq, heads, kv_heads, head_dim]): every pattern kind
-# the kernels evaluate, lengths no tile size divides, key padding, packed documents and
-# grouped-query attention.
+# the kernels evaluate, lengths no tile size divides, key padding, packed documents,
+# grouped-query attention and every head dim.
 CASES = [
     ("dense", {}, [2, 300, 4, 4, 64]),
     ("causal", {"causal": True}, [1, 333, 4, 4, 128]),
@@ -62,6 +62,10 @@ CASES = [
     ("gqa longnet causal", {"pattern": {"kind": "dilated", "segment_lengths": [64, 256], "dilation_rates": [1, 4]},
                             "causal": True}, [1, 300, 8, 2, 128]),
     ("mqa", {"causal": True}, [2, 200, 4, 1, 64]),
+    ("d=96 causal", {"causal": True}, [1, 200, 4, 4, 96]),
+    ("d=192 longnet", {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}},
+     [1, 250, 2, 2, 192]),
+    ("d=256 gqa causal", {"causal": True}, [1, 200, 4, 2, 256]),
 ]
 
 

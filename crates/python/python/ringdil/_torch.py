@@ -93,7 +93,8 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     Tensors are ``[batch, seq, heads, head_dim]`` (flash-attention's layout), CUDA, bfloat16
     or float16, on one device; ``k`` and ``v`` may have fewer heads than ``q``
     (grouped-query attention: query head ``h`` reads K/V head ``h // (heads // kv_heads)``).
-    Non-contiguous inputs are copied to contiguous ones first. Head dims: 64 and 128.
+    Non-contiguous inputs are copied to contiguous ones first. Head dims: 64, 96, 128, 192
+    and 256 (on H100/H200, 96, 192 and 256 run the portable mma.sync kernels).
 
     The arguments mean what they mean in :func:`ringdil.reference.attention` (the
     specification this function is tested against): ``pattern`` is ``None`` (dense), a

@@ -32,7 +32,7 @@ impl<'py, T: Float> Inputs<'py, T> {
 
 /// Packed documents (`docs/semantics.md`, section 16): a list of boundary lists, one per
 /// batch row, or one flat list over the batch rows laid end to end.
-fn documents(value: &Bound<'_, PyAny>) -> PyResult<reference::Documents> {
+pub(crate) fn documents(value: &Bound<'_, PyAny>) -> PyResult<reference::Documents> {
     if let Ok(rows) = value.extract::<Vec<Vec<usize>>>() {
         return Ok(reference::Documents::per_row(rows));
     }

@@ -11,6 +11,7 @@ mod arrays;
 mod attention;
 mod cuda;
 mod errors;
+mod layout;
 mod merge;
 mod pattern;
 
@@ -22,6 +23,7 @@ fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention::attention_backward, m)?)?;
     m.add_function(wrap_pyfunction!(merge::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(layout::layout_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_forward, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;

@@ -4,6 +4,8 @@
   (imports PyTorch at its first call; the rest of the package needs only NumPy).
 * :mod:`ringdil.reference`: the f64/f32 CPU reference on NumPy arrays, the specification
   every other part of ringdil (ring, GPU kernels) is tested against.
+* :mod:`ringdil.ring`: ring layouts (contiguous, zigzag, striped, work-balanced over
+  packed documents) and sharding a sequence onto the ranks and back.
 * :class:`Pattern`: the attention patterns of ringdil's pattern files.
 
 See ``docs/python.md``.
@@ -11,7 +13,7 @@ See ``docs/python.md``.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import reference
+from . import reference, ring
 from ._ringdil import Pattern
 
 
@@ -39,4 +41,4 @@ try:
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "unknown"
 
-__all__ = ["Pattern", "attention", "reference", "__version__"]
+__all__ = ["Pattern", "attention", "reference", "ring", "__version__"]

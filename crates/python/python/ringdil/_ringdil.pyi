@@ -32,6 +32,10 @@ def key_runs(pattern: Optional[Pattern], query: int, head: int, heads: int, seq_
 def key_counts(
     pattern: Optional[Pattern], seq_len: int, head: int, heads: int, causal: bool
 ) -> npt.NDArray[np.uint32]: ...
+def layout_tokens(
+    seq_len: int, ranks: int, layout: Any, documents: Optional[Sequence[Any]] = None, batch: int = 1
+) -> list[list[int]]: ...
+
 # (device, stream, q dims, kv_heads, dtype name, pattern, causal, scale, key_lengths, documents)
 CallArgs = Tuple[int, int, Sequence[int], int, str, Optional[Pattern], bool, Optional[float],
                  Optional[Sequence[int]], Optional[Sequence[Any]]]

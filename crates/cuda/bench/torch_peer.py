@@ -1,7 +1,7 @@
 """Time torch.nn.functional.scaled_dot_product_attention (flash and cuDNN backends) on the
 shapes of ringdil-cuda's gpu_bench, in the same run, and write JSON for it to read: `rows`
-(multi-head shapes) and `gqa` (n = 16384, 16 query heads of d = 128 over 16, 2 and 1 K/V
-heads, with enable_gqa=True).
+(multi-head shapes), `gqa` (n = 16384, 16 query heads of d = 128 over 16, 2 and 1 K/V
+heads, with enable_gqa=True) and `head_dims` (n = 16384, 16 heads of d = 96, 128, 192, 256).
 
 usage: python3 torch_peer.py OUT.json
 """
@@ -55,7 +55,8 @@ def main():
                         row["error"] = str(e).splitlines()[0]
                     rows.append(row)
                     print(row, flush=True)
-    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows, "gqa": gqa()},
+    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows, "gqa": gqa(),
+               "head_dims": head_dims()},
               open(sys.argv[1], "w"), indent=1)
 
 
@@ -76,6 +77,29 @@ def gqa(seq=16384, heads=16, d=128):
                         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
                         row["fwd_bwd_ms"] = timed(lambda: sdpa(qg, kg, vg).backward(do))
                 except RuntimeError as e:  # backend unavailable for this shape
+                    row["error"] = str(e).splitlines()[0]
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
+def head_dims(seq=16384, heads=16):
+    """The head-dim rows: n = 16384, 16 heads of d = 96, 128, 192, 256 (gpu_bench's
+    head_dims.rs), each backend as far as it takes the head dim."""
+    rows = []
+    for d in (96, 128, 192, 256):
+        q, k, v, do = (torch.randn(1, seq, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                       for _ in range(4))
+        for causal in (False, True):
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                row = dict(seq=seq, heads=heads, head_dim=d, causal=causal, backend=name)
+                try:
+                    with sdpa_kernel(backend):
+                        sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal)
+                        row["fwd_ms"] = timed(lambda: sdpa(q, k, v))
+                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                        row["fwd_bwd_ms"] = timed(lambda: sdpa(qg, kg, vg).backward(do))
+                except RuntimeError as e:  # backend unavailable for this head dim
                     row["error"] = str(e).splitlines()[0]
                 rows.append(row)
                 print(row, flush=True)

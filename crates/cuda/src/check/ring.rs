@@ -96,12 +96,17 @@ fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
 type Size = ((usize, usize, usize, usize, usize), &'static [&'static str]);
 
 /// The sizes: two multi-head ones, then grouped-query (8:2, with LongNet offsets that
-/// differ within a group) and multi-query attention.
-const SIZES: [Size; 4] = [
+/// differ within a group) and multi-query attention; then the head dims that run on the
+/// mma kernels on every device (96, 192, 256: a ring step's launches there are the
+/// portable family's), causal and dilated only.
+const SIZES: [Size; 7] = [
     ((1000, 64, 1, 4, 4), &[]),
     ((777, 128, 2, 4, 4), &["window"]),
     ((1000, 128, 1, 8, 2), &["dense", "window"]),
     ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64"]),
+    ((600, 96, 1, 2, 2), &["dense", "window"]),
+    ((500, 192, 2, 2, 2), &["dense", "window", "dilated (64"]),
+    ((400, 256, 1, 4, 2), &["dense", "window", "dilated (64"]),
 ];
 
 /// The cases for `ranks` per ring and `rings` rings, the packed ones last; with several

@@ -12,15 +12,17 @@
 //! the enclosure is `Always` or `Never`. Otherwise the box is split in two along its
 //! longer side and the halves are classified the same way, breadth first (the largest
 //! boxes first, so a mixed tile usually shows a true and a false sub-box within a few
-//! evaluations), and boxes of at most [`ENUMERATE_PAIRS`] pairs are evaluated pair by
-//! pair with the evaluator itself. The search stops as soon as it has seen a true and a
+//! evaluations); an undecided box of at most [`ENUMERATE_PAIRS`] pairs is evaluated
+//! pair by pair with the evaluator itself instead of being split. The search stops as soon as it has seen a true and a
 //! false pair (the tile is mixed: `Partial`, exactly), or when the budget of
 //! evaluations is spent (`Partial`, undecided).
 //!
-//! **Exactness.** The splits form a binary tree whose leaves are single evaluations of
-//! pairs, so a search over `P` pairs never needs more than `2P` evaluations: with a
-//! budget of [`exact_budget`] the answer is exact for *every* expression (interval
-//! soundness makes the pruned boxes right; the leaves are the evaluator). What the
+//! **Exactness.** The boxes form a binary tree whose leaves are disjoint and non-empty,
+//! so there are at most `P` leaves and `2P - 1` boxes for a tile of `P` pairs, each
+//! costing one interval evaluation, plus at most `P` pointwise evaluations in the
+//! enumerated leaves: with a budget of [`exact_budget`] (`3P`) the search always
+//! finishes, and the answer is exact for *every* expression (interval soundness makes
+//! the decided boxes right; the enumerated ones are the evaluator). What the
 //! interval arithmetic buys is speed: for these masks one evaluation decides every
 //! tile that is not mixed, because each side of the test is the exact image of the
 //! tile (`super::interval`, "Precision"):
@@ -48,8 +50,8 @@ use crate::error::{Error, Result};
 use std::collections::VecDeque;
 use std::ops::Range;
 
-/// Boxes of at most this many pairs are evaluated pair by pair (cheaper than splitting
-/// them further with interval evaluations).
+/// Undecided boxes of at most this many pairs are evaluated pair by pair (cheaper than
+/// splitting them further with interval evaluations).
 pub const ENUMERATE_PAIRS: usize = 8;
 
 /// A budget that decides the common masks of the module docs, dilations included,
@@ -58,7 +60,7 @@ pub const SMALL_BUDGET: usize = 512;
 
 /// The budget with which a tile of `pairs` pairs is always classified exactly.
 pub fn exact_budget(pairs: usize) -> usize {
-    2 * pairs
+    3 * pairs
 }
 
 /// What a mask does on a tile.
@@ -148,7 +150,8 @@ struct Seen {
 /// The class of the boolean `mask` on the pairs `queries x keys` (positions as
 /// evaluated: any non-empty ranges), with `at` giving the other variables (its `q` and
 /// `k` are ignored), spending at most `budget` evaluations (interval or pointwise).
-/// Sound for any budget; exact when `budget >= exact_budget(pairs)`.
+/// Sound for any budget; exact when `budget >= exact_budget(pairs)`; a tile the
+/// enclosure decides costs 1.
 pub fn classify(mask: &Node, at: &Env, tile: &Tile, budget: usize) -> TileClass {
     let fixed = Ranges::at(at);
     let bounds = |r: &Range<usize>| (r.start as i64, r.end as i64 - 1);
@@ -158,20 +161,6 @@ pub fn classify(mask: &Node, at: &Env, tile: &Tile, budget: usize) -> TileClass 
     while let Some(block) = queue.pop_front() {
         if seen.undecided || (seen.allowed && seen.refused) {
             break;
-        }
-        if block.pairs() <= ENUMERATE_PAIRS as u128 {
-            let pairs = (block.q.0..=block.q.1).flat_map(|q| (block.k.0..=block.k.1).map(move |k| (q, k)));
-            for (q, k) in pairs {
-                if spent == budget {
-                    seen.undecided = true;
-                    break;
-                }
-                spent += 1;
-                let allowed = eval(mask, &at.with(Var::Query, q).with(Var::Key, k)) != 0;
-                seen.allowed |= allowed;
-                seen.refused |= !allowed;
-            }
-            continue;
         }
         if spent == budget {
             seen.undecided = true;
@@ -184,7 +173,20 @@ pub fn classify(mask: &Node, at: &Env, tile: &Tile, budget: usize) -> TileClass 
         match enclose(mask, &ranges).truth() {
             Truth::Always => seen.allowed = true,
             Truth::Never => seen.refused = true,
-            Truth::Unknown => queue.extend(block.split()),
+            Truth::Unknown if block.pairs() > ENUMERATE_PAIRS as u128 => queue.extend(block.split()),
+            Truth::Unknown => {
+                let pairs = (block.q.0..=block.q.1).flat_map(|q| (block.k.0..=block.k.1).map(move |k| (q, k)));
+                for (q, k) in pairs {
+                    if spent == budget {
+                        seen.undecided = true;
+                        break;
+                    }
+                    spent += 1;
+                    let allowed = eval(mask, &at.with(Var::Query, q).with(Var::Key, k)) != 0;
+                    seen.allowed |= allowed;
+                    seen.refused |= !allowed;
+                }
+            }
         }
     }
     match seen {

@@ -53,7 +53,7 @@ pub use eval::{Env, binary, div_floor, eval, mod_floor, unary};
 pub use interval::{Interval, Ranges, Truth, enclose};
 pub use mask::ExprPattern;
 pub use scope::{Constants, Scope};
-pub use tile_map::TileMap;
+pub use tile_map::{Run, TileMap};
 pub use tiles::{ENUMERATE_PAIRS, SMALL_BUDGET, Tile, TileClass, classify, exact_budget};
 
 /// The longest accepted source, in bytes.

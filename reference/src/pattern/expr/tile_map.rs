@@ -1,8 +1,9 @@
 //! The whole-sequence tile map of a mask pattern: the class of every (query tile, key
 //! tile) pair for one head, kept the way a GPU plan caches it (FlexAttention's block
-//! mask): per query tile, the increasing list of its non-empty key tiles, each with a
-//! full/partial bit. Empty tiles take no space and are never visited; full ones skip
-//! the per-element test.
+//! mask, with runs): per query tile, the increasing runs of consecutive non-empty key
+//! tiles of one class (full or partial). Empty tiles take no space and are never
+//! visited; full ones skip the per-element test. Runs keep the common masks small: a
+//! causal row is one full run and one partial tile, whatever `n`.
 //!
 //! **Cost.** Classifying the `(n/T)^2` tiles one by one would cost at least one
 //! evaluation each (4 million at `n = 131072`, `T = 64`). Instead each row of tiles is
@@ -29,12 +30,25 @@ use rayon::prelude::*;
 pub struct TileMap {
     tile: usize,
     seq_len: usize,
-    /// Query tile `i` owns the entries `starts[i]..starts[i + 1]` of `keys` and `full`.
+    /// Query tile `i` owns the runs `starts[i]..starts[i + 1]`.
     starts: Vec<usize>,
-    /// Key tile indices, increasing within a row.
-    keys: Vec<usize>,
-    /// Whether the entry's tile is full (else partial).
-    full: Vec<bool>,
+    /// Runs of key tiles, increasing and disjoint within a row; adjacent runs of one row
+    /// differ in class.
+    runs: Vec<Run>,
+}
+
+/// Key tiles `start..end` of one class (never empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub start: usize,
+    pub end: usize,
+    pub full: bool,
+}
+
+impl Run {
+    pub fn class(&self) -> TileClass {
+        if self.full { TileClass::Full } else { TileClass::Partial }
+    }
 }
 
 impl TileMap {
@@ -50,7 +64,7 @@ impl TileMap {
         at.set(Var::Heads, heads);
         at.set(Var::SeqLen, seq_len);
         let tiles = seq_len.div_ceil(tile);
-        let rows: Vec<Vec<(usize, bool)>> = (0..tiles)
+        let rows: Vec<Vec<Run>> = (0..tiles)
             .into_par_iter()
             .map(|i| {
                 let mut row = Vec::new();
@@ -60,13 +74,12 @@ impl TileMap {
             .collect();
         let mut starts = Vec::with_capacity(tiles + 1);
         starts.push(0);
-        let (mut keys, mut full) = (Vec::new(), Vec::new());
+        let mut runs = Vec::new();
         for row in rows {
-            keys.extend(row.iter().map(|e| e.0));
-            full.extend(row.iter().map(|e| e.1));
-            starts.push(keys.len());
+            runs.extend(row);
+            starts.push(runs.len());
         }
-        Ok(TileMap { tile, seq_len, starts, keys, full })
+        Ok(TileMap { tile, seq_len, starts, runs })
     }
 
     /// The tile size `T`.
@@ -79,26 +92,29 @@ impl TileMap {
         self.seq_len.div_ceil(self.tile)
     }
 
-    /// The non-empty key tiles of query tile `i`, increasing, with their class.
-    pub fn row(&self, i: usize) -> impl Iterator<Item = (usize, TileClass)> + '_ {
-        let entries = self.starts[i]..self.starts[i + 1];
-        entries.map(|e| (self.keys[e], if self.full[e] { TileClass::Full } else { TileClass::Partial }))
+    /// The runs of non-empty key tiles of query tile `i`, increasing.
+    pub fn row(&self, i: usize) -> &[Run] {
+        &self.runs[self.starts[i]..self.starts[i + 1]]
     }
 
     /// The class of tile `(i, j)` (a binary search in row `i`).
     pub fn class(&self, i: usize, j: usize) -> TileClass {
-        let (start, end) = (self.starts[i], self.starts[i + 1]);
-        match self.keys[start..end].binary_search(&j) {
-            Ok(e) if self.full[start + e] => TileClass::Full,
-            Ok(_) => TileClass::Partial,
-            Err(_) => TileClass::Empty,
+        let row = self.row(i);
+        match row.partition_point(|run| run.end <= j) {
+            r if r < row.len() && row[r].start <= j => row[r].class(),
+            _ => TileClass::Empty,
         }
     }
 
     /// The numbers of full and of partial tiles.
     pub fn counts(&self) -> (usize, usize) {
-        let full = self.full.iter().filter(|&&f| f).count();
-        (full, self.full.len() - full)
+        let count = |full: bool| self.runs.iter().filter(|r| r.full == full).map(|r| r.end - r.start).sum();
+        (count(true), count(false))
+    }
+
+    /// The number of runs over all rows (the map's size).
+    pub fn runs(&self) -> usize {
+        self.runs.len()
     }
 }
 
@@ -117,20 +133,25 @@ impl Row<'_> {
         tiles.start * self.tile..(tiles.end * self.tile).min(self.seq_len)
     }
 
-    /// Append the non-empty tiles among the key tiles `keys` (in order).
-    fn fill(&self, keys: std::ops::Range<usize>, out: &mut Vec<(usize, bool)>) {
+    /// Append the non-empty tiles among the key tiles `keys` (in order), extending the
+    /// last run when it ends at `keys.start` with the same class.
+    fn fill(&self, keys: std::ops::Range<usize>, out: &mut Vec<Run>) {
+        let mut push = |start: usize, end: usize, full: bool| match out.last_mut() {
+            Some(last) if last.end == start && last.full == full => last.end = end,
+            _ => out.push(Run { start, end, full }),
+        };
         let (queries, positions) = (self.span(self.query..self.query + 1), self.span(keys.clone()));
         let inclusive = |r: &std::ops::Range<usize>| Interval::between(r.start as i64, r.end as i64 - 1);
         let ranges = Ranges::at(&self.at).with(Var::Query, inclusive(&queries)).with(Var::Key, inclusive(&positions));
         let mask = self.pattern.mask().root();
         match enclose(mask, &ranges).truth() {
-            Truth::Always => out.extend(keys.map(|j| (j, true))),
+            Truth::Always => push(keys.start, keys.end, true),
             Truth::Never => {}
             Truth::Unknown if keys.len() == 1 => {
                 let tile = Tile::new(queries, positions, self.seq_len).expect("tiles lie inside the sequence");
                 match classify(mask, &self.at, &tile, exact_budget(tile.pairs())) {
                     TileClass::Empty => {}
-                    class => out.push((keys.start, class == TileClass::Full)),
+                    class => push(keys.start, keys.end, class == TileClass::Full),
                 }
             }
             Truth::Unknown => {

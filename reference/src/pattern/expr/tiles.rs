@@ -10,9 +10,9 @@
 //! **How.** The tile is a box of [`super::interval`]: `q` and `k` range over the tile's
 //! rows, the other variables are fixed. One interval evaluation decides the tile when
 //! the enclosure is `Always` or `Never`. Otherwise the box is split in two along its
-//! longer side and the halves are classified the same way, breadth first (the largest
-//! boxes first, so a mixed tile usually shows a true and a false sub-box within a few
-//! evaluations); an undecided box of at most [`ENUMERATE_PAIRS`] pairs is evaluated
+//! longer side and the halves are classified the same way, depth first (a mixed tile
+//! shows a true and a false sub-box after about two evaluations per level of the
+//! descent, since a decided sibling costs one evaluation); an undecided box of at most [`ENUMERATE_PAIRS`] pairs is evaluated
 //! pair by pair with the evaluator itself instead of being split. The search stops as soon as it has seen a true and a
 //! false pair (the tile is mixed: `Partial`, exactly), or when the budget of
 //! evaluations is spent (`Partial`, undecided).
@@ -47,7 +47,6 @@ use super::ast::{Node, Var};
 use super::eval::{Env, eval};
 use super::interval::{Interval, Ranges, Truth, enclose};
 use crate::error::{Error, Result};
-use std::collections::VecDeque;
 use std::ops::Range;
 
 /// Undecided boxes of at most this many pairs are evaluated pair by pair (cheaper than
@@ -155,10 +154,10 @@ struct Seen {
 pub fn classify(mask: &Node, at: &Env, tile: &Tile, budget: usize) -> TileClass {
     let fixed = Ranges::at(at);
     let bounds = |r: &Range<usize>| (r.start as i64, r.end as i64 - 1);
-    let mut queue = VecDeque::from([Block { q: bounds(&tile.queries), k: bounds(&tile.keys) }]);
+    let mut stack = vec![Block { q: bounds(&tile.queries), k: bounds(&tile.keys) }];
     let mut seen = Seen::default();
     let mut spent = 0;
-    while let Some(block) = queue.pop_front() {
+    while let Some(block) = stack.pop() {
         if seen.undecided || (seen.allowed && seen.refused) {
             break;
         }
@@ -173,7 +172,7 @@ pub fn classify(mask: &Node, at: &Env, tile: &Tile, budget: usize) -> TileClass 
         match enclose(mask, &ranges).truth() {
             Truth::Always => seen.allowed = true,
             Truth::Never => seen.refused = true,
-            Truth::Unknown if block.pairs() > ENUMERATE_PAIRS as u128 => queue.extend(block.split()),
+            Truth::Unknown if block.pairs() > ENUMERATE_PAIRS as u128 => stack.extend(block.split()),
             Truth::Unknown => {
                 let pairs = (block.q.0..=block.q.1).flat_map(|q| (block.k.0..=block.k.1).map(move |k| (q, k)));
                 for (q, k) in pairs {

@@ -75,8 +75,10 @@ fn cases() -> Vec<Case> {
 
 /// The GPU plan's tile (rows and keys) for the tile maps.
 const TILE: usize = 64;
-/// Mask expressions whose tile maps are timed, with their constants.
-const TILE_MASKS: [(&str, &str, &[(&str, i64)]); 5] = [
+/// A timed mask: its name, expression and constants.
+type TileMask = (&'static str, &'static str, &'static [(&'static str, i64)]);
+/// Mask expressions whose tile maps are timed.
+const TILE_MASKS: [TileMask; 5] = [
     ("causal", "k <= q", &[]),
     ("window-4096", "abs(q - k) <= win", &[("win", 4096)]),
     ("documents-8192", "q / doc == k / doc && k <= q", &[("doc", 8192)]),

@@ -13,15 +13,22 @@
 //! is the work an ideal sparse kernel must do, so comparing a pattern's time ratio to
 //! dense with its pair ratio to dense shows whether sparsity pays off.
 //!
+//! It also times the tile maps of mask expressions ([`TileMap`], issue 21: the class of
+//! every 64 x 64 tile that a GPU plan caches) at `RINGDIL_BENCH_TILE_SEQS` (default
+//! 131072), single- and multi-threaded, next to the GPU forward times they must stay
+//! small against (`docs/benchmarks`).
+//!
 //! ```text
 //! cargo bench -p ringdil-reference --bench reference
 //! RINGDIL_BENCH_SEQS=512,1024 RINGDIL_BENCH_OUT=/tmp/smoke.json cargo bench -p ringdil-reference --bench reference
+//! RINGDIL_BENCH_SEQS= RINGDIL_BENCH_OUT=/tmp/tiles.json cargo bench -p ringdil-reference --bench reference
 //! ```
 
 use ndarray::{Array4, NdFloat};
 use rayon::prelude::*;
 use ringdil_reference::float::cast;
-use ringdil_reference::pattern::{Dilated, KeyRun, SlidingWindow};
+use ringdil_reference::pattern::expr::{Constants, TileMap};
+use ringdil_reference::pattern::{Dilated, ExprPattern, KeyRun, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::{Spec, attention, attention_backward};
 use serde_json::json;
@@ -64,6 +71,54 @@ fn cases() -> Vec<Case> {
         Case { name: "longnet", spec: Spec::new(longnet()).causal(true) },
         Case { name: "window-512", spec: Spec::new(SlidingWindow { left: WINDOW - 1, right: 0 }).causal(true) },
     ]
+}
+
+/// The GPU plan's tile (rows and keys) for the tile maps.
+const TILE: usize = 64;
+/// A timed mask: its name, expression and constants.
+type TileMask = (&'static str, &'static str, &'static [(&'static str, i64)]);
+/// Mask expressions whose tile maps are timed.
+const TILE_MASKS: [TileMask; 5] = [
+    ("causal", "k <= q", &[]),
+    ("window-4096", "abs(q - k) <= win", &[("win", 4096)]),
+    ("documents-8192", "q / doc == k / doc && k <= q", &[("doc", 8192)]),
+    ("window+global", "abs(q - k) <= win || k < g || q < g", &[("win", 512), ("g", 256)]),
+    (
+        "dilated-16384/8",
+        "(q % seg) % rate == h % rate && (k % seg) % rate == h % rate && q / seg == k / seg",
+        &[("seg", 16384), ("rate", 8)],
+    ),
+];
+
+/// Time the tile map of every [`TILE_MASKS`] entry at `n` (head 3 of 8): the best of
+/// three builds on all threads and one on a single thread, printed and returned as rows.
+fn time_tile_maps(n: usize) -> Vec<serde_json::Value> {
+    let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    let mut rows = Vec::new();
+    for (name, text, pairs) in TILE_MASKS {
+        let constants: Constants = pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        let pattern = ExprPattern::new(text, &constants).expect("the benchmark's masks are valid");
+        let build = || TileMap::new(&pattern, 3, HEADS, n, TILE).expect("a positive tile");
+        let timed = |build: &dyn Fn() -> TileMap| {
+            let start = Instant::now();
+            let map = black_box(build());
+            (start.elapsed().as_secs_f64(), map)
+        };
+        let (t_single, map) = single.install(|| timed(&build));
+        let t_all = (0..3).map(|_| timed(&build).0).fold(f64::INFINITY, f64::min);
+        let ((full, partial), runs) = (map.counts(), map.runs());
+        let tiles = map.tiles() * map.tiles();
+        println!(
+            "{name:<16} {n:>7} {tiles:>9} {full:>9} {partial:>9} {runs:>8} {:>10.2} {:>10.2}",
+            t_single * 1e3,
+            t_all * 1e3
+        );
+        rows.push(json!({
+            "mask": name, "expression": text, "constants": pairs, "seq": n, "tile": TILE, "tiles": tiles,
+            "full": full, "partial": partial, "runs": runs, "ms_one_thread": t_single * 1e3, "ms_all_threads": t_all * 1e3,
+        }));
+    }
+    rows
 }
 
 /// Pairs a spec allows over all heads of one batch row: `(distinct, with multiplicity)`.
@@ -160,13 +215,20 @@ fn main() {
     let seqs: Vec<usize> = std::env::var("RINGDIL_BENCH_SEQS")
         .unwrap_or_else(|_| "4096,16384".into())
         .split(',')
+        .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse().expect("RINGDIL_BENCH_SEQS: comma-separated sequence lengths"))
+        .collect();
+    let tile_seqs: Vec<usize> = std::env::var("RINGDIL_BENCH_TILE_SEQS")
+        .unwrap_or_else(|_| "131072".into())
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().expect("RINGDIL_BENCH_TILE_SEQS: comma-separated sequence lengths"))
         .collect();
     let out_path = std::env::var("RINGDIL_BENCH_OUT").map_or_else(
         |_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks/reference-cpu.json"),
         PathBuf::from,
     );
-    let knobs: String = ["RINGDIL_BENCH_SEQS", "RINGDIL_BENCH_OUT"]
+    let knobs: String = ["RINGDIL_BENCH_SEQS", "RINGDIL_BENCH_TILE_SEQS", "RINGDIL_BENCH_OUT"]
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v} ")))
         .collect();
@@ -252,6 +314,12 @@ fn main() {
         }
     }
 
+    println!(
+        "\ntile maps ({TILE} x {TILE} tiles, head 3 of {HEADS})\n{:<16} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10}",
+        "mask", "seq", "tiles", "full", "partial", "runs", "ms 1 thr", "ms all thr"
+    );
+    let tile_rows: Vec<serde_json::Value> = tile_seqs.iter().flat_map(|&n| time_tile_maps(n)).collect();
+
     let load_after = load_average();
     println!("load average after: {load_after}");
     let report = json!({
@@ -270,6 +338,7 @@ fn main() {
             "flops": "fwd 4*pairs*head_dim, fwd+bwd 14*pairs*head_dim, pairs = distinct allowed (query, key) pairs over all heads",
         },
         "rows": rows,
+        "tile_maps": tile_rows,
     });
     // NaN ratios (no dense row to compare with) are written as null by serde_json.
     let text = serde_json::to_string_pretty(&report).expect("JSON of plain values") + "\n";

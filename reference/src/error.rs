@@ -95,6 +95,9 @@ pub enum Error {
     /// A flat document list without a boundary at the start `position = row * seq_len`
     /// of batch row `row` (a document would span two rows).
     DocumentRowStart { row: usize, position: usize },
+    /// A tile whose `axis` ("query" or "key") range `start..end` is empty or ends past
+    /// the sequence.
+    BadTile { axis: &'static str, start: usize, end: usize, seq_len: usize },
 }
 
 /// `batch row 3` or `the flat list`, for document errors.
@@ -234,6 +237,10 @@ impl fmt::Display for Error {
                 f,
                 "documents: flat boundary list has no boundary at {position}, the start of batch row {row}; \
                  a document must not span two rows"
+            ),
+            Error::BadTile { axis, start, end, seq_len } => write!(
+                f,
+                "tile: {axis} range {start}..{end} must be non-empty and end at or before the sequence length {seq_len}"
             ),
         }
     }

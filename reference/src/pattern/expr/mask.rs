@@ -5,6 +5,7 @@ use super::ast::{Ty, Var};
 use super::error::ExprError;
 use super::eval::Env;
 use super::scope::{Constants, Scope};
+use super::tiles::{Tile, TileClass, classify, exact_budget};
 use crate::error::Result;
 use crate::pattern::{KeyRun, Pattern};
 
@@ -36,6 +37,17 @@ impl ExprPattern {
     /// The mask expression.
     pub fn mask(&self) -> &Expression {
         &self.mask
+    }
+
+    /// The exact class of the mask on `tile` for head `head` of `heads` (`n` is the
+    /// tile's sequence length): [`classify`] with [`exact_budget`], so at most two
+    /// evaluations per pair and usually one for the whole tile.
+    pub fn classify(&self, head: usize, heads: usize, tile: &Tile) -> TileClass {
+        let mut at = Env::default();
+        at.set(Var::Head, head);
+        at.set(Var::Heads, heads);
+        at.set(Var::SeqLen, tile.seq_len());
+        classify(self.mask.root(), &at, tile, exact_budget(tile.pairs()))
     }
 }
 

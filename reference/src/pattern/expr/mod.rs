@@ -23,6 +23,10 @@
 //! defined result for a zero divisor; constant overflow and constant division by zero
 //! are rejected by folding.
 //!
+//! For the GPU, [`classify`] decides whether a tile of (query, key) pairs is empty,
+//! full or partial ([`interval`] arithmetic over the tree, refined by splitting the
+//! tile), and [`TileMap`] keeps those classes for a whole sequence.
+//!
 //! The tree ([`Node`]) is typed by its operators, so a later stage can print it as C
 //! (the GPU step) with the same rules: each operator of [`eval`] is one small function.
 
@@ -32,19 +36,25 @@ mod dilated;
 mod error;
 mod eval;
 mod fold;
+mod interval;
 mod lex;
 mod mask;
 mod parse;
 mod scope;
 #[cfg(test)]
 mod tests;
+mod tile_map;
+mod tiles;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
 pub use dilated::{ExprBranch, ExprCombine, ExprDilated};
 pub use error::{ExprError, Pos};
 pub use eval::{Env, binary, div_floor, eval, mod_floor, unary};
+pub use interval::{Interval, Ranges, Truth, enclose};
 pub use mask::ExprPattern;
 pub use scope::{Constants, Scope};
+pub use tile_map::{Run, TileMap};
+pub use tiles::{ENUMERATE_PAIRS, SMALL_BUDGET, Tile, TileClass, classify, exact_budget};
 
 /// The longest accepted source, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;

@@ -167,3 +167,31 @@ fn batch_row_is_refused_by_patterns() {
     let e = ExprPattern::new("b == 0 && q >= k", &Constants::new()).unwrap_err();
     assert!(e.to_string().starts_with("mask: 'b' at 1:1: the batch row is not available"), "{e}");
 }
+
+#[test]
+fn tiles_and_tile_maps_name_bad_input() {
+    let e = Tile::new(3..3, 0..4, 10).unwrap_err();
+    assert_eq!(e.to_string(), "tile: query range 3..3 must be non-empty and end at or before the sequence length 10");
+    let e = Tile::new(0..4, 8..11, 10).unwrap_err();
+    assert_eq!(e, crate::Error::BadTile { axis: "key", start: 8, end: 11, seq_len: 10 });
+    let pattern = ExprPattern::new("k <= q", &Constants::new()).unwrap();
+    let e = TileMap::new(&pattern, 0, 1, 10, 0).unwrap_err();
+    assert_eq!(e, crate::Error::ZeroParameter { pattern: "tile map", parameter: "tile" });
+}
+
+#[test]
+fn enclosures_widen_where_the_evaluator_wraps() {
+    let int = |s: &str| Expression::new(s, &Scope::MASK, &constants(&[("big", i64::MAX)]), Ty::Int).unwrap();
+    let near_max = Ranges::at(&Env::default()).with(Var::Query, Interval::between(i64::MAX - 1, i64::MAX));
+    // q + 1 over [MAX - 1, MAX] is {MAX, MIN}: only the full range holds both.
+    assert_eq!(enclose(int("q + 1").root(), &near_max), Interval::FULL);
+    // q + 2 over the same box wraps as a whole: the shifted range [MIN, MIN + 1].
+    assert_eq!(enclose(int("q + 2").root(), &near_max), Interval::between(i64::MIN, i64::MIN + 1));
+    let at_min = Ranges::at(&Env::default()).with(Var::Query, Interval::point(i64::MIN));
+    assert_eq!(enclose(int("abs(q)").root(), &at_min), Interval::point(i64::MIN));
+    assert_eq!(enclose(int("q / -1").root(), &at_min), Interval::point(i64::MIN));
+    // A divisor range holding 0: `q / k` may be 0, `q % k` may be q itself.
+    let k = Ranges::at(&Env::default()).with(Var::Query, Interval::point(-7)).with(Var::Key, Interval::between(-1, 2));
+    assert_eq!(enclose(int("q / k").root(), &k), Interval::between(-7, 7));
+    assert_eq!(enclose(int("q % k").root(), &k), Interval::between(-7, 1));
+}

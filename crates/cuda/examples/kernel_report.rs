@@ -3,15 +3,15 @@
 //!
 //! ```text
 //! kernel_report ptxas FAMILY ARCH DTYPE HEAD_DIM [docs]   registers and spills per kernel
-//! kernel_report ptx DIR [FILTER]                          PTX of the d = 64 / 128 modules
+//! kernel_report ptx DIR [FILTER]                          PTX of every module of both families
 //! ```
 //!
 //! `ptxas` compiles one module for a real architecture (`mma sm_90 bf16 256`; the wgmma
 //! family needs `sm_90a`) with `--ptxas-options=-v` and prints the attention kernels'
-//! registers and spill bytes. `ptx` writes the PTX of every d = 64 / 128 module of both
-//! families (those whose names contain FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file
-//! per module: two runs, before and after a change, compared with `cmp`, prove that the
-//! change leaves those modules' code as it was.
+//! registers and spill bytes. `ptx` writes the PTX of every module of both families (every
+//! head dim each family runs; those whose names contain FILTER, e.g. `sm_80_Bf16_d64`) into
+//! DIR, one file per module: two runs, before and after a change, compared with `cmp`, prove
+//! that the change leaves those modules' code as it was.
 
 use ringdil_cuda::compile::compile_uncached;
 use ringdil_cuda::{Dtype, Family, Variant};
@@ -26,7 +26,7 @@ fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (family, arch) in [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")] {
         for dtype in [Dtype::Bf16, Dtype::F16] {
-            for head_dim in [64, 128] {
+            for &head_dim in family.head_dims() {
                 for documents in [false, true] {
                     let v = Variant::new(dtype, head_dim).with_documents(documents);
                     let name = format!("{arch}_{}", v.tag());

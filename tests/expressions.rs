@@ -473,8 +473,14 @@ fn branch_values_are_validated_per_head_and_segment() {
         let spec = Spec::new(ExprDilated { branches: vec![b], combine: ExprCombine::Union });
         attention(q.view(), k.view(), v.view(), &spec).map(|_| ())
     };
-    assert_eq!(run("n - 8 * h", "1"), Err(Error::SegmentZero { branch: 0 }), "w = 0 for head 1");
-    assert_eq!(run("4", "1 - 2 * s"), Err(Error::DilationZero { branch: 0 }), "r = -1 in segment 1");
+    let w0 = run("n - 8 * h", "1").unwrap_err();
+    assert_eq!(w0, Error::BranchValue { branch: 0, parameter: "segment", value: 0, head: 1, segment: None });
+    assert_eq!(w0.to_string(), "branch 0: segment evaluates to 0 for head 1; it must be at least 1");
+    let r1 = run("4", "1 - 2 * s").unwrap_err();
+    assert_eq!(r1, Error::BranchValue { branch: 0, parameter: "dilation", value: -1, head: 0, segment: Some(1) });
+    assert_eq!(r1.to_string(), "branch 0: dilation evaluates to -1 for head 0 in segment 1; it must be at least 1");
+    let negative = run("3 - 5 * h", "1").unwrap_err();
+    assert_eq!(negative.to_string(), "branch 0: segment evaluates to -2 for head 1; it must be at least 1");
     assert_eq!(run("4", "2 + 3 * s"), Err(Error::DilationExceedsSegment { branch: 0, dilation: 5, segment: 4 }));
     assert_eq!(run("4", "1 + s"), Ok(()));
     let empty = ExprDilated { branches: vec![], combine: ExprCombine::SoftmaxDenominator };

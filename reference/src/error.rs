@@ -19,6 +19,10 @@ pub enum Error {
     SegmentZero { branch: usize },
     /// A LongNet branch with dilation 0.
     DilationZero { branch: usize },
+    /// An expression branch (`dilated_expr`) whose segment length or dilation rate
+    /// evaluates below 1: the value, and the head (and, for the dilation, the segment
+    /// index) where it does.
+    BranchValue { branch: usize, parameter: &'static str, value: i64, head: usize, segment: Option<usize> },
     /// A LongNet branch whose dilation exceeds its segment length (the branch would keep
     /// one position per segment at best, and none for most offsets).
     DilationExceedsSegment { branch: usize, dilation: usize, segment: usize },
@@ -120,6 +124,13 @@ impl fmt::Display for Error {
             }
             Error::SegmentZero { branch } => write!(f, "branch {branch}: segment_length is 0; it must be at least 1"),
             Error::DilationZero { branch } => write!(f, "branch {branch}: dilation_rate is 0; it must be at least 1"),
+            Error::BranchValue { branch, parameter, value, head, segment } => {
+                write!(f, "branch {branch}: {parameter} evaluates to {value} for head {head}")?;
+                if let Some(s) = segment {
+                    write!(f, " in segment {s}")?;
+                }
+                write!(f, "; it must be at least 1")
+            }
             Error::DilationExceedsSegment { branch, dilation, segment } => write!(
                 f,
                 "branch {branch}: dilation_rate {dilation} exceeds segment_length {segment}; \

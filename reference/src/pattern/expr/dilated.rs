@@ -135,9 +135,9 @@ pub struct ExprDilated {
 
 impl Pattern for ExprDilated {
     /// Evaluates every branch's `w` for every head and its `r` for every segment:
-    /// `O(H n / w)` evaluations. A value below 1 is reported as the zero it stands for
-    /// (`SegmentZero`, `DilationZero`: the error type's fields are unsigned), `r > w`
-    /// as `DilationExceedsSegment` with both values. Offsets need no check.
+    /// `O(H n / w)` evaluations. A value below 1 is `BranchValue` with the value, the
+    /// head and (for `r`) the segment where it occurs; `r > w` is
+    /// `DilationExceedsSegment` with both values. Offsets need no check.
     fn validate(&self, heads: usize, seq_len: usize) -> Result<()> {
         if self.branches.is_empty() {
             return Err(Error::NoBranches);
@@ -146,13 +146,19 @@ impl Pattern for ExprDilated {
             for head in 0..heads {
                 let (mut env, w) = b.head_env(head, heads, seq_len);
                 if w < 1 {
-                    return Err(Error::SegmentZero { branch });
+                    return Err(Error::BranchValue { branch, parameter: "segment", value: w, head, segment: None });
                 }
                 for s in 0..seq_len.div_ceil(w as usize) {
                     env.set(Var::SegmentIndex, s);
                     let r = b.dilation.eval(&env);
                     if r < 1 {
-                        return Err(Error::DilationZero { branch });
+                        return Err(Error::BranchValue {
+                            branch,
+                            parameter: "dilation",
+                            value: r,
+                            head,
+                            segment: Some(s),
+                        });
                     }
                     if r > w {
                         return Err(Error::DilationExceedsSegment {

@@ -91,6 +91,7 @@ impl Gpu {
             return Err(CudaError::NvrtcMissing);
         }
         let ctx = CudaContext::new(ordinal)?;
+        crate::pool::keep_freed_memory(&ctx)?;
         let (major, minor) = ctx.compute_capability()?;
         let stream = ctx.default_stream();
         let family = Family::for_device(major, minor, std::env::var(FAMILY_ENV).ok().as_deref());

@@ -48,6 +48,7 @@ pub mod kernel_source;
 pub mod launch;
 pub mod params;
 pub mod plan;
+pub mod pool;
 pub mod programs;
 pub mod shape;
 pub mod spec;

@@ -4,7 +4,7 @@
 //! auto rule's decisions on them, the run-time auto selection checked against the
 //! measured time of every option, and the largest sequence the ring runs.
 //!
-//! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS]`
+//! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS] [--links-only]`
 //!
 //! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
 //! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]), packed documents
@@ -19,6 +19,7 @@
 //! chunk pair, segment bases per side). Times are
 //! medians of 3 after a warm-up, the slowest rank's, forward only and forward + backward.
 
+mod links;
 mod report;
 mod virtual_timing;
 
@@ -88,8 +89,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Device memory a pass needs: what is in use outside the memory pool (context, NCCL
+/// buffers, modules) plus the pool's peak use by live buffers since the last
+/// [`Gpu::reset_pool_peaks`]. Freed memory the pool keeps for reuse (`ringdil_cuda::pool`)
+/// is not counted.
 fn used_memory(gpu: &Gpu) -> f64 {
-    gpu.context().mem_get_info().map(|(free, total)| (total - free) as f64).unwrap_or(f64::NAN)
+    let Ok((free, total)) = gpu.context().mem_get_info() else { return f64::NAN };
+    match gpu.pool_usage() {
+        Ok(Some(p)) => ((total - free) as u64 - p.reserved + p.used_peak) as f64,
+        Ok(None) => (total - free) as f64,
+        Err(_) => f64::NAN,
+    }
 }
 
 #[derive(serde::Serialize, Clone)]
@@ -153,6 +163,7 @@ fn single(gpu: &Gpu, pat: &str, n: usize) -> Row {
     let mut grads = gpu.alloc_grads(&prep).expect("alloc");
     let mut fwd = Vec::new();
     let mut both = Vec::new();
+    gpu.reset_pool_peaks().expect("pool");
     for i in 0..4 {
         gpu.synchronize().unwrap();
         let t = Instant::now();
@@ -204,6 +215,7 @@ fn distributed(
     let mut timed = |probe: Probe, backward: bool, reps: usize| -> Result<(f64, f64), String> {
         let mut ts = Vec::new();
         let mut peak = 0.0f64;
+        gpu.reset_pool_peaks().map_err(|e| e.to_string())?;
         for i in 0..reps + 1 {
             comm.barrier(gpu).map_err(|e| e.to_string())?;
             let t = Instant::now();
@@ -277,6 +289,19 @@ fn main() {
         }
     };
     let (me, p) = (comm.rank(), comm.world());
+    let links = links::measure(&gpu, &comm).unwrap_or_else(|e| args.fail(1, e));
+    if me == 0 {
+        let g = |x: f64| x / 1e9;
+        println!(
+            "links (GB/s sent per rank): ring hop {:.1}, all-to-all {:.1}, all-gather {:.1}",
+            g(links.ring),
+            g(links.all_to_all),
+            g(links.all_gather)
+        );
+    }
+    if args.switch("--links-only") {
+        return;
+    }
     let max_per_gpu: usize = args.integer("--max-per-gpu").unwrap_or(1024 * 1024);
     let start = Instant::now();
     let k = 1024;
@@ -352,6 +377,7 @@ fn main() {
                 let b = random_bits(len, 7);
                 let data = RankData::upload(&gpu, &plan, me, &b, &b, &b).map_err(|e| e.to_string())?;
                 let mut rank = DistRank::new(&gpu, &comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
+                gpu.reset_pool_peaks().map_err(|e| e.to_string())?;
                 comm.barrier(&gpu).map_err(|e| e.to_string())?;
                 let t0 = Instant::now();
                 let out = rank.forward(Kind::Ring, &data).map_err(|e| e.to_string())?;

@@ -28,7 +28,7 @@ pub fn report(
     writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
     writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up")
         .unwrap();
-    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = device memory in use on the GPU after the pass (`total - free`: includes the CUDA context, NCCL buffers and the allocator's pool; own K/V is the model figure `2 * 2 B (N/P) H d` bytes)\n").unwrap();
+    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = peak device memory of the pass: what is in use outside the memory pool (CUDA context, NCCL buffers, modules) plus the pool's high-water mark of live buffers (freed memory the pool keeps for reuse is not counted); own K/V is the model figure `2 * 2 B (N/P) H d` bytes\n").unwrap();
     writeln!(
         out,
         "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|"

@@ -122,8 +122,8 @@ fn after_a_declared_stall_the_launcher_names_the_suspect_and_lets_the_others_sto
     let id = std::env::temp_dir().join(format!("ringdil-stall-test-{}", std::process::id()));
     let opts = LaunchOptions { nproc: 2, nnodes: 1, node_rank: 0, id_file: Some(id.clone()) };
     let start = std::time::Instant::now();
-    let e = ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), script.into()], &opts)
-        .unwrap_err();
+    let e =
+        ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), script.into()], &opts).unwrap_err();
     match &e {
         DistError::WorkerStalled { rank: 0, verdict, .. } => assert_eq!(verdict.suspect, Some(1)),
         e => panic!("{e}"),

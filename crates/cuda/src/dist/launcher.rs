@@ -128,7 +128,12 @@ pub fn launch(program: &Path, args: &[String], opts: &LaunchOptions) -> DistResu
 
 /// [`launch`], killing every worker still running `deadline` after the start (a
 /// [`DistError::Worker`] naming the lowest such rank).
-pub fn launch_until(program: &Path, args: &[String], opts: &LaunchOptions, deadline: Option<Duration>) -> DistResult<()> {
+pub fn launch_until(
+    program: &Path,
+    args: &[String],
+    opts: &LaunchOptions,
+    deadline: Option<Duration>,
+) -> DistResult<()> {
     opts.validate()?;
     let started = Instant::now();
     let id_file = opts.id_file.clone().unwrap_or_else(|| {
@@ -206,7 +211,9 @@ pub fn launch_until(program: &Path, args: &[String], opts: &LaunchOptions, deadl
     let rank = |local| opts.node_rank * opts.nproc + local;
     match (failure, stall) {
         (None, _) => Ok(()),
-        (Some((local, reason)), Some((verdict, _))) => Err(DistError::WorkerStalled { rank: rank(local), reason, verdict }),
+        (Some((local, reason)), Some((verdict, _))) => {
+            Err(DistError::WorkerStalled { rank: rank(local), reason, verdict })
+        }
         (Some((local, reason)), None) => Err(DistError::Worker { rank: rank(local), reason }),
     }
 }

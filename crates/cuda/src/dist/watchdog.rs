@@ -49,7 +49,7 @@ pub fn parse_timeout(var: &'static str, text: &str) -> DistResult<Option<Duratio
         value: t.to_string(),
         reason: "not a number of seconds (0 turns the watchdog off)",
     })?;
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(DistError::Env { var, value: t.to_string(), reason: "seconds must be between 0 and 1e9" });
     }
     Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs)))

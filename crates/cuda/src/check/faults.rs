@@ -192,9 +192,12 @@ pub fn main(args: &Args, env: Option<RankEnv>, nproc: Option<usize>, threads: Op
         child_args.extend(["--fault-report".to_string(), dir.display().to_string()]);
         let exe = std::env::current_exe().expect("own path");
         let launched = launch_until(&exe, &child_args, &args.launch_options(n), Some(deadline));
-        println!("launcher: {}", launched.map_or_else(|e| e.to_string(), |()| "every rank exited 0".into()));
         let outcomes = read_reports(&dir, world);
         let _ = std::fs::remove_dir_all(&dir);
+        if launched.is_ok() && outcomes.is_empty() {
+            args.skip(); // every rank skipped: no CUDA device
+        }
+        println!("launcher: {}", launched.map_or_else(|e| e.to_string(), |()| "every rank exited 0".into()));
         outcomes
     } else {
         let (tx, rx) = std::sync::mpsc::channel();

@@ -46,9 +46,12 @@ impl Args {
     /// `RINGDIL_NCCL_ID`) and exit 0 (1 when libnccl cannot make one).
     pub fn print_nccl_id(&self) {
         if self.switch("--print-nccl-id") {
-            match UniqueId::new() {
-                Ok(id) => println!("{}", id.to_hex()),
-                Err(e) => self.fail(1, format!("no NCCL id: {e}")),
+            // cudarc panics when libnccl cannot be loaded: that is a message, not a crash.
+            std::panic::set_hook(Box::new(|_| {}));
+            match std::panic::catch_unwind(UniqueId::new) {
+                Ok(Ok(id)) => println!("{}", id.to_hex()),
+                Ok(Err(e)) => self.fail(1, format!("no NCCL id: {e}")),
+                Err(_) => self.fail(1, "no NCCL id: libnccl could not be loaded (LD_LIBRARY_PATH?)"),
             }
             std::process::exit(0);
         }

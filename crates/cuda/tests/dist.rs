@@ -87,3 +87,65 @@ fn devices_by_ordinal_and_threads_of_one_process() {
     let ranks = run_threads(1, |_, c| Ok((c.rank(), c.world()))).unwrap();
     assert_eq!(ranks, if no_cuda { None } else { Some(vec![(0, 1)]) });
 }
+
+#[test]
+fn the_watchdog_timeout_comes_from_the_environment() {
+    let base = [("RINGDIL_RANK", "0"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID_FILE", "/tmp/x")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let pairs: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+        RankEnv::from_lookup(env(&pairs))
+    };
+    let e = with(&[]).unwrap().unwrap();
+    assert_eq!(e.timeout, Some(std::time::Duration::from_secs(300)));
+    assert_eq!(e.progress_dir, None);
+    let e = with(&[("RINGDIL_TIMEOUT_S", "0"), ("RINGDIL_PROGRESS_DIR", "/tmp/x.progress")]).unwrap().unwrap();
+    assert_eq!((e.timeout, e.progress_dir.as_deref()), (None, Some(std::path::Path::new("/tmp/x.progress"))));
+    assert_eq!(
+        with(&[("RINGDIL_TIMEOUT_S", "12.5")]).unwrap().unwrap().timeout,
+        Some(std::time::Duration::from_millis(12500))
+    );
+    let bad = with(&[("RINGDIL_TIMEOUT_S", "soon")]).unwrap_err().to_string();
+    assert!(bad.contains("RINGDIL_TIMEOUT_S") && bad.contains("soon"), "{bad}");
+    let o = LaunchOptions { nproc: 1, nnodes: 2, node_rank: 1, id_file: Some("/shared/id".into()) };
+    let e: HashMap<_, _> = o.env_of(0, std::path::Path::new("/shared/id")).into_iter().collect();
+    assert_eq!(e["RINGDIL_PROGRESS_DIR"], "/shared/id.progress");
+}
+
+/// Rank 0 plays a watchdog that declared rank 1 stalled and exits 3; rank 1 takes a
+/// second to stop by itself: the launcher waits for it and names the suspect.
+#[test]
+fn after_a_declared_stall_the_launcher_names_the_suspect_and_lets_the_others_stop() {
+    let script = r#"if [ "$RINGDIL_RANK" = 0 ]; then
+        mkdir -p "$RINGDIL_PROGRESS_DIR/0123456789abcdef" &&
+        echo "1 0 2 20.5 20" > "$RINGDIL_PROGRESS_DIR/0123456789abcdef/verdict"; exit 3
+    else sleep 1; touch "$RINGDIL_NCCL_ID_FILE.rank1-stopped"; exit 3; fi"#;
+    let id = std::env::temp_dir().join(format!("ringdil-stall-test-{}", std::process::id()));
+    let opts = LaunchOptions { nproc: 2, nnodes: 1, node_rank: 0, id_file: Some(id.clone()) };
+    let start = std::time::Instant::now();
+    let e =
+        ringdil_cuda::dist::launch(std::path::Path::new("/bin/sh"), &["-c".into(), script.into()], &opts).unwrap_err();
+    match &e {
+        DistError::WorkerStalled { rank: 0, verdict, .. } => assert_eq!(verdict.suspect, Some(1)),
+        e => panic!("{e}"),
+    }
+    assert!(e.to_string().contains("the progress board says rank 1 stalled (rank 0 waited 20.5 s"), "{e}");
+    let stopped = std::path::PathBuf::from(format!("{}.rank1-stopped", id.display()));
+    assert!(stopped.exists(), "rank 1 was killed instead of stopping by itself");
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    let _ = std::fs::remove_file(stopped);
+    let _ = std::fs::remove_dir_all(ringdil_cuda::dist::launcher::progress_dir(&id));
+}
+
+#[test]
+fn a_launch_past_its_deadline_is_killed_and_names_a_rank() {
+    let start = std::time::Instant::now();
+    let e = ringdil_cuda::dist::launch_until(
+        std::path::Path::new("/bin/sh"),
+        &["-c".into(), "sleep 30".into()],
+        &LaunchOptions::local(2),
+        Some(std::time::Duration::from_millis(300)),
+    )
+    .unwrap_err();
+    assert!(matches!(&e, DistError::Worker { rank: 0, reason } if reason.contains("still running")), "{e}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -21,7 +21,12 @@
 //! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks, one GPU
 //! ring_check --nproc W [--rings R] [same options]                      # NCCL, one process per GPU
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
+//! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
+//! ring_check (--nproc W | --threads W) --stall RANK:SECONDS --timeout T # stall check
+//! ring_check --print-nccl-id                                           # an id for RINGDIL_NCCL_ID
 //! ```
+//! `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
+//! check is `ringdil_cuda::check::faults`.
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
 
@@ -34,8 +39,8 @@ use ringdil_cuda::check::ring::{
 };
 use ringdil_cuda::dist::ring::upload_pieces;
 use ringdil_cuda::dist::{
-    Communicator, DistError, DistPlan, DistRank, Grid, LaunchOptions, RankData, RankEnv, RankGrads, SCHEDULES, launch,
-    run_threads,
+    Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
+    run_threads_with, timeout_from_env,
 };
 use ringdil_cuda::programs::{Args, CheckLog, Program};
 use ringdil_cuda::shape::Dtype;
@@ -92,9 +97,17 @@ struct DistRun {
 
 fn main() {
     let args = Args::from_env(Program::RingCheck);
+    args.print_nccl_id();
     let seed: u64 = args.integer("--seed").unwrap_or(1);
     let (nproc, threads, rings) = (args.integer("--nproc"), args.integer("--threads"), args.integer("--rings"));
-    let env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
+    let mut env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
+    let timeout = args.timeout();
+    if let (Some(env), Some(t)) = (env.as_mut(), timeout) {
+        env.timeout = t;
+    }
+    if args.value("--stall").is_some() {
+        ringdil_cuda::check::faults::main(&args, env, nproc, threads);
+    }
     // The world: this process's launch environment, else the flag that will start it.
     let world = match (nproc, threads) {
         (Some(_), Some(_)) => args.fail(2, "--nproc and --threads exclude each other"),
@@ -116,12 +129,16 @@ fn main() {
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
             let exe = std::env::current_exe().expect("own path");
-            match launch(&exe, args.rest(), &LaunchOptions::local(n)) {
+            match launch(&exe, args.rest(), &args.launch_options(n)) {
                 Ok(()) => return,
                 Err(e) => args.fail(1, e),
             }
         }
-        (None, _, Some(n)) => match run_threads(n, |gpu, comm| Ok(dist_main(gpu, comm, &run))) {
+        (None, _, Some(n)) => match run_threads_with(
+            n,
+            timeout.unwrap_or_else(|| timeout_from_env().unwrap_or_else(|e| args.fail(2, e))),
+            |gpu, comm| Ok(dist_main(gpu, comm, &run)),
+        ) {
             Ok(Some(oks)) => oks.iter().all(|&ok| ok),
             Ok(None) => args.skip(),
             Err(e) => args.fail(1, e),

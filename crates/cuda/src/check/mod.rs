@@ -121,6 +121,7 @@ macro_rules! quantity {
 
 pub mod cases;
 pub mod extreme;
+pub mod faults;
 pub mod gqa;
 pub mod head_dims;
 pub mod inputs;

@@ -16,8 +16,15 @@
 //! A `Communicator` holds a raw `ncclComm_t` and is neither `Send` nor `Sync`: it lives
 //! and dies on the thread that created it, whose current CUDA context is its GPU's
 //! (bound by [`Communicator::init`] and [`Communicator::split`]).
+//!
+//! A communicator made by [`Communicator::init_watched`] has a watchdog
+//! ([`super::watchdog`]): each collective is marked on entry and by an event once
+//! enqueued, and when one waits past the timeout the watchdog aborts the communicator;
+//! from then on every call returns [`DistError::Stalled`] without touching NCCL (the
+//! aborted communicator is freed). Split communicators share their parent's watchdog.
 
 use super::error::{DistError, DistResult};
+use super::watchdog::{Abortable, Marker, Watch, WatchOptions, Watchdog};
 use crate::gpu::Gpu;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use cudarc::nccl::{result, sys};
@@ -85,12 +92,63 @@ pub struct Communicator {
     rank: usize,
     world: usize,
     stream: Arc<CudaStream>,
+    watched: Option<Watched>,
+}
+
+/// The watch over a communicator: its registration, and (on the communicator that
+/// started it) the watchdog thread.
+struct Watched {
+    watch: Arc<Watch>,
+    id: usize,
+    _dog: Option<Watchdog>,
+}
+
+/// The raw handle, for the watchdog thread: `ncclCommAbort` and `ncclCommGetAsyncError`
+/// are the calls NCCL allows from another thread while the owner may be blocked in it.
+struct RawComm(sys::ncclComm_t);
+
+// SAFETY: only the two calls above are made through it, from the watchdog thread.
+unsafe impl Send for RawComm {}
+
+impl Abortable for RawComm {
+    fn abort(&mut self) {
+        // SAFETY: the communicator is live: its owner forgets it before destroying it.
+        let _ = unsafe { sys::ncclCommAbort(self.0) };
+    }
+
+    fn async_error(&self) -> Option<String> {
+        use sys::ncclResult_t::{ncclInProgress, ncclSuccess};
+        let mut r = ncclSuccess;
+        // SAFETY: as above; `r` is a valid out-pointer.
+        let status = unsafe { sys::ncclCommGetAsyncError(self.0, &mut r) };
+        (status == ncclSuccess && r != ncclSuccess && r != ncclInProgress).then(|| format!("{r:?}"))
+    }
+}
+
+/// The mark of a blocking host call that has returned.
+struct Returned;
+
+impl Marker for Returned {
+    fn complete(&self) -> bool {
+        true
+    }
 }
 
 impl Communicator {
     /// Join the communicator `id` as `rank` of `world` on `gpu` (collective: every rank
     /// must call it).
     pub fn init(gpu: &Gpu, rank: usize, world: usize, id: UniqueId) -> DistResult<Self> {
+        Self::init_watched(gpu, rank, world, id, None)
+    }
+
+    /// [`Communicator::init`], with a watchdog when `watch` is given (see the module docs).
+    pub fn init_watched(
+        gpu: &Gpu,
+        rank: usize,
+        world: usize,
+        id: UniqueId,
+        watch: Option<WatchOptions>,
+    ) -> DistResult<Self> {
         if rank >= world {
             return Err(DistError::BadRank { rank, world });
         }
@@ -100,7 +158,12 @@ impl Communicator {
         let raw = sys::ncclUniqueId { internal: id.0.map(|b| b as std::ffi::c_char) };
         // SAFETY: `comm` is a valid out-pointer; the device is bound to this thread.
         nccl("ncclCommInitRank", unsafe { result::comm_init_rank(&mut comm, world as i32, raw, rank as i32) })?;
-        Ok(Communicator { comm, rank, world, stream })
+        let watched = watch.map(|opts| {
+            let dog = Watch::start(rank, opts);
+            let watch = dog.watch().clone();
+            Watched { id: watch.register(Box::new(RawComm(comm))), watch, _dog: Some(dog) }
+        });
+        Ok(Communicator { comm, rank, world, stream, watched })
     }
 
     /// Split this communicator (collective: every rank of it must call, concurrently):
@@ -115,15 +178,18 @@ impl Communicator {
     pub fn split(&self, gpu: &Gpu, color: usize, key: usize) -> DistResult<Communicator> {
         let int = |what, value: usize| i32::try_from(value).map_err(|_| DistError::BadSplit { what, value });
         let (c, k) = (int("color", color)?, int("key", key)?);
+        let op = self.enter()?;
         gpu.context().bind_to_thread()?;
         let stream = gpu.context().new_stream()?;
         let mut comm = std::ptr::null_mut();
         // SAFETY: `self.comm` is live, `comm` a valid out-pointer, NULL config is allowed;
         // `c >= 0`, so this rank gets a communicator (not NCCL_SPLIT_NOCOLOR).
-        nccl(
-            "ncclCommSplit",
-            unsafe { sys::ncclCommSplit(self.comm, c, k, &mut comm, std::ptr::null_mut()) }.result(),
-        )?;
+        let split = unsafe { sys::ncclCommSplit(self.comm, c, k, &mut comm, std::ptr::null_mut()) }.result();
+        self.check()?;
+        nccl("ncclCommSplit", split)?;
+        if let Some(op) = op {
+            op.enqueued(Box::new(Returned));
+        }
         // SAFETY: `comm` was just created.
         let rank = unsafe { result::comm_user_rank(comm) };
         // SAFETY: as above.
@@ -136,7 +202,24 @@ impl Communicator {
                 return Err(DistError::Nccl { call: "ncclCommUserRank/ncclCommCount", code: format!("{:?}", e.0) });
             }
         };
-        Ok(Communicator { comm, rank, world, stream })
+        let watched = self.watched.as_ref().map(|w| Watched {
+            watch: w.watch.clone(),
+            id: w.watch.register(Box::new(RawComm(comm))),
+            _dog: None,
+        });
+        Ok(Communicator { comm, rank, world, stream, watched })
+    }
+
+    /// `Err` ([`DistError::Stalled`], or NCCL's asynchronous error) once this rank's
+    /// watchdog fired; `Ok` otherwise and without a watchdog. A rank that is busy outside
+    /// NCCL may call it to give up early.
+    pub fn check(&self) -> DistResult<()> {
+        self.watched.as_ref().map_or(Ok(()), |w| w.watch.check())
+    }
+
+    /// Mark a collective as started (`None`: not watched).
+    fn enter(&self) -> DistResult<Option<super::watchdog::Op<'_>>> {
+        self.watched.as_ref().map(|w| w.watch.enter()).transpose()
     }
 
     pub fn rank(&self) -> usize {
@@ -160,6 +243,7 @@ impl Communicator {
         recvs: &mut [(usize, &mut CudaSlice<T>)],
     ) -> DistResult<()> {
         let st = &self.stream;
+        let op = self.enter()?;
         let mut guards = Vec::with_capacity(sends.len() + recvs.len());
         let mut ops: Vec<(bool, u64, usize, usize)> = Vec::with_capacity(sends.len() + recvs.len());
         for (peer, buf) in sends {
@@ -189,8 +273,13 @@ impl Communicator {
                 status = nccl(if send { "ncclSend" } else { "ncclRecv" }, r);
             }
         }
-        nccl("ncclGroupEnd", result::group_end())?;
+        let end = result::group_end();
+        self.check()?;
+        nccl("ncclGroupEnd", end)?;
         drop(guards);
+        if let (Some(op), Ok(())) = (op, &status) {
+            op.enqueued(Box::new(st.record_event(None)?));
+        }
         status
     }
 
@@ -226,6 +315,7 @@ impl Communicator {
     /// The element-wise sum over ranks of `values`, on every rank (blocking).
     fn sum_f32(&self, values: &[f32]) -> DistResult<Vec<f32>> {
         let mut x = self.stream.clone_htod(values)?;
+        let op = self.enter()?;
         {
             let (p, _g) = x.device_ptr_mut(&self.stream);
             // SAFETY: in-place all-reduce of a live buffer of `values.len()` f32.
@@ -241,7 +331,13 @@ impl Communicator {
                 )
             })?;
         }
-        let out = self.stream.clone_dtoh(&x)?;
+        if let Some(op) = op {
+            op.enqueued(Box::new(self.stream.record_event(None)?));
+        }
+        // The host waits here; an abort by the watchdog ends the wait.
+        let out = self.stream.clone_dtoh(&x);
+        self.check()?;
+        let out = out?;
         self.stream.synchronize()?;
         Ok(out)
     }
@@ -249,8 +345,14 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        let _ = self.stream.synchronize();
-        // SAFETY: the communicator is live and no operation is pending on its stream.
-        let _ = unsafe { result::comm_destroy(self.comm) };
+        // A tripped rank's stream may hold an aborted transfer: no waiting for it.
+        if self.check().is_ok() {
+            let _ = self.stream.synchronize();
+        }
+        // The watchdog frees nothing now; if it aborted the communicator, NCCL freed it.
+        if self.watched.as_ref().is_none_or(|w| w.watch.forget(w.id)) {
+            // SAFETY: the communicator is live and no operation is pending on its stream.
+            let _ = unsafe { result::comm_destroy(self.comm) };
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Errors of the distributed runtime. Every variant names the value that failed.
 
+use super::board::Verdict;
 use crate::error::CudaError;
 use ringdil_reference::ring::Kind;
 use std::fmt;
@@ -24,6 +25,12 @@ pub enum DistError {
     BadLaunch { what: &'static str, value: usize, reason: &'static str },
     /// A worker process could not be started or failed.
     Worker { rank: usize, reason: String },
+    /// A worker failed after a watchdog declared a stall: the verdict names the suspect.
+    WorkerStalled { rank: usize, reason: String, verdict: Verdict },
+    /// Rank `rank`'s watchdog fired ([`super::watchdog`]): rank `detector` waited
+    /// `waited_s` (past `timeout_s`) in its `op`-th collective; `suspect` is the rank that
+    /// entered fewest collectives (`None`: no rank is behind). The communicator is aborted.
+    Stalled { rank: usize, suspect: Option<usize>, detector: usize, op: u64, waited_s: f64, timeout_s: f64 },
     /// Tensors of a distributed call that disagree with the plan.
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// The plan has `plan` ranks but the communicator (or virtual set) has `world`.
@@ -59,6 +66,24 @@ impl fmt::Display for DistError {
             DistError::IdFile { path, reason } => write!(f, "NCCL id file {path}: {reason}"),
             DistError::BadLaunch { what, value, reason } => write!(f, "launch: {what} = {value}: {reason}"),
             DistError::Worker { rank, reason } => write!(f, "worker rank {rank}: {reason}"),
+            DistError::WorkerStalled { rank, reason, verdict: v } => {
+                let who = v.suspect.map_or("no rank is behind".to_string(), |s| format!("rank {s} stalled"));
+                write!(
+                    f,
+                    "worker rank {rank}: {reason}; the progress board says {who} (rank {} waited {:.1} s in its collective {}, timeout {} s)",
+                    v.detector, v.waited_s, v.op, v.timeout_s
+                )
+            }
+            DistError::Stalled { rank, suspect, detector, op, waited_s, timeout_s } => {
+                let who = match suspect {
+                    Some(s) => format!("rank {s} is behind (it entered fewer collectives than its peers)"),
+                    None => "no rank is behind on the progress board (every rank entered as many collectives)".into(),
+                };
+                write!(
+                    f,
+                    "rank {rank}: stalled: {who}; rank {detector} waited {waited_s:.1} s in its collective {op}, timeout {timeout_s} s (RINGDIL_TIMEOUT_S); communicator aborted"
+                )
+            }
             DistError::ShapeMismatch { what, expected, got } => {
                 write!(f, "{what}: expected shape {expected:?}, got {got:?}")
             }

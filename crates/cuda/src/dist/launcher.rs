@@ -10,15 +10,26 @@
 //! | `RINGDIL_WORLD` | `nnodes * nproc` |
 //! | `RINGDIL_NCCL_ID_FILE` | where rank 0 writes the NCCL unique id (256 hex digits) |
 //! | `CUDA_VISIBLE_DEVICES` | the local rank's GPU (the `local_rank`-th entry of an inherited list) |
+//! | `RINGDIL_PROGRESS_DIR` | the progress board of the ranks' watchdogs: `<id file>.progress` |
 //!
 //! and waits for all of them. For several hosts, run `launch` on each with the same
 //! `nnodes`, its own `node_rank` and an id file on a shared filesystem; or export
 //! `RINGDIL_NCCL_ID` (the hex id, from [`UniqueId::to_hex`]) on every host instead of the
 //! file. Rank 0 writes the file atomically (temporary file + rename); the others poll
 //! for it until [`ID_WAIT`].
+//!
+//! Faults: each rank's communicator has a watchdog ([`super::watchdog`]; timeout
+//! `RINGDIL_TIMEOUT_S`, default 300 s, 0 = off) posting to a board in a directory per
+//! communicator under `RINGDIL_PROGRESS_DIR` (named by the first digits of the NCCL id,
+//! so no run sees an older run's verdict). When a worker fails after a watchdog declared
+//! a stall, the launcher gives the others [`STALL_GRACE`] to stop on their own (each
+//! prints its error naming the suspect) and returns [`DistError::WorkerStalled`] with
+//! the verdict; a worker that fails otherwise has its peers killed at once, as before.
 
+use super::board::{ProgressBoard, Verdict};
 use super::comm::{Communicator, UniqueId};
 use super::error::{DistError, DistResult};
+use super::watchdog::{self, PROGRESS_DIR_VAR, TIMEOUT_VAR, WatchOptions};
 use crate::gpu::Gpu;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -26,6 +37,25 @@ use std::time::{Duration, Instant};
 
 /// How long ranks other than 0 wait for the id file.
 pub const ID_WAIT: Duration = Duration::from_secs(120);
+/// How long the other workers may take to stop on their own after a stall was declared.
+pub const STALL_GRACE: Duration = Duration::from_secs(30);
+/// How long a rank whose watchdog fired may take to return before its process exits.
+pub const RANK_EXIT_GRACE: Duration = Duration::from_secs(10);
+
+/// The progress board's directory of a launch: next to the id file.
+pub fn progress_dir(id_file: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.progress", id_file.display()))
+}
+
+/// The verdict of the newest communicator's board under `dir`, if one was declared.
+pub fn find_verdict(dir: &Path) -> Option<Verdict> {
+    let newest = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("verdict").exists())
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())?;
+    ProgressBoard::files(&newest.path(), 0).ok()?.verdict()
+}
 
 /// A launch: processes per host, hosts, this host's index, where the id goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +105,7 @@ impl LaunchOptions {
             ("RINGDIL_LOCAL_RANK".into(), local.to_string()),
             ("RINGDIL_WORLD".into(), (self.nnodes * self.nproc).to_string()),
             ("RINGDIL_NCCL_ID_FILE".into(), id_file.display().to_string()),
+            (PROGRESS_DIR_VAR.into(), progress_dir(id_file).display().to_string()),
         ]
     }
 }
@@ -89,15 +120,31 @@ pub fn device_for(local: usize, inherited: Option<&str>) -> String {
 }
 
 /// Run `program args...` as `opts.nproc` ranks on this host and wait for all; the first
-/// failing rank is reported (the others are killed).
+/// failing rank is reported (the others are killed; after a declared stall, once they
+/// had [`STALL_GRACE`] to stop themselves).
 pub fn launch(program: &Path, args: &[String], opts: &LaunchOptions) -> DistResult<()> {
+    launch_until(program, args, opts, None)
+}
+
+/// [`launch`], killing every worker still running `deadline` after the start (a
+/// [`DistError::Worker`] naming the lowest such rank).
+pub fn launch_until(
+    program: &Path,
+    args: &[String],
+    opts: &LaunchOptions,
+    deadline: Option<Duration>,
+) -> DistResult<()> {
     opts.validate()?;
+    let started = Instant::now();
     let id_file = opts.id_file.clone().unwrap_or_else(|| {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         std::env::temp_dir().join(format!("ringdil-nccl-id-{}-{nanos}", std::process::id()))
     });
+    let board_dir = progress_dir(&id_file);
     if opts.node_rank == 0 {
+        // Before any rank runs: ranks post only after every rank joined the communicator.
         let _ = std::fs::remove_file(&id_file);
+        let _ = std::fs::remove_dir_all(&board_dir);
     }
     let inherited = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let mut children: Vec<(usize, Child)> = Vec::new();
@@ -118,6 +165,7 @@ pub fn launch(program: &Path, args: &[String], opts: &LaunchOptions) -> DistResu
         }
     }
     let mut failure = None;
+    let mut stall: Option<(Verdict, Instant)> = None;
     while !children.is_empty() {
         let mut i = 0;
         while i < children.len() {
@@ -135,18 +183,38 @@ pub fn launch(program: &Path, args: &[String], opts: &LaunchOptions) -> DistResu
                 }
             }
         }
-        if failure.is_some() {
-            kill_all(&mut children);
-            break;
+        if failure.is_some() && stall.is_none() {
+            stall = find_verdict(&board_dir).map(|v| (v, Instant::now()));
+        }
+        match (&failure, &stall) {
+            (Some(_), Some((_, at))) if at.elapsed() < STALL_GRACE => {}
+            (Some(_), _) => {
+                kill_all(&mut children);
+                break;
+            }
+            (None, _) => {
+                if let Some(d) = deadline.filter(|d| started.elapsed() > *d)
+                    && let Some(&(local, _)) = children.iter().min_by_key(|(l, _)| *l)
+                {
+                    failure = Some((local, format!("still running {d:?} after the start: killed")));
+                    kill_all(&mut children);
+                    break;
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     if opts.node_rank == 0 && opts.id_file.is_none() {
         let _ = std::fs::remove_file(&id_file);
+        let _ = std::fs::remove_dir_all(&board_dir);
     }
-    match failure {
-        None => Ok(()),
-        Some((local, reason)) => Err(DistError::Worker { rank: opts.node_rank * opts.nproc + local, reason }),
+    let rank = |local| opts.node_rank * opts.nproc + local;
+    match (failure, stall) {
+        (None, _) => Ok(()),
+        (Some((local, reason)), Some((verdict, _))) => {
+            Err(DistError::WorkerStalled { rank: rank(local), reason, verdict })
+        }
+        (Some((local, reason)), None) => Err(DistError::Worker { rank: rank(local), reason }),
     }
 }
 
@@ -166,6 +234,10 @@ pub struct RankEnv {
     pub world: usize,
     pub id_file: Option<PathBuf>,
     pub id_hex: Option<String>,
+    /// The watchdog's timeout (`RINGDIL_TIMEOUT_S`; `None`: off).
+    pub timeout: Option<Duration>,
+    /// Where the progress boards go (`RINGDIL_PROGRESS_DIR`; `None`: no suspect named).
+    pub progress_dir: Option<PathBuf>,
 }
 
 impl RankEnv {
@@ -202,7 +274,12 @@ impl RankEnv {
                 reason: "unset, and RINGDIL_NCCL_ID is unset too",
             });
         }
-        Ok(Some(RankEnv { rank, local_rank, world, id_file, id_hex }))
+        let timeout = match get(TIMEOUT_VAR) {
+            Some(text) => watchdog::parse_timeout(TIMEOUT_VAR, &text)?,
+            None => Some(watchdog::DEFAULT_TIMEOUT),
+        };
+        let progress_dir = get(PROGRESS_DIR_VAR).map(PathBuf::from);
+        Ok(Some(RankEnv { rank, local_rank, world, id_file, id_hex, timeout, progress_dir }))
     }
 
     /// The shared NCCL id: from `RINGDIL_NCCL_ID`, or rank 0 creates it and writes the
@@ -237,11 +314,25 @@ impl RankEnv {
         }
     }
 
-    /// Open this rank's GPU and join the communicator (`None`: no CUDA device).
+    /// Open this rank's GPU and join the communicator (`None`: no CUDA device), watched
+    /// as [`RankEnv::watch_options`] says.
     pub fn connect(&self) -> DistResult<Option<(Gpu, Communicator)>> {
         let Some(gpu) = Gpu::probe()? else { return Ok(None) };
         let id = self.unique_id()?;
-        let comm = Communicator::init(&gpu, self.rank, self.world, id)?;
+        let comm = Communicator::init_watched(&gpu, self.rank, self.world, id, self.watch_options(&id))?;
         Ok(Some((gpu, comm)))
+    }
+
+    /// The watchdog of communicator `id` (`None` when the timeout is off): its board in
+    /// `<progress dir>/<first 16 hex digits of the id>`, and the process exits
+    /// [`RANK_EXIT_GRACE`] after the watchdog fired if the rank has not returned.
+    pub fn watch_options(&self, id: &UniqueId) -> Option<WatchOptions> {
+        let board = self.progress_dir.as_ref().and_then(|d| {
+            let dir = d.join(&id.to_hex()[..16]);
+            ProgressBoard::files(&dir, self.world)
+                .map_err(|e| eprintln!("rank {}: no progress board in {}: {e}", self.rank, dir.display()))
+                .ok()
+        });
+        Some(WatchOptions { timeout: self.timeout?, board, exit_after: Some(RANK_EXIT_GRACE) })
     }
 }

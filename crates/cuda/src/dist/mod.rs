@@ -14,6 +14,9 @@
 //!   host or several.
 //! * [`threads`]: the same ranks as threads of one process, one GPU each
 //!   ([`run_threads`]).
+//! * [`watchdog`]: stall detection, a thread per rank that aborts a communicator whose
+//!   collective waits past a timeout (`RINGDIL_TIMEOUT_S`), naming the rank that is
+//!   behind on the [`board`] (the ranks' progress, in memory or in files).
 //! * [`grid`]: the 2-D layout, several rings side by side, data-parallel across them
 //!   (rings on sub-communicators from [`Communicator::split`]).
 //! * [`balance`]: the work-balanced contiguous split for packed documents.
@@ -23,6 +26,7 @@
 
 pub mod auto;
 pub mod balance;
+pub mod board;
 pub mod comm;
 pub mod error;
 mod exec;
@@ -32,13 +36,16 @@ pub mod layout;
 pub mod ring;
 pub mod threads;
 pub mod virtual_ranks;
+pub mod watchdog;
 
 pub use balance::balanced_layout;
+pub use board::{ProgressBoard, Verdict};
 pub use comm::{Communicator, UniqueId};
 pub use error::{DistError, DistResult};
 pub use grid::Grid;
-pub use launcher::{LaunchOptions, RankEnv, launch};
+pub use launcher::{LaunchOptions, RankEnv, launch, launch_until};
 pub use layout::{DistPlan, Piece};
 pub use ring::{DistRank, Probe, RankData, RankGrads, SCHEDULES};
-pub use threads::run_threads;
+pub use threads::{run_threads, run_threads_with};
 pub use virtual_ranks::VirtualRanks;
+pub use watchdog::{WatchOptions, timeout_from_env};

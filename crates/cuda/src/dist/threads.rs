@@ -25,9 +25,16 @@
 //!   running [`PEER_GRACE`] after the first failure, it prints the failure to stderr and
 //!   **exits the process with status 1**, as the launcher kills the other workers when
 //!   one fails. A run without failures is never timed out.
+//! * A rank that stalls (its peers wait in a collective) is caught by the watchdogs
+//!   ([`super::watchdog`], timeout `RINGDIL_TIMEOUT_S` or [`run_threads_with`]'s): they
+//!   share a progress board in memory, abort every rank's communicator and make its NCCL
+//!   calls return [`DistError::Stalled`] naming the rank that is behind. A rank stuck
+//!   outside NCCL cannot be interrupted; it is left to the supervisor above.
 
+use super::board::ProgressBoard;
 use super::comm::{Communicator, UniqueId};
 use super::error::{DistError, DistResult};
+use super::watchdog::{WatchOptions, timeout_from_env};
 use crate::gpu::Gpu;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -39,20 +46,32 @@ pub const PEER_GRACE: Duration = Duration::from_secs(60);
 /// Run `f` on `world` ranks, rank `r` on device `r` of this process, each with its
 /// communicator; results in rank order. `Ok(None)` when this machine has no CUDA device
 /// (the caller reports a skip). See the module docs for what a failing rank does.
+/// The watchdogs' timeout is `RINGDIL_TIMEOUT_S`'s (default 300 s, 0 = off).
 pub fn run_threads<T: Send>(
     world: usize,
+    f: impl Fn(&Gpu, &Communicator) -> DistResult<T> + Sync,
+) -> DistResult<Option<Vec<T>>> {
+    run_threads_with(world, timeout_from_env()?, f)
+}
+
+/// [`run_threads`] with the watchdogs' `timeout` given (`None`: no watchdog).
+pub fn run_threads_with<T: Send>(
+    world: usize,
+    timeout: Option<Duration>,
     f: impl Fn(&Gpu, &Communicator) -> DistResult<T> + Sync,
 ) -> DistResult<Option<Vec<T>>> {
     if world == 0 {
         return Err(DistError::BadLaunch { what: "threads", value: 0, reason: "at least one thread" });
     }
-    let (start, board, f) = (&Start::new(world), &Board::new(world), &f);
+    let progress = ProgressBoard::memory(world);
+    let watch = timeout.map(|timeout| WatchOptions { timeout, board: Some(progress), exit_after: None });
+    let (start, board, f, watch) = (&Start::new(world), &Board::new(world), &f, &watch);
     let outcomes = std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 s.spawn(move || {
                     let _finished = Finished(board);
-                    rank_main(rank, world, start, board, f)
+                    rank_main(rank, world, start, board, watch.clone(), f)
                 })
             })
             .collect();
@@ -82,6 +101,7 @@ fn rank_main<T>(
     world: usize,
     start: &Start,
     board: &Board,
+    watch: Option<WatchOptions>,
     f: &(impl Fn(&Gpu, &Communicator) -> DistResult<T> + Sync),
 ) -> Outcome<T> {
     let opened = catch_unwind(|| -> DistResult<Option<(Gpu, Option<UniqueId>)>> {
@@ -109,7 +129,7 @@ fn rank_main<T>(
         Go::NoDevice => return Outcome::NoDevice,
         Go::Stop => return Outcome::Stopped,
     };
-    let comm = match Communicator::init(&gpu, rank, world, id) {
+    let comm = match Communicator::init_watched(&gpu, rank, world, id, watch) {
         Ok(c) => c,
         Err(e) => {
             board.fail(rank, e.to_string());

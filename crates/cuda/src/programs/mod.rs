@@ -5,6 +5,8 @@
 //! * [`Args`]: their command lines (`--flag value` options and bare switches), the
 //!   command recorded in their reports, and how they stop: on a bad flag, on an error,
 //!   or on a machine without a GPU (skipped, never passed);
+//! * the launch flags of the distributed programs (`--nproc`, `--nnodes`, `--node-rank`,
+//!   `--id-file`, `--timeout`, `--print-nccl-id`: `launch.rs`);
 //! * [`CheckLog`]: the Markdown log of a check run, one row per case with its errors,
 //!   the pass / fail counts and the worst error per quantity.
 //!
@@ -12,6 +14,7 @@
 //! [`crate::check::ring`] (distributed attention).
 
 mod args;
+mod launch;
 mod log;
 
 pub use args::{Args, Program};

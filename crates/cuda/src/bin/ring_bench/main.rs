@@ -5,6 +5,7 @@
 //! measured time of every option, and the largest sequence the ring runs.
 //!
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS] [--links-only]`
+//! (several hosts: `--nnodes H --node-rank I --id-file PATH`; `--timeout T`; `--print-nccl-id`)
 //!
 //! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
 //! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]), packed documents
@@ -25,9 +26,7 @@ mod virtual_timing;
 
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
-use ringdil_cuda::dist::{
-    Communicator, DistPlan, DistRank, LaunchOptions, Probe, RankData, RankEnv, SCHEDULES, launch,
-};
+use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, Probe, RankData, RankEnv, SCHEDULES, launch};
 use ringdil_cuda::programs::{Args, Program};
 use ringdil_cuda::shape::{Chunk, Dtype, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
@@ -271,11 +270,15 @@ fn main() {
         virtual_timing::run(&args, p);
         return;
     }
-    let env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
+    args.print_nccl_id();
+    let mut env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
+    if let (Some(env), Some(t)) = (env.as_mut(), args.timeout()) {
+        env.timeout = t;
+    }
     let Some(env) = env else {
         let n: usize = args.integer("--nproc").unwrap_or(1);
         let exe = std::env::current_exe().expect("own path");
-        if let Err(e) = launch(&exe, args.rest(), &LaunchOptions::local(n)) {
+        if let Err(e) = launch(&exe, args.rest(), &args.launch_options(n)) {
             args.fail(1, e);
         }
         return;

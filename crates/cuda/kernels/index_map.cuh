@@ -3,10 +3,12 @@
 // c + cbase, i.e. kept position t of segment s (row_of). The padding limit and the ends
 // of compact tiles are here too; docs/gpu.md ("Dilated attention") has the math.
 
-// The head's offset o(h) of a dilated branch (Params::dil_rule).
+// The head's offset o(h) of a dilated branch (Params::dil_rule), from the head's index in
+// the whole pattern (a launch over a slice of heads starts at head_base).
 __device__ __forceinline__ int dil_offset(const Params& p, int h) {
-    if (p.dil_rule == OFFSET_HEAD_MOD) return h % p.dil_rate;
-    if (p.dil_rule == OFFSET_HEAD_BLOCK) return h / ((p.heads + p.dil_rate - 1) / p.dil_rate);
+    const int g = p.head_base + h;
+    if (p.dil_rule == OFFSET_HEAD_MOD) return g % p.dil_rate;
+    if (p.dil_rule == OFFSET_HEAD_BLOCK) return g / ((p.pattern_heads + p.dil_rate - 1) / p.dil_rate);
     return p.dil_fixed;
 }
 

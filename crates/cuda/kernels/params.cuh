@@ -26,6 +26,7 @@ struct Params {
     int q_rows, k_rows;        // physical rows of the q / k tensors
     int q_offset, k_offset;    // global position of physical row 0 (see Axis)
     int seq_len;               // global sequence length the pattern is defined on
+    int head_base, pattern_heads;  // query head h is head head_base + h of pattern_heads (a head slice)
     int causal;
     int pattern;               // PATTERN_DENSE, _WINDOW, _BLOCK_SPARSE, _DILATED (one branch)
     int win_left, win_right;

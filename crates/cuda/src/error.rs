@@ -20,6 +20,8 @@ pub enum CudaError {
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// A chunk (ring step) that does not fit in the global sequence.
     ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, stride: usize, seq_len: usize },
+    /// A head slice `first..first + heads` that is not inside the pattern's `all_heads`.
+    HeadSliceOutOfRange { first: usize, heads: usize, all_heads: usize },
     /// Batch rows `start..end` that are empty or not inside a batch of `batch` rows.
     BatchRows { start: usize, end: usize, batch: usize },
     /// A size that does not fit the kernels' 32-bit indexing or the launch grid.
@@ -58,6 +60,11 @@ impl fmt::Display for CudaError {
             CudaError::ChunkOutOfRange { side, offset, rows, stride, seq_len } => write!(
                 f,
                 "{side} chunk: {rows} rows at positions {offset} + i * {stride} pass the global sequence length {seq_len}"
+            ),
+            CudaError::HeadSliceOutOfRange { first, heads, all_heads } => write!(
+                f,
+                "head slice {first}..{} is not inside the pattern's {all_heads} heads",
+                first + heads
             ),
             CudaError::BatchRows { start, end, batch } => {
                 write!(f, "batch rows {start}..{end} are empty or not inside the batch of {batch} rows")

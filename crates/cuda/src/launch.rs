@@ -164,12 +164,16 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) ->
         }
     }
     fits_i32("seq_len", chunk.seq_len)?;
-    for (what, value) in [("heads", shape.heads), ("batch", shape.batch)] {
+    let all_heads = chunk.pattern_heads(shape.heads);
+    if chunk.first_head + shape.heads > all_heads {
+        return Err(CudaError::HeadSliceOutOfRange { first: chunk.first_head, heads: shape.heads, all_heads });
+    }
+    for (what, value) in [("heads", all_heads), ("batch", shape.batch)] {
         if value > 65_535 {
             return Err(CudaError::TooLarge { what, value, max: 65_535 });
         }
     }
-    spec.validate(shape.batch, shape.heads, chunk.seq_len)
+    spec.validate(shape.batch, all_heads, chunk.seq_len)
 }
 
 /// `kv_heads` K/V heads for `heads` query heads: at least one, and dividing `heads`
@@ -205,6 +209,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         q_offset: chunk.q_offset as i32,
         k_offset: chunk.k_offset as i32,
         seq_len: chunk.seq_len as i32,
+        head_base: chunk.first_head as i32,
+        pattern_heads: chunk.pattern_heads(shape.heads) as i32,
         causal: spec.causal as i32,
         scale: scale as f32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
@@ -506,5 +512,21 @@ mod tests {
         let bs = BlockSparse { block_mask: Some(m), local_radius: None, ..BlockSparse::local(8, 0) };
         assert_eq!(block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs))), Some(vec![1, 0, 0, 1]));
         assert_eq!(block_mask_bytes(&dense()), None);
+    }
+
+    /// A launch over a slice of heads carries the slice's first head and the pattern's
+    /// head count (the kernels' dilated offsets use them); a slice outside the pattern's
+    /// heads is a typed error naming it.
+    #[test]
+    fn head_slices_carry_their_global_heads() {
+        let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(256, 4)])));
+        let shape = Shape::square(1, 1024, 3, 64);
+        let whole = launches(&shape, &spec, &Chunk::new(0, 0, 1024)).unwrap();
+        assert_eq!((whole[0].params.head_base, whole[0].params.pattern_heads), (0, 3));
+        let slice = launches(&shape, &spec, &Chunk::new(0, 0, 1024).heads_of(5, 8)).unwrap();
+        assert_eq!((slice[0].params.head_base, slice[0].params.pattern_heads), (5, 8));
+        let e = launches(&shape, &spec, &Chunk::new(0, 0, 1024).heads_of(6, 8)).unwrap_err();
+        assert!(matches!(e, CudaError::HeadSliceOutOfRange { first: 6, heads: 3, all_heads: 8 }), "{e}");
+        assert_eq!(e.to_string(), "head slice 6..9 is not inside the pattern's 8 heads");
     }
 }

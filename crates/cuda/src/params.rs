@@ -67,6 +67,10 @@ params! {
     k_offset: i32,
     /// Global sequence length the pattern is defined on.
     seq_len: i32,
+    /// Query head `h` is head `head_base + h` of the `pattern_heads` the pattern is
+    /// defined on (a head slice: Ulysses; 0 and `heads` otherwise).
+    head_base: i32,
+    pattern_heads: i32,
     causal: i32,
     /// A [`PatternCode`].
     pattern: i32,

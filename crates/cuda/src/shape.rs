@@ -72,6 +72,11 @@ impl Shape {
 /// `q_offset + i * q_stride`, key row `j` is `k_offset + j * k_stride`; patterns are
 /// defined on `0..seq_len`. One ring step is one chunk pair; stride 1 is a contiguous
 /// piece, stride `P` a rank's rows of a striped layout.
+///
+/// Heads are placed the same way: query head `h` of the tensors is head `first_head + h`
+/// of the `all_heads` heads the pattern is defined on (`None`: the tensors hold every
+/// head). A rank of head-parallel attention (Ulysses) holds a slice of the heads, and a
+/// dilated branch's offset is a function of the *global* head index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
     pub q_offset: usize,
@@ -79,12 +84,24 @@ pub struct Chunk {
     pub seq_len: usize,
     pub q_stride: usize,
     pub k_stride: usize,
+    pub first_head: usize,
+    pub all_heads: Option<usize>,
 }
 
 impl Chunk {
     /// Contiguous query and key rows from the given offsets.
     pub fn new(q_offset: usize, k_offset: usize, seq_len: usize) -> Self {
-        Chunk { q_offset, k_offset, seq_len, q_stride: 1, k_stride: 1 }
+        Chunk { q_offset, k_offset, seq_len, q_stride: 1, k_stride: 1, first_head: 0, all_heads: None }
+    }
+
+    /// This chunk for the query heads `first..first + m` of `all` (the tensors' `m` heads).
+    pub fn heads_of(self, first: usize, all: usize) -> Self {
+        Chunk { first_head: first, all_heads: Some(all), ..self }
+    }
+
+    /// The number of heads the pattern is defined on, for tensors of `heads` heads.
+    pub fn pattern_heads(&self, heads: usize) -> usize {
+        self.all_heads.unwrap_or(heads)
     }
 
     /// The whole sequence (self-attention).

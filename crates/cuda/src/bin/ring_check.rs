@@ -37,6 +37,7 @@ use ringdil_cuda::check::ring::{
     Cache, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
     run_virtual,
 };
+use ringdil_cuda::dist::head_split::HeadSplit;
 use ringdil_cuda::dist::ring::upload_pieces;
 use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
@@ -281,17 +282,21 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                     .iter()
                     .map(|part| {
                         let plan = &part.plan;
-                        if schedule == Kind::PatternRing {
-                            (0..p)
+                        match schedule {
+                            Kind::PatternRing => (0..p)
                                 .flat_map(|d| (0..p).filter(move |&s| s != d).map(move |s| (d, s)))
                                 .map(|(d, s)| plan.pattern_volume(d, s))
-                                .sum::<usize>()
-                        } else {
-                            (0..p).map(|r| plan.ring_volume(r)).sum()
+                                .sum::<usize>(),
+                            Kind::Ulysses => {
+                                let split = HeadSplit::of(plan);
+                                (0..p).map(|r| split.forward_volume(plan, r)).sum()
+                            }
+                            _ => (0..p).map(|r| plan.ring_volume(r)).sum(),
                         }
                     })
                     .sum();
-                let mut extra = format!(" | K/V elements moved (fwd, all ranks) {moved}");
+                let what = if schedule == Kind::Ulysses { "Q/K/V/out/LSE" } else { "K/V" };
+                let mut extra = format!(" | {what} elements moved (fwd, all ranks) {moved}");
                 if schedule == Kind::Ring {
                     let diff = virt.as_ref().map_or(f64::NAN, |vres| max_diff(&res, vres));
                     write!(extra, " | max abs diff ring vs virtual ranks {diff:.1e}").unwrap();

@@ -2,7 +2,6 @@
 
 use super::board::Verdict;
 use crate::error::CudaError;
-use ringdil_reference::ring::Kind;
 use std::fmt;
 
 #[derive(Debug)]
@@ -47,8 +46,6 @@ pub enum DistError {
     EmptyRing { batch: usize, rings: usize },
     /// A color or key of `ncclCommSplit` that does not fit NCCL's non-negative `int`.
     BadSplit { what: &'static str, value: usize },
-    /// A schedule the GPU runtime does not run (see [`SCHEDULES`](super::SCHEDULES)).
-    UnsupportedSchedule(Kind),
 }
 
 impl fmt::Display for DistError {
@@ -102,10 +99,6 @@ impl fmt::Display for DistError {
             ),
             DistError::BadSplit { what, value } => {
                 write!(f, "communicator split: {what} = {value} does not fit a non-negative C int")
-            }
-            DistError::UnsupportedSchedule(kind) => {
-                let runs: Vec<&str> = super::SCHEDULES.iter().map(|k| k.name()).collect();
-                write!(f, "the GPU runtime has no {kind} schedule (it runs {})", runs.join(", "))
             }
         }
     }

@@ -47,6 +47,7 @@ extern "C" __global__ void ringdil_fill_f32(float* __restrict__ dst, float value
 RINGDIL_ROWS(ringdil_gather_u16, unsigned short, packed[i] = piece[at])
 RINGDIL_ROWS(ringdil_scatter_u16, unsigned short, piece[at] = packed[i])
 RINGDIL_ROWS(ringdil_gather_f32, float, packed[i] = piece[at])
+RINGDIL_ROWS(ringdil_scatter_f32, float, piece[at] = packed[i])
 RINGDIL_ROWS(ringdil_scatter_add_f32, float, piece[at] += packed[i])
 "#;
 
@@ -59,6 +60,7 @@ pub(crate) struct Helpers {
     gather_u16: CudaFunction,
     scatter_u16: CudaFunction,
     gather_f32: CudaFunction,
+    scatter_f32: CudaFunction,
     scatter_add_f32: CudaFunction,
 }
 
@@ -89,6 +91,7 @@ impl Helpers {
             gather_u16: module.load_function("ringdil_gather_u16")?,
             scatter_u16: module.load_function("ringdil_scatter_u16")?,
             gather_f32: module.load_function("ringdil_gather_f32")?,
+            scatter_f32: module.load_function("ringdil_scatter_f32")?,
             scatter_add_f32: module.load_function("ringdil_scatter_add_f32")?,
         })
     }
@@ -135,6 +138,19 @@ impl Helpers {
         Ok(piece)
     }
 
+    /// `dst[row idx[e]] = packed[e]`: rows into a tensor that other scatters complete
+    /// (head-parallel attention assembles run and piece tensors this way).
+    pub(crate) fn scatter_to<T: Packable>(
+        &self,
+        gpu: &Gpu,
+        packed: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+    ) -> DistResult<()> {
+        self.scatter(gpu, T::scatter(self), packed, dst, idx, d)
+    }
+
     /// `piece[row idx[e]] += packed[e]` (dK/dV contributions coming home).
     pub(crate) fn scatter_add(
         &self,
@@ -175,20 +191,28 @@ impl Helpers {
     }
 }
 
-/// The element types whose head rows are gathered (bf16/f16 bits for K/V, f32 for dK/dV).
+/// The element types whose head rows are gathered and scattered (bf16/f16 bits for
+/// Q/K/V, f32 for outputs, LSE and gradients).
 pub(crate) trait Packable: cudarc::driver::DeviceRepr {
     fn gather(h: &Helpers) -> &CudaFunction;
+    fn scatter(h: &Helpers) -> &CudaFunction;
 }
 
 impl Packable for u16 {
     fn gather(h: &Helpers) -> &CudaFunction {
         &h.gather_u16
     }
+    fn scatter(h: &Helpers) -> &CudaFunction {
+        &h.scatter_u16
+    }
 }
 
 impl Packable for f32 {
     fn gather(h: &Helpers) -> &CudaFunction {
         &h.gather_f32
+    }
+    fn scatter(h: &Helpers) -> &CudaFunction {
+        &h.scatter_f32
     }
 }
 

@@ -31,6 +31,7 @@ pub mod comm;
 pub mod error;
 mod exec;
 pub mod grid;
+pub mod head_split;
 pub mod launcher;
 pub mod layout;
 pub mod ring;

@@ -253,7 +253,7 @@ fn distributed(
         Kind::Ring => plan.ring_volume(me),
         Kind::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum(),
         Kind::AllGather => 2 * (p - 1) * plan.kv_piece_lens(me).iter().sum::<usize>(),
-        Kind::Ulysses => unreachable!("the rank refused it in the passes above"),
+        Kind::Ulysses => ringdil_cuda::dist::head_split::HeadSplit::of(&plan).forward_volume(&plan, me),
     };
     Ok(Measured {
         row: Row::new(pat, schedule.name(), &format!("{layout:?}").to_lowercase(), p, n, (full, both), mem, kv),

@@ -5,7 +5,7 @@
 
 use super::data::{RankData, RankGrads};
 use super::transfers::{Block, GradPieces};
-use super::{DistRank, supported};
+use super::DistRank;
 use crate::dist::error::{DistError, DistResult};
 use crate::dist::exec::{all_of, all_of_mut, zeros};
 use crate::tensors::{DevicePartial, DeviceTensor};
@@ -22,7 +22,6 @@ impl DistRank<'_> {
         out: &[DevicePartial],
         dout: &[DeviceTensor],
     ) -> DistResult<RankGrads> {
-        supported(schedule)?;
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         if out.len() != data.q.len() || dout.len() != data.q.len() {
             return Err(DistError::ShapeMismatch {
@@ -30,6 +29,9 @@ impl DistRank<'_> {
                 expected: vec![data.q.len()],
                 got: vec![out.len(), dout.len()],
             });
+        }
+        if schedule == Kind::Ulysses {
+            return self.ulysses_backward(data, out, dout);
         }
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
@@ -190,7 +192,7 @@ impl DistRank<'_> {
                 }
                 Ok(RankGrads { dq, dk, dv })
             }
-            Kind::Ulysses => unreachable!("`supported` rejects it"),
+            Kind::Ulysses => unreachable!("returned above"),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::data::RankData;
 use super::transfers::Block;
-use super::{DistRank, Probe, supported};
+use super::{DistRank, Probe};
 use crate::dist::error::DistResult;
 use crate::dist::exec::{all_of, finish};
 use crate::tensors::{DevicePartial, DeviceTensor};
@@ -19,7 +19,9 @@ impl DistRank<'_> {
 
     /// [`DistRank::forward`], or only its kernels or only its transfers (benchmarks).
     pub fn forward_probe(&mut self, schedule: Kind, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
-        supported(schedule)?;
+        if schedule == Kind::Ulysses {
+            return self.ulysses_forward(data, probe);
+        }
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         let mut acc: Vec<Option<DevicePartial>> = (0..data.q.len()).map(|_| None).collect();
         if probe == Probe::ComputeOnly {
@@ -95,7 +97,7 @@ impl DistRank<'_> {
                     }
                 }
             }
-            Kind::Ulysses => unreachable!("`supported` rejects it"),
+            Kind::Ulysses => unreachable!("returned above"),
         }
         finish(gpu, &self.helpers, plan, me, acc)
     }

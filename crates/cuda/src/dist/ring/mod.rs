@@ -35,9 +35,13 @@
 //! same computes run in the same order; backward gathers again and returns each block's
 //! dK/dV contributions to its owner in one group. Memory `O(N)` per rank: the baseline.
 //!
+//! # Head-parallel attention ([`Kind::Ulysses`])
+//! All-to-all over heads instead of a ring over tokens: `ulysses.rs`.
+//!
 //! # Files
 //! * `forward.rs`, `backward.rs`: the steps of each schedule, which block a step
 //!   computes on and when its transfer is enqueued;
+//! * `ulysses.rs`: the head-parallel schedule;
 //! * `transfers.rs`: the NCCL groups that move blocks and gradients, and the packing of
 //!   kept head rows;
 //! * `data.rs`: a rank's input and gradient pieces.
@@ -46,6 +50,7 @@ mod backward;
 mod data;
 mod forward;
 mod transfers;
+mod ulysses;
 
 pub use data::{RankData, RankGrads, upload_pieces};
 
@@ -59,17 +64,8 @@ use cudarc::driver::CudaSlice;
 use ringdil_reference::ring::Kind;
 use std::collections::HashMap;
 
-/// The schedules the GPU runtime runs, in the reference's order ([`Kind::ALL`] without
-/// Ulysses, which splits heads rather than tokens and has no GPU implementation).
-pub const SCHEDULES: [Kind; 3] = [Kind::Ring, Kind::PatternRing, Kind::AllGather];
-
-/// `Ok` for a schedule of [`SCHEDULES`], a typed error for the others.
-fn supported(schedule: Kind) -> DistResult<()> {
-    match SCHEDULES.contains(&schedule) {
-        true => Ok(()),
-        false => Err(DistError::UnsupportedSchedule(schedule)),
-    }
-}
+/// The schedules the GPU runtime runs: every schedule of the reference, in its order.
+pub const SCHEDULES: [Kind; 4] = Kind::ALL;
 
 /// What [`DistRank::forward_probe`] runs: everything, or one half, to measure overlap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +88,9 @@ pub struct DistRank<'a> {
     /// [`DistPlan::kept_rows`] on the device, for the pieces this rank sends or receives:
     /// key `(dst, src, kj)`.
     kept: HashMap<(usize, usize, usize), CudaSlice<u32>>,
+    dtype: Dtype,
+    /// The head-parallel calls and index lists, built on the first Ulysses call.
+    ulysses: Option<ulysses::Ulysses>,
 }
 
 impl<'a> DistRank<'a> {
@@ -110,27 +109,10 @@ impl<'a> DistRank<'a> {
                 }
             }
         }
-        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)?, kept })
+        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)?, kept, dtype, ulysses: None })
     }
 
     fn rank(&self) -> usize {
         self.comm.rank()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The GPU runs every schedule of the reference but Ulysses, which is a typed error
-    /// that says what the GPU runs instead.
-    #[test]
-    fn ulysses_is_a_typed_error_naming_the_schedules_the_gpu_runs() {
-        for kind in Kind::ALL {
-            assert_eq!(supported(kind).is_ok(), kind != Kind::Ulysses, "{kind}");
-        }
-        let e = supported(Kind::Ulysses).unwrap_err();
-        assert!(matches!(e, DistError::UnsupportedSchedule(Kind::Ulysses)), "{e}");
-        assert_eq!(e.to_string(), "the GPU runtime has no ulysses schedule (it runs ring, pattern_ring, all_gather)");
     }
 }

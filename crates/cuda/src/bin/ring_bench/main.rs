@@ -412,8 +412,8 @@ fn main() {
         per *= 2;
     }
     // The auto rule at run time: rank 0's measured speeds, shared so every rank decides alike.
-    let mine = if me == 0 { measured_speeds(&gpu, p, &singles, &rows).to_vec() } else { vec![0.0; 4] };
-    let speeds = Speeds::from_slice(&comm.broadcast_f64(0, &mine).expect("broadcast")).expect("four speeds");
+    let mine = if me == 0 { measured_speeds(&gpu, p, &links, &singles, &rows).to_vec() } else { vec![0.0; Speeds::LEN] };
+    let speeds = Speeds::from_slice(&comm.broadcast_f64(0, &mine).expect("broadcast")).expect("six speeds");
     let autos = auto_rows(&gpu, &comm, &speeds);
     if me != 0 {
         return;
@@ -424,7 +424,7 @@ fn main() {
 /// The auto rule's speeds from this run (rank 0): compute from one GPU's dense causal
 /// forward at 128K, link bandwidth from the comm-only ring at 128K, the per-step overhead
 /// from the 8K ring forward (an upper bound), memory from the device.
-fn measured_speeds(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str)]) -> Speeds {
+fn measured_speeds(gpu: &Gpu, p: usize, links: &links::Links, singles: &[Row], rows: &[(Measured, &str)]) -> Speeds {
     let n = 128 * 1024;
     let flops = singles
         .iter()
@@ -442,7 +442,14 @@ fn measured_speeds(gpu: &Gpu, p: usize, singles: &[Row], rows: &[(Measured, &str
         .find(|(m, _)| m.row.seq_len == 8 * 1024 && m.row.schedule == "ring")
         .map_or(f64::NAN, |(m, _)| m.row.fwd_ms / 1e3 / p as f64);
     let memory = gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN);
-    Speeds { flops, link_bytes: link, step_overhead, memory }
+    Speeds {
+        flops,
+        link_bytes: link,
+        all_to_all_bytes: links.all_to_all,
+        all_gather_bytes: links.all_gather,
+        step_overhead,
+        memory,
+    }
 }
 
 /// One row of the run-time auto check: the rule's decision and the measured forward time

@@ -1,44 +1,62 @@
-//! The automatic choice between one GPU, the ring and all-gather: a pure function of
-//! the problem and of *measured* speeds, so it is tested without a GPU and the numbers
-//! behind each decision are printed.
+//! The automatic choice between one GPU, the ring, all-gather and Ulysses: a pure
+//! function of the problem and of *measured* speeds, so it is tested without a GPU and
+//! the numbers behind each decision are printed.
 //!
 //! # The rule
 //! With `W = 4 B H d N^2 f` forward FLOPs (`f`: fraction of (query, key) pairs the
 //! pattern allows, ~1/2 causal), `H_kv` the K/V heads (`H` unless grouped-query: K and V
-//! are what moves), `F` one GPU's attention FLOP/s, `L` the per-GPU link
-//! bandwidth (bytes/s), `o` the fixed cost of one ring step (launches, NCCL latency),
-//! `m` the fraction of the dense ring's K/V bytes that the pattern-aware plan moves and
-//! `M` the per-GPU memory:
+//! are what moves), `n = N/P` the tokens per rank, `F` one GPU's attention FLOP/s, `L`,
+//! `A`, `G` the bytes/s one GPU *sends* in a ring hop, an all-to-all and an all-gather
+//! (each measured in its own shape: a 4-way all-gather does not run at the ring
+//! neighbour's speed), `o` the fixed cost of one step (launches, NCCL latency), `m` the
+//! fraction of the dense ring's K/V bytes that the pattern-aware plan moves and `M` the
+//! per-GPU memory:
 //!
 //! ```text
-//!   t_single = W / F                                       if B N H d * 10 bytes <= M
-//!   t_ring   = P * max(W / (P^2 F), m * 4 B H_kv d (N/P) / L) + P * o
-//!   t_gather = 4 B H_kv d N (P-1)/P / L + W / (P F) + o    if (B H_kv d N * 4 + B H d (N/P) * 10) bytes <= M
+//!   t_single  = W / F                                      if 10 B N H d bytes <= M
+//!   t_ring    = P max(W / (P^2 F), m 4 B H_kv d n / L) + P o
+//!   t_gather  = 4 B H_kv d n (P-1) / G + W / (P F) + o     if B d (4 H_kv N + 10 H n) bytes <= M
+//!   t_ulysses = V_a2a / A + W |H_p| / (H F) + 2 o          if B d (N (6 |H_p| + 4 |K_p|) + 10 H n) bytes <= M
+//!   V_a2a     = 2 max_p [B d n (H - |H_p|) + 2 B d n sum_{r != p} |K_r| + B (d+1) |H_p| (N - n)]
 //! ```
-//! (bf16 K+V are 4 bytes per element pair; Q, K, V, O, dO-free forward memory is
-//! `10` bytes per element: three bf16 inputs and the f32 output.) The ring assumes a
-//! balanced layout (zigzag for causal) so that every step costs `W / P^2`, and full
-//! overlap (the step costs the larger of compute and transfer). The choice is the
-//! smallest predicted time; on a tie the simpler schedule wins (single, then ring, then
-//! all-gather), so a short sequence, where `P o` dominates, never pays ring overhead.
+//! (bf16 K+V are 4 bytes per element pair; Q, K, V, O, dO-free forward memory is `10`
+//! bytes per element: three bf16 inputs and the f32 output.) The ring assumes a balanced
+//! layout (zigzag for causal) so that every step costs `W / P^2`, and full overlap (the
+//! step costs the larger of compute and transfer). Ulysses (the reference's
+//! `ring::ulysses`) splits the `H` query heads evenly (`|H_p|` of them on rank `p`, the
+//! first ranks one more; idle ranks when `H < P`), and rank `p` reads the K/V heads
+//! `K_p` of its query heads (`Heads::kv_range`; a K/V head shared by several ranks is
+//! replicated to each). Its forward is two all-to-alls that overlap nothing: `Q`, `K`,
+//! `V` of the rank's `n` tokens out to the head owners, then the output and LSE of its
+//! heads over the other `N - n` tokens back (`V_a2a` counts 2 bytes per element, the LSE
+//! as one more element per row), and the busiest rank computes `|H_p| = ceil(H / P)`
+//! heads over the whole sequence: `W / (P F)` when `P` divides `H`, `W / (H F)` when
+//! `H < P`. For multi-head attention `V_a2a = 2 B d n (H - |H_p|) 3 + 2 B (d+1) |H_p|
+//! (N - n)`: it moves all of Q, K, V once regardless of the pattern, so it wins where
+//! the ring's per-step costs (`P o`, transfers it cannot hide at short per-GPU lengths)
+//! weigh more than one exchange of everything, and only with at least as many heads as
+//! GPUs. The choice is the smallest predicted time; on a tie the simpler schedule wins
+//! (single, then ring, then all-gather, then Ulysses), so a short sequence, where `P o`
+//! dominates, never pays ring overhead.
 //!
 //! # At run time
 //! [`select`] turns a [`DistPlan`] into a [`Problem`] ([`Problem::of_plan`]: `f` is the
 //! work the kernels really do, the tiles of the whole-sequence launches relative to
 //! dense; `m` is the pattern-aware plan's volume relative to the dense ring's) and the
 //! decision into what to run ([`Selected`]): one GPU, the pattern-aware ring when it
-//! moves less than the dense ring, else the dense ring, or all-gather. Every rank must
-//! take the same decision, so the speeds are rank 0's, shared with
+//! moves less than the dense ring, else the dense ring, all-gather or Ulysses. Every
+//! rank must take the same decision, so the speeds are rank 0's, shared with
 //! [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64) (see
 //! [`Speeds::to_vec`]); `ring_bench` measures them and checks the choice against the
-//! measured times of all three.
+//! measured times of every option.
 
 use super::error::DistResult;
 use super::layout::DistPlan;
 use crate::family::{FWD_Q_TILE, TILE};
 use crate::launch::launches;
 use crate::shape::{Chunk, Shape};
-use ringdil_reference::ring::Kind;
+use ringdil_reference::Heads;
+use ringdil_reference::ring::{Kind, even_boundaries};
 use serde::Serialize;
 
 /// Sizes and sparsity of one attention call.
@@ -61,9 +79,13 @@ pub struct Problem {
 pub struct Speeds {
     /// Attention forward FLOP/s of one GPU.
     pub flops: f64,
-    /// Bytes per second one GPU sends to its neighbour.
+    /// Bytes per second one GPU sends to its neighbour (a ring hop).
     pub link_bytes: f64,
-    /// Seconds of fixed cost per ring step.
+    /// Bytes per second one GPU sends in an all-to-all (a `1/P` part to every peer).
+    pub all_to_all_bytes: f64,
+    /// Bytes per second one GPU sends in an all-gather (its block to every peer).
+    pub all_gather_bytes: f64,
+    /// Seconds of fixed cost per ring step (and per collective).
     pub step_overhead: f64,
     /// Bytes of memory per GPU.
     pub memory: f64,
@@ -75,6 +97,7 @@ pub enum Choice {
     Single,
     Ring,
     AllGather,
+    Ulysses,
 }
 
 /// The decision with its predicted times (`None`: does not fit in memory).
@@ -84,6 +107,7 @@ pub struct Decision {
     pub single_s: Option<f64>,
     pub ring_s: Option<f64>,
     pub gather_s: Option<f64>,
+    pub ulysses_s: Option<f64>,
 }
 
 /// Pick a schedule for `problem` on `ranks` GPUs (see the module docs).
@@ -93,27 +117,98 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
     let w = 4.0 * b * h * d * n * n * problem.pair_fraction;
     let (elems, kv) = (b * h * d, b * problem.kv_heads as f64 * d);
     let single_s = (elems * n * 10.0 <= speeds.memory).then(|| w / speeds.flops);
-    let (ring_s, gather_s) = if ranks > 1 {
-        let step = (w / (p * p * speeds.flops)).max(problem.moved_fraction * 4.0 * kv * (n / p) / speeds.link_bytes);
-        let ring = p * step + p * speeds.step_overhead;
-        let gather = 4.0 * kv * n * (p - 1.0) / p / speeds.link_bytes + w / (p * speeds.flops) + speeds.step_overhead;
-        let gather_fits = kv * n * 4.0 + elems * n / p * 10.0 <= speeds.memory;
-        (Some(ring), gather_fits.then_some(gather))
-    } else {
-        (None, None)
-    };
-    let mut best = (Choice::Single, single_s.unwrap_or(f64::INFINITY));
-    for (c, t) in [(Choice::Ring, ring_s), (Choice::AllGather, gather_s)] {
+    if ranks <= 1 {
+        return Decision { choice: Choice::Single, single_s, ring_s: None, gather_s: None, ulysses_s: None };
+    }
+    let per = n / p;
+    let step = (w / (p * p * speeds.flops)).max(problem.moved_fraction * 4.0 * kv * per / speeds.link_bytes);
+    let ring_s = p * step + p * speeds.step_overhead;
+    let gather = 4.0 * kv * per * (p - 1.0) / speeds.all_gather_bytes + w / (p * speeds.flops) + speeds.step_overhead;
+    let gather_fits = kv * n * 4.0 + elems * per * 10.0 <= speeds.memory;
+    let u = problem.ulysses(ranks);
+    let ulysses = u.sent_bytes / speeds.all_to_all_bytes
+        + w * u.busiest_heads as f64 / (h * speeds.flops)
+        + 2.0 * speeds.step_overhead;
+    let ulysses_fits = u.memory_bytes <= speeds.memory;
+    let (gather_s, ulysses_s) = (gather_fits.then_some(gather), ulysses_fits.then_some(ulysses));
+    let choice = fastest([
+        (Choice::Single, single_s),
+        (Choice::Ring, Some(ring_s)),
+        (Choice::AllGather, gather_s),
+        (Choice::Ulysses, ulysses_s),
+    ]);
+    Decision { choice, single_s, ring_s: Some(ring_s), gather_s, ulysses_s }
+}
+
+/// The option with the smallest time, the first listed on a tie (`None`: does not fit;
+/// one GPU when nothing fits, the ring always does).
+fn fastest(options: [(Choice, Option<f64>); 4]) -> Choice {
+    let mut best = (Choice::Single, f64::INFINITY);
+    for (c, t) in options {
         if let Some(t) = t
             && t < best.1
         {
             best = (c, t);
         }
     }
-    Decision { choice: best.0, single_s, ring_s, gather_s }
+    best.0
+}
+
+/// What the Ulysses term of the rule needs of a problem on `P` ranks ([`Problem::ulysses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UlyssesCost {
+    /// `V_a2a`: bytes the busiest rank sends in the forward's two all-to-alls.
+    pub sent_bytes: f64,
+    /// `ceil(H / P)`: the query heads of the busiest rank.
+    pub busiest_heads: usize,
+    /// Forward memory of the busiest rank in bytes (own tokens at all heads, the whole
+    /// sequence at its heads).
+    pub memory_bytes: f64,
 }
 
 impl Problem {
+    /// The query and K/V head counts (multi-head when `kv_heads` does not divide `heads`).
+    fn head_counts(&self) -> Heads {
+        Heads::new(self.heads, self.kv_heads).unwrap_or(Heads::mha(self.heads))
+    }
+
+    /// Elements rank `rank` of `ranks` sends in the Ulysses forward when it holds `tokens`
+    /// of the sequence (the reference's `ring::ulysses` volume, `d_v = d`): `Q` of its
+    /// tokens at every other rank's query heads, `K` and `V` at the K/V heads every other
+    /// rank reads (replicated when ranks share a K/V head), then the output and LSE of its
+    /// query heads over every other rank's tokens,
+    /// `B d n_p (H - |H_p|) + 2 B d n_p sum_{r != p} |K_r| + B (d + 1) |H_p| (N - n_p)`.
+    pub fn ulysses_volume(&self, ranks: usize, rank: usize, tokens: f64) -> f64 {
+        let heads = self.head_counts();
+        let split = even_boundaries(heads.query(), ranks.max(1));
+        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
+        let own = (split[rank + 1] - split[rank]) as f64;
+        let kv_others: usize =
+            (0..ranks).filter(|&r| r != rank).map(|r| heads.kv_range(&(split[r]..split[r + 1])).len()).sum();
+        b * d * tokens * (self.heads as f64 - own)
+            + 2.0 * b * d * tokens * kv_others as f64
+            + b * (d + 1.0) * own * (n - tokens)
+    }
+
+    /// The Ulysses term's inputs on `ranks` ranks holding `N / P` tokens each (see the
+    /// module docs): the busiest rank's bytes sent (2 per element), query heads and memory.
+    pub fn ulysses(&self, ranks: usize) -> UlyssesCost {
+        let p = ranks.max(1);
+        let heads = self.head_counts();
+        let split = even_boundaries(heads.query(), p);
+        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
+        let per = n / p as f64;
+        let sent = (0..p).map(|r| self.ulysses_volume(p, r, per)).fold(0.0, f64::max);
+        let memory = (0..p)
+            .map(|r| {
+                let hp = split[r + 1] - split[r];
+                let kp = heads.kv_range(&(split[r]..split[r + 1])).len();
+                b * d * (n * (6 * hp + 4 * kp) as f64 + 10.0 * self.heads as f64 * per)
+            })
+            .fold(0.0, f64::max);
+        UlyssesCost { sent_bytes: 2.0 * sent, busiest_heads: heads.query().div_ceil(p), memory_bytes: memory }
+    }
+
     /// The problem `plan` describes (see the module docs). The pair fraction counts the
     /// kernel's tiles, so a dilated pattern counts its compacted branches' work, and
     /// packed documents the tiles their rows share: over the plan's batch rows (the spec's
@@ -145,15 +240,20 @@ impl Problem {
 }
 
 impl Speeds {
-    /// The four numbers in a fixed order, for [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64).
+    /// How many numbers [`Speeds::to_vec`] gives.
+    pub const LEN: usize = 6;
+
+    /// The six numbers in a fixed order, for [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64).
     pub fn to_vec(&self) -> Vec<f64> {
-        vec![self.flops, self.link_bytes, self.step_overhead, self.memory]
+        vec![self.flops, self.link_bytes, self.all_to_all_bytes, self.all_gather_bytes, self.step_overhead, self.memory]
     }
 
-    /// The inverse of [`Speeds::to_vec`] (`None` unless there are exactly four numbers).
+    /// The inverse of [`Speeds::to_vec`] (`None` unless there are exactly [`Speeds::LEN`] numbers).
     pub fn from_slice(v: &[f64]) -> Option<Speeds> {
         match *v {
-            [flops, link_bytes, step_overhead, memory] => Some(Speeds { flops, link_bytes, step_overhead, memory }),
+            [flops, link_bytes, all_to_all_bytes, all_gather_bytes, step_overhead, memory] => {
+                Some(Speeds { flops, link_bytes, all_to_all_bytes, all_gather_bytes, step_overhead, memory })
+            }
             _ => None,
         }
     }
@@ -169,13 +269,15 @@ pub enum Selected {
 }
 
 /// Decide for `plan` on its ranks with `speeds`: the rule's decision and what to run.
-/// A ring uses the pattern-aware plan when it moves less than the dense ring.
+/// A ring uses the pattern-aware plan when it moves less than the dense ring. A pure
+/// function of the plan and the speeds: ranks that share the speeds decide alike.
 pub fn select(plan: &DistPlan, speeds: &Speeds) -> DistResult<(Decision, Selected)> {
     let problem = Problem::of_plan(plan)?;
     let d = choose(&problem, plan.ranks(), speeds);
     let selected = match d.choice {
         Choice::Single => Selected::Single,
         Choice::AllGather => Selected::Distributed(Kind::AllGather),
+        Choice::Ulysses => Selected::Distributed(Kind::Ulysses),
         Choice::Ring if problem.moved_fraction < 1.0 => Selected::Distributed(Kind::PatternRing),
         Choice::Ring => Selected::Distributed(Kind::Ring),
     };
@@ -186,9 +288,17 @@ pub fn select(plan: &DistPlan, speeds: &Speeds) -> DistResult<(Decision, Selecte
 mod tests {
     use super::*;
 
-    /// H200-like numbers: 400 TFLOP/s, 150 GB/s per direction, 30 us per step, 140 GB.
+    /// H200-like numbers: 400 TFLOP/s, 150 GB/s sent per GPU in every shape, 30 us per
+    /// step, 140 GB.
     fn h200() -> Speeds {
-        Speeds { flops: 400e12, link_bytes: 150e9, step_overhead: 30e-6, memory: 140e9 }
+        Speeds {
+            flops: 400e12,
+            link_bytes: 150e9,
+            all_to_all_bytes: 150e9,
+            all_gather_bytes: 150e9,
+            step_overhead: 30e-6,
+            memory: 140e9,
+        }
     }
 
     fn causal(n: usize) -> Problem {
@@ -239,6 +349,7 @@ mod tests {
         let d = choose(&causal(1 << 20), 8, &s);
         assert_eq!(d.single_s, None);
         assert_eq!(d.gather_s, None, "all-gather holds all K/V: does not fit either");
+        assert_eq!(d.ulysses_s, None, "Ulysses holds the whole sequence at 1 head of 8: does not fit either");
         assert_eq!(d.choice, Choice::Ring);
     }
 
@@ -264,6 +375,103 @@ mod tests {
         assert!((d.single_s.unwrap() - w / s.flops).abs() < 1e-12);
         let step = (w / (16.0 * s.flops)).max(4.0 * 8.0 * 128.0 * 16_384.0 / s.link_bytes);
         assert!((d.ring_s.unwrap() - (4.0 * step + 4.0 * s.step_overhead)).abs() < 1e-12);
+    }
+
+    /// The 4-GPU H200 run's figures (`docs/benchmarks/ring-bench-4gpu-h200.md`: 260
+    /// TFLOP/s, 64.9 GB/s ring hop): priced at the ring hop's speed, all-gather won at 16K
+    /// and measured 2.03 ms against the ring's 1.58-1.70. With the step overhead the
+    /// ring's measured 1.70 ms implies (0.17 ms; that run charged 0.30, the whole 8K
+    /// forward over P) all-gather still predicts 1.47 ms at 64.9 GB/s; at the ~42 GB/s a
+    /// 4-way all-gather sends per GPU (what its 2.03 ms implies) the ring is in front.
+    #[test]
+    fn all_gather_is_priced_at_the_all_gather_speed() {
+        let at = |gather: f64| Speeds {
+            flops: 260e12,
+            link_bytes: 64.9e9,
+            all_to_all_bytes: 1e9,
+            all_gather_bytes: gather,
+            step_overhead: 0.17e-3,
+            memory: 140e9,
+        };
+        let (p, n) = (4.0, 16_384.0);
+        let (old, new) = (choose(&causal(16_384), 4, &at(64.9e9)), choose(&causal(16_384), 4, &at(42e9)));
+        assert_eq!(old.choice, Choice::AllGather, "{old:?}");
+        assert_eq!(new.choice, Choice::Ring, "{new:?}");
+        assert_eq!(old.ring_s, new.ring_s);
+        let sent = 4.0 * 8.0 * 128.0 * (n / p) * (p - 1.0);
+        let w = 4.0 * 8.0 * 128.0 * n * n * 0.5;
+        assert!((new.gather_s.unwrap() - (sent / 42e9 + w / (p * 260e12) + 0.17e-3)).abs() < 1e-12, "{new:?}");
+        assert!((new.ring_s.unwrap() - 1.70e-3).abs() < 0.02e-3, "{new:?}");
+    }
+
+    /// 32 heads, 4K tokens per GPU on 8 GPUs, 100 us per step: every ring step waits on
+    /// a 67 MB transfer (447 us against 344 us of compute) and pays its overhead 8 times;
+    /// Ulysses sends 117 MB once (783 us) and computes 4 of the 32 heads over the whole
+    /// sequence (the same 2.75 ms as the ring's 8 steps).
+    #[test]
+    fn ulysses_wins_with_many_heads_where_ring_steps_cost() {
+        let mut s = h200();
+        s.step_overhead = 100e-6;
+        let pr = Problem { heads: 32, kv_heads: 32, ..causal(32_768) };
+        let d = choose(&pr, 8, &s);
+        assert_eq!(d.choice, Choice::Ulysses, "{d:?}");
+        assert!(d.ulysses_s.unwrap() < 0.9 * d.ring_s.unwrap(), "{d:?}");
+        // The same problem at 64K tokens per GPU: the ring hides its transfers behind
+        // longer steps and pays 8 overheads on 50x the work; Ulysses still moves
+        // everything once, unhidden.
+        let long = choose(&Problem { seq_len: 524_288, ..pr }, 8, &s);
+        assert_eq!(long.choice, Choice::Ring, "{long:?}");
+    }
+
+    /// 4 heads on 8 GPUs: half the ranks get no head, the busiest computes a quarter of
+    /// the work over the whole sequence (W / (H F) instead of W / (P F)), so the ring wins
+    /// the problem Ulysses wins with 32 heads (at 30 us per step).
+    #[test]
+    fn ulysses_loses_with_fewer_heads_than_gpus() {
+        let pr = Problem { heads: 4, kv_heads: 4, ..causal(32_768) };
+        let u = pr.ulysses(8);
+        assert_eq!(u.busiest_heads, 1);
+        let d = choose(&pr, 8, &h200());
+        assert_eq!(d.choice, Choice::Ring, "{d:?}");
+        let w = 4.0 * 4.0 * 128.0 * 32_768f64.powi(2) * 0.5;
+        assert!((d.ulysses_s.unwrap() - (u.sent_bytes / 150e9 + w / (4.0 * 400e12) + 60e-6)).abs() < 1e-12);
+    }
+
+    /// `V_a2a` as the module docs write it, multi-head and 8:1 grouped-query (each rank's
+    /// 2 query heads read the one K/V head, which is replicated to every rank), and the
+    /// Ulysses time built from it.
+    #[test]
+    fn the_ulysses_term_follows_its_formula() {
+        let (b, d, n, p) = (1.0, 128.0, 65_536.0, 4.0);
+        let per = n / p;
+        let mha = causal(65_536).ulysses(4);
+        let want = 2.0 * (3.0 * b * d * per * (8.0 - 2.0) + b * (d + 1.0) * 2.0 * (n - per));
+        assert!((mha.sent_bytes - want).abs() < 1e-6, "{mha:?} vs {want}");
+        assert_eq!(mha.busiest_heads, 2);
+        assert!((mha.memory_bytes - b * d * (n * 20.0 + 10.0 * 8.0 * per)).abs() < 1e-6, "{mha:?}");
+        let gqa = Problem { kv_heads: 1, ..causal(65_536) }.ulysses(4);
+        let want = 2.0 * (b * d * per * 6.0 + 2.0 * b * d * per * 3.0 + b * (d + 1.0) * 2.0 * (n - per));
+        assert!((gqa.sent_bytes - want).abs() < 1e-6, "{gqa:?} vs {want}");
+        assert!((gqa.memory_bytes - b * d * (n * 16.0 + 10.0 * 8.0 * per)).abs() < 1e-6, "{gqa:?}");
+        // 8 heads on 3 ranks: 3, 3, 2; the busiest rank computes 3 of 8 heads.
+        let three = causal(65_536).ulysses(3);
+        assert_eq!(three.busiest_heads, 3);
+        let s = h200();
+        let dec = choose(&causal(65_536), 4, &s);
+        let w = 4.0 * 8.0 * 128.0 * n * n * 0.5;
+        let t = mha.sent_bytes / s.all_to_all_bytes + w / (p * s.flops) + 2.0 * s.step_overhead;
+        assert!((dec.ulysses_s.unwrap() - t).abs() < 1e-12, "{dec:?} vs {t}");
+    }
+
+    /// Equal predictions go to the simpler schedule: single, ring, all-gather, Ulysses.
+    #[test]
+    fn ties_go_to_the_simpler_schedule() {
+        use Choice::*;
+        let t = Some(1.0);
+        assert_eq!(fastest([(Single, t), (Ring, t), (AllGather, t), (Ulysses, t)]), Single);
+        assert_eq!(fastest([(Single, None), (Ring, t), (AllGather, t), (Ulysses, t)]), Ring);
+        assert_eq!(fastest([(Single, Some(2.0)), (Ring, Some(2.0)), (AllGather, t), (Ulysses, t)]), AllGather);
+        assert_eq!(fastest([(Single, None), (Ring, Some(2.0)), (AllGather, None), (Ulysses, t)]), Ulysses);
     }
 
     fn plan(n: usize, p: usize, spec: crate::spec::GpuSpec, layout: ringdil_reference::ring::Layout) -> DistPlan {
@@ -324,12 +532,25 @@ mod tests {
         let causal = plan(131_072, 2, GpuSpec::new(GpuPattern::Dense).causal(true), Layout::Contiguous);
         // Contiguous causal: rank 0 needs nothing from rank 1, so the pattern-aware ring moves half.
         assert_eq!(select(&causal, &s).unwrap().1, Selected::Distributed(Kind::PatternRing));
+        // 32 heads, 4K tokens per GPU on 8 GPUs at 200 us per step (see
+        // `ulysses_wins_with_many_heads_where_ring_steps_cost`; the pattern-aware ring
+        // moves less than the dense ring there, so its steps must cost more here).
+        let chunks = ringdil_reference::ring::ChunkPlan::new(32_768, 8, &Layout::Zigzag).unwrap();
+        let heads = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense).causal(true), 1, 32, 128).unwrap();
+        let slow = Speeds { step_overhead: 200e-6, ..s };
+        let (d, sel) = select(&heads, &slow).unwrap();
+        assert_eq!(sel, Selected::Distributed(Kind::Ulysses), "{d:?}");
+        // Every rank decides from the same broadcast numbers: the same decision.
+        let shared = Speeds::from_slice(&slow.to_vec()).unwrap();
+        assert_eq!(select(&heads, &shared).unwrap(), (d, sel));
     }
 
     #[test]
     fn speeds_round_trip_through_a_vector() {
-        let s = h200();
+        let s = Speeds { all_to_all_bytes: 90e9, all_gather_bytes: 40e9, ..h200() };
+        assert_eq!(s.to_vec().len(), Speeds::LEN);
         assert_eq!(Speeds::from_slice(&s.to_vec()), Some(s));
         assert_eq!(Speeds::from_slice(&[1.0]), None);
+        assert_eq!(Speeds::from_slice(&[1.0; 4]), None, "the four numbers of the old layout");
     }
 }

@@ -62,7 +62,8 @@ pub fn measure(gpu: &Gpu, comm: &Communicator) -> Result<Links, String> {
     })?;
     let all_to_all = timed(gpu, comm, || {
         // SAFETY: written by the receives.
-        let mut bufs: Vec<_> = peers.iter().map(|_| unsafe { st.alloc::<u16>(part) }).collect::<Result<_, _>>().map_err(e)?;
+        let mut bufs: Vec<_> =
+            peers.iter().map(|_| unsafe { st.alloc::<u16>(part) }).collect::<Result<_, _>>().map_err(e)?;
         let sends: Vec<_> = peers.iter().map(|&o| (o, &parts[o])).collect();
         let mut recvs: Vec<_> = peers.iter().zip(bufs.iter_mut()).map(|(&o, b)| (o, b)).collect();
         comm.exchange(&sends, &mut recvs).map_err(|x| x.to_string())

@@ -1,71 +1,200 @@
-//! `ring_bench`'s report: the Markdown tables (one GPU, `P` GPUs with the scaling ratios
-//! and the hidden transfer time, the largest sequence, the auto rule on the measured
-//! speeds and at run time) written to `--md` and printed, and the same numbers as JSON
-//! (`--json`).
+//! `ring_bench`'s report: the measured links, one GPU, the scaling table on `P` GPUs
+//! (ratios, peak memory per GPU, the issue's goals), the largest sequence, the auto rule on
+//! the measured speeds and at run time; written to `--md` and printed, and the same
+//! numbers as JSON (`--json`, with the command, device and date).
 
-use crate::{AutoRow, DIM, HEADS, Measured, Row};
+use crate::auto_check::{AutoRow, THRESHOLD, selected_name};
+use crate::configs::{Config, K};
+use crate::distributed::Measured;
+use crate::goals::goal;
+use crate::links::Links;
+use crate::measure::Row;
+use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::auto::{Problem, Selected, Speeds, choose};
+use ringdil_cuda::dist::auto::{Problem, Speeds, choose};
 use ringdil_cuda::programs::Args;
+use serde_json::json;
 use std::fmt::Write;
 
-#[allow(clippy::too_many_arguments)] // the run's measured values, each its own section
-pub fn report(
-    gpu: &Gpu,
-    p: usize,
-    singles: &[Row],
-    rows: &[(Measured, &str)],
-    largest: &[(usize, f64, f64)],
-    (speeds, autos): (&Speeds, &[AutoRow]),
-    secs: f64,
-    args: &Args,
-) {
-    let single_at = |pat: &str, n: usize| singles.iter().find(|r| r.pattern == pat && r.seq_len == n);
+/// Everything one run measured.
+pub struct Run<'a> {
+    pub p: usize,
+    pub links: &'a Links,
+    pub singles: &'a [Row],
+    pub rows: &'a [Measured],
+    pub errors: &'a [(Config, String)],
+    pub largest: &'a [(usize, f64, f64)],
+    pub speeds: &'a Speeds,
+    pub autos: &'a [AutoRow],
+    pub secs: f64,
+}
+
+/// `--date`, else today's date (UTC) from the system clock.
+fn date(args: &Args) -> String {
+    let given = args.date();
+    if given != "unknown" {
+        return given;
+    }
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // Days since 1970-01-01 to a civil date (H. Hinnant's `civil_from_days`).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} (system clock)")
+}
+
+/// `t` in ms with two decimals, `-` when not measured.
+fn ms(t: f64) -> String {
+    if t.is_finite() { format!("{t:.2}") } else { "-".into() }
+}
+
+/// A ratio with two decimals, `-` when not measured.
+fn ratio(x: f64) -> String {
+    if x.is_finite() { format!("{x:.2}") } else { "-".into() }
+}
+
+/// Predicted seconds, or "does not fit".
+fn predicted(x: Option<f64>) -> String {
+    x.map_or("does not fit".into(), |t| format!("{:.3}", t * 1e3))
+}
+
+pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
+    let p = run.p;
+    let single_at = |pat: &str, n: usize| run.singles.iter().find(|r| r.pattern == pat && r.seq_len == n);
+    let ratios = |r: &Row| {
+        let s = single_at(&r.pattern, r.seq_len);
+        let f = s.map_or(f64::NAN, |s| s.fwd_ms / (p as f64 * r.fwd_ms));
+        let b = s.map_or(f64::NAN, |s| s.fwd_bwd_ms / (p as f64 * r.fwd_bwd_ms));
+        (f, b)
+    };
+    let (command, date, device) = (args.command(), date(args), gpu.describe().unwrap_or_default());
     let mut out = String::new();
-    let (command, date) = (args.command(), args.date());
-    writeln!(out, "# Ring attention scaling ({p} GPUs)\n").unwrap();
-    writeln!(out, "* device: {} x {p}, NCCL, one process per GPU", gpu.describe().unwrap_or_default()).unwrap();
-    writeln!(out, "* date: {date}; command: `{command}`; run time {secs:.0} s").unwrap();
-    writeln!(out, "* B=1, H={HEADS}, d={DIM}, bf16; times are medians (3 forward, 2 forward+backward) after a warm-up")
-        .unwrap();
-    writeln!(out, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); memory = peak device memory of the pass: what is in use outside the memory pool (CUDA context, NCCL buffers, modules) plus the pool's high-water mark of live buffers (freed memory the pool keeps for reuse is not counted); own K/V is the model figure `2 * 2 B (N/P) H d` bytes\n").unwrap();
+    let w = &mut out;
+    writeln!(w, "# Distributed attention scaling ({p} GPUs)\n").unwrap();
+    writeln!(w, "* device: {device} x {p}, NCCL, one process per GPU").unwrap();
+    writeln!(w, "* date: {date}; command: `{command}`; run time {:.0} s", run.secs).unwrap();
+    writeln!(w, "* B=1, H={HEADS}, d={DIM}, bf16; rows by tokens per GPU (N = P x N/GPU); times are medians of 3 forward and 2 forward+backward passes after a warm-up (1 when the warm-up took over 2 s), the slowest rank's").unwrap();
+    writeln!(w, "* ratio = t_1(N) / (P t_P(N)) at the same total N (1.0 = P x one GPU); peak GiB/GPU = the fullest GPU's peak device memory over the passes: what is in use outside the memory pool (CUDA context, NCCL buffers, modules) plus the pool's high-water mark of live buffers (freed memory the pool keeps is not counted)").unwrap();
+    let g = |x: f64| x / 1e9;
     writeln!(
-        out,
-        "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | GiB |\n|---|---|---|---|---|---|"
+        w,
+        "* links (GB/s sent per rank, `links::measure`, 128 MiB per rank): ring hop {:.1}, all-to-all {:.1}, all-gather {:.1}\n",
+        g(run.links.ring),
+        g(run.links.all_to_all),
+        g(run.links.all_gather)
     )
     .unwrap();
-    for r in singles {
+
+    writeln!(
+        w,
+        "## One GPU\n\n| pattern | N | fwd ms | fwd+bwd ms | tokens/s fwd | peak GiB |\n|---|---|---|---|---|---|"
+    )
+    .unwrap();
+    for r in run.singles {
         writeln!(
-            out,
+            w,
             "| {} | {} | {:.2} | {:.2} | {:.3e} | {:.2} |",
             r.pattern, r.seq_len, r.fwd_ms, r.fwd_bwd_ms, r.tokens_per_s_fwd, r.memory_gib
         )
         .unwrap();
     }
-    writeln!(out, "\n## {p} GPUs\n\n| rows | pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | tokens/s fwd | GiB/GPU | own K/V MiB | K/V sent MiB (fwd, rank 0) | compute-only ms | comm-only ms | hidden ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+
+    writeln!(w, "\n## Scaling on {p} GPUs\n\nSent = MiB rank 0 sends in one forward (K/V for the token-split schedules; Q, K, V out and output + LSE back for Ulysses). Hidden = compute-only + comm-only - full forward (dense ring rows only). Goal: the issue's goal for the row and whether this row meets it.\n").unwrap();
+    writeln!(w, "| pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | peak GiB/GPU | own K/V MiB | sent MiB | hidden ms | goal |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut json_rows = Vec::new();
-    for (m, what) in rows {
+    for m in run.rows.iter().filter(|m| !m.config.forward_only) {
         let r = &m.row;
-        let s = single_at(&r.pattern, r.seq_len);
-        let ratio_f = s.map_or(f64::NAN, |s| s.fwd_ms / (p as f64 * r.fwd_ms));
-        let ratio_b = s.map_or(f64::NAN, |s| s.fwd_bwd_ms / (p as f64 * r.fwd_bwd_ms));
-        let hidden = (m.compute_ms + m.comm_ms - m.full_ms).max(0.0);
+        let (rf, rb) = ratios(r);
+        let gl = goal(&r.pattern, m.config.per_gpu);
+        let met = gl.met(rf, rb);
+        let hidden = if m.compute_ms.is_finite() { (m.compute_ms + m.comm_ms - m.full_ms).max(0.0) } else { f64::NAN };
         writeln!(
-            out,
-            "| {what} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3e} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
-            r.pattern, r.schedule, r.layout, r.seq_len, r.seq_len / p, r.fwd_ms, ratio_f, r.fwd_bwd_ms, ratio_b, r.tokens_per_s_fwd, r.memory_gib, r.kv_block_mib, m.sent_mib, m.compute_ms, m.comm_ms, hidden
+            w,
+            "| {} | {} | {} | {} | {}K | {:.2} | {} | {} | {} | {:.2} | {:.0} | {:.0} | {} | {}: {} |",
+            r.pattern,
+            r.schedule,
+            r.layout,
+            r.seq_len,
+            m.config.per_gpu / K,
+            r.fwd_ms,
+            ratio(rf),
+            ms(r.fwd_bwd_ms),
+            ratio(rb),
+            r.memory_gib,
+            r.kv_block_mib,
+            m.sent_mib,
+            ms(hidden),
+            gl.text,
+            if met { "**met**" } else { "not met" }
         )
         .unwrap();
-        json_rows.push(serde_json::json!({"row": r, "what": what, "ratio_fwd": ratio_f, "ratio_fwd_bwd": ratio_b, "sent_mib": m.sent_mib, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden}));
+        json_rows.push(json!({"row": r, "per_gpu": m.config.per_gpu, "ratio_fwd": rf, "ratio_fwd_bwd": rb,
+            "sent_mib": m.sent_mib, "compute_only_ms": m.compute_ms, "comm_only_ms": m.comm_ms, "hidden_ms": hidden,
+            "goal": gl, "goal_met": met}));
     }
-    writeln!(out, "\n## Largest sequence (dense causal, zigzag ring, forward)\n\n| N | N/GPU | fwd ms | GiB in use on rank 0 |\n|---|---|---|---|").unwrap();
-    for (n, ms, mem) in largest {
-        writeln!(out, "| {n} | {} | {ms:.1} | {mem:.1} |", n / p).unwrap();
+    if !run.errors.is_empty() {
+        writeln!(w, "\nNot run (the error each rank returned):\n").unwrap();
+        for (c, e) in run.errors {
+            writeln!(w, "* {} {} {} {}K/GPU: {e}", c.pattern, c.schedule.name(), c.split.name(), c.per_gpu / K)
+                .unwrap();
+        }
     }
-    let (flops, link, step) = (speeds.flops, speeds.link_bytes, speeds.step_overhead);
-    writeln!(out, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal 128K), L = {:.1} GB/s (comm-only ring at 128K), o = {:.2} ms per step (8K ring forward / P, an upper bound)\n\n| N | choice | single s | ring s | all-gather s |\n|---|---|---|---|---|", flops / 1e12, link / 1e9, step * 1e3).unwrap();
-    let f = |x: Option<f64>| x.map_or("does not fit".into(), |t| format!("{t:.2e}"));
-    for n in [4096usize, 16384, 65536, 262_144, 1 << 20] {
+
+    // Goals: per pattern and tokens per GPU, the best row against its goal.
+    writeln!(
+        w,
+        "\n## Goals (issue 25)\n\n| pattern | N/GPU | goal | best row | its ratio | |\n|---|---|---|---|---|---|"
+    )
+    .unwrap();
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for m in run.rows.iter().filter(|m| !m.config.forward_only) {
+        if !groups.contains(&(m.config.pattern, m.config.per_gpu)) {
+            groups.push((m.config.pattern, m.config.per_gpu));
+        }
+    }
+    let mut json_goals = Vec::new();
+    for (pat, per) in groups {
+        let gl = goal(pat, per);
+        let best = run
+            .rows
+            .iter()
+            .filter(|m| !m.config.forward_only && m.config.pattern == pat && m.config.per_gpu == per)
+            .map(|m| {
+                let (rf, rb) = ratios(&m.row);
+                (format!("{} {}", m.row.schedule, m.row.layout), gl.judged(rf, rb), gl.met(rf, rb))
+            })
+            .filter(|x| x.1.is_finite())
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let (name, r, met) = best.unwrap_or(("-".into(), f64::NAN, false));
+        writeln!(
+            w,
+            "| {pat} | {}K | {} | {name} | {} | {} |",
+            per / K,
+            gl.text,
+            ratio(r),
+            if met { "**met**" } else { "not met" }
+        )
+        .unwrap();
+        json_goals.push(json!({"pattern": pat, "per_gpu": per, "goal": gl, "best": name, "ratio": r, "met": met}));
+    }
+
+    writeln!(w, "\n## Largest sequence (dense causal, zigzag ring, forward)\n\n| N | N/GPU | fwd ms | GiB in use on rank 0 |\n|---|---|---|---|").unwrap();
+    for (n, t, mem) in run.largest {
+        writeln!(w, "| {n} | {} | {t:.1} | {mem:.1} |", n / p).unwrap();
+    }
+
+    let s = run.speeds;
+    writeln!(w, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal, largest N), ring hop L = {:.1}, all-to-all A = {:.1}, all-gather G = {:.1} GB/s sent per rank (`links::measure`), o = {:.3} ms per step (fitted to the dense ring forward at 8K/GPU), M = {:.0} GB. Dense causal, predicted forward ms:\n", s.flops / 1e12, g(s.link_bytes), g(s.all_to_all_bytes), g(s.all_gather_bytes), s.step_overhead * 1e3, g(s.memory)).unwrap();
+    writeln!(w, "| N | N/GPU | choice | single | ring | all-gather | ulysses |\n|---|---|---|---|---|---|---|")
+        .unwrap();
+    for per in [4 * K, 8 * K, 16 * K, 64 * K, 256 * K] {
+        let n = per * p;
         let pr = Problem {
             batch: 1,
             heads: HEADS,
@@ -75,30 +204,41 @@ pub fn report(
             pair_fraction: 0.5,
             moved_fraction: 1.0,
         };
-        let d = choose(&pr, p, speeds);
-        writeln!(out, "| {n} | {:?} | {} | {} | {} |", d.choice, f(d.single_s), f(d.ring_s), f(d.gather_s)).unwrap();
-    }
-    writeln!(out, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast), then every option is timed on it. \"best\" is the fastest measured option; the choice is right when it is the best or within 10% of it.\n\n| pattern | N | selected | predicted s (single / ring / all-gather) | measured ms (single / ring / pattern ring / all-gather) | best | chosen / best |\n|---|---|---|---|---|---|---|").unwrap();
-    for a in autos {
-        let name = match a.selected {
-            Selected::Single => "single",
-            Selected::Distributed(s) => s.name(),
-        };
-        let chosen = a.measured_ms.iter().find(|(n, _)| n == name).map_or(f64::NAN, |x| x.1);
-        let best = a.measured_ms.iter().filter(|x| x.1.is_finite()).min_by(|x, y| x.1.total_cmp(&y.1));
-        let d = &a.decision;
-        let ms: Vec<String> = a.measured_ms.iter().map(|(_, t)| format!("{t:.2}")).collect();
+        let d = choose(&pr, p, s);
         writeln!(
-            out,
-            "| {} | {} | {name} | {} / {} / {} | {} | {} | {:.2} |",
+            w,
+            "| {n} | {}K | {:?} | {} | {} | {} | {} |",
+            per / K,
+            d.choice,
+            predicted(d.single_s),
+            predicted(d.ring_s),
+            predicted(d.gather_s),
+            predicted(d.ulysses_s)
+        )
+        .unwrap();
+    }
+
+    writeln!(w, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast; \"agree\": every rank's `select` took the same decision) and compared with the measured forward of every option from the rows above. The choice is right when it is the best or within {:.0}% of it.\n", THRESHOLD * 100.0).unwrap();
+    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses) | best | chosen / best | within {:.0}% |\n|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
+    for a in run.autos {
+        let d = &a.decision;
+        let times: Vec<String> = a.measured_ms.iter().map(|(_, t)| ms(*t)).collect();
+        writeln!(
+            w,
+            "| {} | {}K | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} |",
             a.pattern,
+            a.per_gpu / K,
             a.seq_len,
-            f(d.single_s),
-            f(d.ring_s),
-            f(d.gather_s),
-            ms.join(" / "),
-            best.map_or("-", |b| b.0.as_str()),
-            best.map_or(f64::NAN, |b| chosen / b.1)
+            selected_name(a.selected),
+            if a.ranks_agree { "yes" } else { "**no**" },
+            predicted(d.single_s),
+            predicted(d.ring_s),
+            predicted(d.gather_s),
+            predicted(d.ulysses_s),
+            times.join(" / "),
+            a.best.as_ref().map_or("-", |b| b.0.as_str()),
+            ratio(a.chosen_over_best),
+            if a.within_threshold { "yes" } else { "**no**" }
         )
         .unwrap();
     }
@@ -107,7 +247,20 @@ pub fn report(
         std::fs::write(&path, &out).expect("write md");
     }
     if let Some(path) = args.value("--json") {
-        let j = serde_json::json!({"gpus": p, "device": gpu.describe().unwrap_or_default(), "command": command, "single": singles, "distributed": json_rows, "largest": largest, "speeds": speeds, "auto": autos});
+        let errors: Vec<_> = run
+            .errors
+            .iter()
+            .map(|(c, e)| json!({"pattern": c.pattern, "schedule": c.schedule.name(), "layout": c.split.name(), "per_gpu": c.per_gpu, "error": e}))
+            .collect();
+        let extra: Vec<_> = run
+            .rows
+            .iter()
+            .filter(|m| m.config.forward_only)
+            .map(|m| json!({"row": m.row, "per_gpu": m.config.per_gpu}))
+            .collect();
+        let j = json!({"gpus": p, "device": device, "date": date, "command": command, "run_time_s": run.secs,
+            "links": run.links, "single": run.singles, "distributed": json_rows, "forward_only": extra, "errors": errors,
+            "goals": json_goals, "largest": run.largest, "speeds": run.speeds, "auto_threshold": THRESHOLD, "auto": run.autos});
         std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).expect("write json");
     }
 }

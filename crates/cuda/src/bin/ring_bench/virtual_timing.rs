@@ -13,7 +13,10 @@
 //! given. Times are medians of 3 after a warm-up; the single-GPU time of the packed rows
 //! is the whole packed sequence's.
 
-use super::{DIM, HEADS, median, packed_documents, pattern, random_bits, single};
+use crate::configs::{packed_documents, pattern};
+use crate::measure::{median, random_bits};
+use crate::single::single;
+use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::{DistPlan, RankData, VirtualRanks, balanced_layout};
 use ringdil_cuda::programs::Args;

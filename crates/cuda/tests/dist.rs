@@ -22,7 +22,7 @@ fn rank_env_is_read_and_checked() {
     assert_eq!((e.rank, e.local_rank, e.world), (1, 1, 2));
     let bad = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "two"), ("RINGDIL_WORLD", "2")])).unwrap_err().to_string();
     assert!(bad.contains("RINGDIL_RANK") && bad.contains("two"), "{bad}");
-    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("RINGDIL_NCCL_ID", "00")]))
+    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("NCCL_COMM_ID", "10.0.0.1:29500")]))
         .unwrap_err();
     assert!(matches!(over, DistError::BadRank { rank: 2, world: 2 }), "{over}");
     let no_id = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "0"), ("RINGDIL_WORLD", "1")])).unwrap_err().to_string();
@@ -34,10 +34,10 @@ fn unique_id_hex_round_trip_and_errors() {
     let mut raw = [0u8; 128];
     raw.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7) as u8);
     let id = UniqueId(raw);
-    assert_eq!(UniqueId::from_hex("RINGDIL_NCCL_ID", &id.to_hex()).unwrap(), id);
-    let e = UniqueId::from_hex("RINGDIL_NCCL_ID", "abc").unwrap_err().to_string();
+    assert_eq!(UniqueId::from_hex("RINGDIL_NCCL_ID_FILE", &id.to_hex()).unwrap(), id);
+    let e = UniqueId::from_hex("RINGDIL_NCCL_ID_FILE", "abc").unwrap_err().to_string();
     assert!(e.contains("256 hex digits"), "{e}");
-    let e = UniqueId::from_hex("RINGDIL_NCCL_ID", &"zz".repeat(128)).unwrap_err().to_string();
+    let e = UniqueId::from_hex("RINGDIL_NCCL_ID_FILE", &"zz".repeat(128)).unwrap_err().to_string();
     assert!(e.contains("not hexadecimal"), "{e}");
 }
 

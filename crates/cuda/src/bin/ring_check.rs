@@ -23,7 +23,6 @@
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
 //! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
 //! ring_check (--nproc W | --threads W) --stall RANK:SECONDS --timeout T # stall check
-//! ring_check --print-nccl-id                                           # an id for RINGDIL_NCCL_ID
 //! ```
 //! `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
 //! check is `ringdil_cuda::check::faults`.
@@ -98,7 +97,6 @@ struct DistRun {
 
 fn main() {
     let args = Args::from_env(Program::RingCheck);
-    args.print_nccl_id();
     let seed: u64 = args.integer("--seed").unwrap_or(1);
     let (nproc, threads, rings) = (args.integer("--nproc"), args.integer("--threads"), args.integer("--rings"));
     let mut env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));

@@ -10,7 +10,7 @@
 //! With one process per GPU, each process sees one GPU (the launcher sets
 //! `CUDA_VISIBLE_DEVICES`), so device 0 of [`Gpu::probe`] is this rank's GPU and the same
 //! code runs on one host or many; the unique id comes from rank 0 through a file (or the
-//! `RINGDIL_NCCL_ID` variable): see [`super::launcher`]. With one thread per GPU
+//! `NCCL_COMM_ID` address): see [`super::launcher`]. With one thread per GPU
 //! ([`super::threads`]) each thread opens device `rank` and the id is shared in memory.
 //!
 //! A `Communicator` holds a raw `ncclComm_t` and is neither `Send` nor `Sync`: it lives

@@ -14,8 +14,12 @@
 //!
 //! and waits for all of them. For several hosts, run `launch` on each with the same
 //! `nnodes`, its own `node_rank` and an id file on a shared filesystem; or export
-//! `RINGDIL_NCCL_ID` (the hex id, from [`UniqueId::to_hex`]) on every host instead of the
-//! file. Rank 0 writes the file atomically (temporary file + rename); the others poll
+//! NCCL's own `NCCL_COMM_ID=host:port` on every host instead of the file: every rank then
+//! makes the same id from that address (`ncclGetUniqueId` encodes it and starts nothing),
+//! and rank 0's `ncclCommInitRank` opens the bootstrap root there. (An id printed by a
+//! process that then exits cannot serve: `ncclGetUniqueId` without `NCCL_COMM_ID` starts
+//! the bootstrap root in the process that calls it, and peers joining after that process
+//! ended fail with `ncclRemoteError`.) Rank 0 writes the file atomically (temporary file + rename); the others poll
 //! for it until [`ID_WAIT`].
 //!
 //! Faults: each rank's communicator has a watchdog ([`super::watchdog`]; timeout
@@ -34,6 +38,9 @@ use crate::gpu::Gpu;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+/// NCCL's bootstrap address variable (`host:port`): an id without an id file.
+pub const COMM_ID_VAR: &str = "NCCL_COMM_ID";
 
 /// How long ranks other than 0 wait for the id file.
 pub const ID_WAIT: Duration = Duration::from_secs(120);
@@ -88,11 +95,11 @@ impl LaunchOptions {
                 reason: "must be below nnodes",
             });
         }
-        if self.nnodes > 1 && self.id_file.is_none() && std::env::var("RINGDIL_NCCL_ID").is_err() {
+        if self.nnodes > 1 && self.id_file.is_none() && std::env::var(COMM_ID_VAR).is_err() {
             return Err(DistError::BadLaunch {
                 what: "nnodes",
                 value: self.nnodes,
-                reason: "several hosts need an id file on a shared filesystem (or RINGDIL_NCCL_ID exported on every host)",
+                reason: "several hosts need an id file on a shared filesystem (or NCCL_COMM_ID=host:port exported on every host)",
             });
         }
         Ok(())
@@ -233,7 +240,8 @@ pub struct RankEnv {
     pub local_rank: usize,
     pub world: usize,
     pub id_file: Option<PathBuf>,
-    pub id_hex: Option<String>,
+    /// NCCL's bootstrap address (`NCCL_COMM_ID`, `host:port`), when exported.
+    pub comm_id: Option<String>,
     /// The watchdog's timeout (`RINGDIL_TIMEOUT_S`; `None`: off).
     pub timeout: Option<Duration>,
     /// Where the progress boards go (`RINGDIL_PROGRESS_DIR`; `None`: no suspect named).
@@ -265,13 +273,13 @@ impl RankEnv {
             return Err(DistError::BadRank { rank, world });
         }
         let local_rank = get("RINGDIL_LOCAL_RANK").map(|t| num("RINGDIL_LOCAL_RANK", t)).transpose()?.unwrap_or(rank);
-        let id_hex = get("RINGDIL_NCCL_ID");
+        let comm_id = get(COMM_ID_VAR);
         let id_file = get("RINGDIL_NCCL_ID_FILE").map(PathBuf::from);
-        if id_hex.is_none() && id_file.is_none() {
+        if comm_id.is_none() && id_file.is_none() {
             return Err(DistError::Env {
                 var: "RINGDIL_NCCL_ID_FILE",
                 value: String::new(),
-                reason: "unset, and RINGDIL_NCCL_ID is unset too",
+                reason: "unset, and NCCL_COMM_ID is unset too",
             });
         }
         let timeout = match get(TIMEOUT_VAR) {
@@ -279,14 +287,14 @@ impl RankEnv {
             None => Some(watchdog::DEFAULT_TIMEOUT),
         };
         let progress_dir = get(PROGRESS_DIR_VAR).map(PathBuf::from);
-        Ok(Some(RankEnv { rank, local_rank, world, id_file, id_hex, timeout, progress_dir }))
+        Ok(Some(RankEnv { rank, local_rank, world, id_file, comm_id, timeout, progress_dir }))
     }
 
-    /// The shared NCCL id: from `RINGDIL_NCCL_ID`, or rank 0 creates it and writes the
-    /// file while the others wait for it.
+    /// The shared NCCL id: with `NCCL_COMM_ID` every rank makes it from that address;
+    /// else rank 0 creates it and writes the file while the others wait for it.
     pub fn unique_id(&self) -> DistResult<UniqueId> {
-        if let Some(hex) = &self.id_hex {
-            return UniqueId::from_hex("RINGDIL_NCCL_ID", hex);
+        if self.comm_id.is_some() {
+            return UniqueId::new();
         }
         let path = self.id_file.as_ref().expect("validated in from_lookup");
         let io = |e: std::io::Error| DistError::IdFile { path: path.display().to_string(), reason: e.to_string() };

@@ -6,7 +6,7 @@
 //!   command recorded in their reports, and how they stop: on a bad flag, on an error,
 //!   or on a machine without a GPU (skipped, never passed);
 //! * the launch flags of the distributed programs (`--nproc`, `--nnodes`, `--node-rank`,
-//!   `--id-file`, `--timeout`, `--print-nccl-id`: `launch.rs`);
+//!   `--id-file`, `--timeout`: `launch.rs`);
 //! * [`CheckLog`]: the Markdown log of a check run, one row per case with its errors,
 //!   the pass / fail counts and the worst error per quantity.
 //!

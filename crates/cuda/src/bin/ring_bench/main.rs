@@ -5,7 +5,7 @@
 //! measured time of every option; and the largest sequence the ring runs.
 //!
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS] [--links-only]`
-//! (several hosts: `--nnodes H --node-rank I --id-file PATH`; `--timeout T`; `--print-nccl-id`)
+//! (several hosts: `--nnodes H --node-rank I --id-file PATH`; `--timeout T`)
 //!
 //! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
 //! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]), packed documents
@@ -48,7 +48,6 @@ fn main() {
         virtual_timing::run(&args, p);
         return;
     }
-    args.print_nccl_id();
     let mut env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
     if let (Some(env), Some(t)) = (env.as_mut(), args.timeout()) {
         env.timeout = t;

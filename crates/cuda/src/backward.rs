@@ -9,14 +9,12 @@ use crate::tma::{Elem, TensorMap};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 impl Gpu {
-    /// Allocate gradient buffers for `prep`.
+    /// Zeroed gradient buffers for `prep` (a memset on the stream: no host buffer, no
+    /// copy; a call over a whole long sequence clears hundreds of MiB).
     pub fn alloc_grads(&self, prep: &Prepared) -> Result<DeviceGrads> {
         let s = prep.shape;
-        Ok(DeviceGrads {
-            dq: self.filled(s.q_len(), 0.0)?,
-            dk: self.filled(s.k_len(), 0.0)?,
-            dv: self.filled(s.k_len(), 0.0)?,
-        })
+        let z = |n: usize| self.stream.alloc_zeros::<f32>(n.max(1));
+        Ok(DeviceGrads { dq: z(s.q_len())?, dk: z(s.k_len())?, dv: z(s.k_len())? })
     }
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,

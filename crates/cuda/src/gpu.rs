@@ -277,7 +277,8 @@ impl Gpu {
     /// every row is written by [`Gpu::forward_into`]).
     pub fn alloc_partial(&self, prep: &Prepared) -> Result<DevicePartial> {
         let s = prep.shape;
-        Ok(DevicePartial { out: self.filled(s.q_len(), 0.0)?, lse: self.filled(s.lse_len(), 0.0)?, dims: s.q_dims() })
+        let z = |n: usize| self.stream.alloc_zeros::<f32>(n.max(1));
+        Ok(DevicePartial { out: z(s.q_len())?, lse: z(s.lse_len())?, dims: s.q_dims() })
     }
 
     pub(crate) fn check_inputs(

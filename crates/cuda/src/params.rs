@@ -158,12 +158,12 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 17 pointers, 32 ints, 2 floats (a multiple of 8 bytes).
-        assert_eq!(std::mem::size_of::<Params>(), 17 * 8 + 32 * 4 + 2 * 4);
-        assert_eq!(Params::LAYOUT.len(), 17 + 32 + 2);
+        // 17 pointers, 34 ints, 2 floats (a multiple of 8 bytes).
+        assert_eq!(std::mem::size_of::<Params>(), 17 * 8 + 34 * 4 + 2 * 4);
+        assert_eq!(Params::LAYOUT.len(), 17 + 34 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[17], ("batch", 136));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 33 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 35 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

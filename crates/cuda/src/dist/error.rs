@@ -46,6 +46,8 @@ pub enum DistError {
     EmptyRing { batch: usize, rings: usize },
     /// A color or key of `ncclCommSplit` that does not fit NCCL's non-negative `int`.
     BadSplit { what: &'static str, value: usize },
+    /// A tuning call with no candidate schedule, no timed pass, or no finite time.
+    BadTune { candidates: usize, reps: usize },
 }
 
 impl fmt::Display for DistError {
@@ -100,6 +102,10 @@ impl fmt::Display for DistError {
             DistError::BadSplit { what, value } => {
                 write!(f, "communicator split: {what} = {value} does not fit a non-negative C int")
             }
+            DistError::BadTune { candidates, reps } => write!(
+                f,
+                "tuning needs at least one candidate schedule and one timed pass with a finite time (got {candidates} candidates, {reps} passes)"
+            ),
         }
     }
 }

@@ -8,15 +8,21 @@
 //! rule's ring time equals the measured dense ring forward at 8K tokens per GPU
 //! (`o = (t - P max(W / (P^2 F), 4 B H d n / L)) / P`, at least 0): what a ring step
 //! costs beyond its kernels and transfer at the shortest per-GPU length.
+//!
+//! Next to the rule, the measured choice (`DistRank::tune`: every schedule's forward
+//! timed on the problem's inputs, the fastest kept) is checked the same way: its pick
+//! against the rows' measured times, a separate measurement.
 
 use crate::configs::{self, AUTO, DENSE, K, OPTIONS};
 use crate::distributed::Measured;
 use crate::links::Links;
-use crate::measure::{Row, max_over_ranks};
+use crate::measure::{Row, max_over_ranks, random_bits};
 use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::Communicator;
 use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
+use ringdil_cuda::dist::ring::Tuned;
+use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, RankData};
+use ringdil_cuda::shape::Dtype;
 use ringdil_reference::ring::Kind;
 
 /// A choice within this fraction of the best measured option counts as right.
@@ -69,6 +75,19 @@ pub struct AutoRow {
     pub chosen_over_best: f64,
     /// `chosen_over_best <= 1 + THRESHOLD`.
     pub within_threshold: bool,
+    /// The measured choice (`None`: tuning failed, the error is printed).
+    pub tuned: Option<Tuned>,
+    /// The tuned schedule's time in the rows over the best's.
+    pub tuned_over_best: f64,
+}
+
+/// `DistRank::tune` over every schedule on `plan` with fresh inputs (collective).
+fn tune(gpu: &Gpu, comm: &Communicator, plan: &DistPlan) -> Result<Tuned, String> {
+    let n = plan.seq_len();
+    let (q, kv) = (random_bits(n * HEADS * DIM, 1), random_bits(n * plan.kv_heads * DIM, 2));
+    let data = RankData::upload(gpu, plan, comm.rank(), &q, &kv, &kv).map_err(|e| e.to_string())?;
+    let mut rank = DistRank::new(gpu, comm, plan, Dtype::Bf16).map_err(|e| e.to_string())?;
+    rank.tune(&data, &OPTIONS, 3).map_err(|e| e.to_string())
 }
 
 /// The name of what `selected` runs, as the rows name it.
@@ -81,12 +100,13 @@ pub fn selected_name(selected: Selected) -> &'static str {
 
 /// Decide every problem of [`AUTO`] on every rank (collective), and on rank 0 compare each
 /// decision with the measured options (other ranks get rows without times).
-pub fn auto_rows(comm: &Communicator, speeds: &Speeds, singles: &[Row], rows: &[Measured]) -> Vec<AutoRow> {
+pub fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds, singles: &[Row], rows: &[Measured]) -> Vec<AutoRow> {
     let p = comm.world();
     let mut out = Vec::new();
     for (pat, split, per) in AUTO {
         let n = per * p;
-        let decided = configs::plan(pat, split, n, p).and_then(|plan| select(&plan, speeds).map_err(|e| e.to_string()));
+        let plan = configs::plan(pat, split, n, p);
+        let decided = plan.as_ref().map_err(Clone::clone).and_then(|plan| select(plan, speeds).map_err(|e| e.to_string()));
         let (decision, selected) = match decided {
             Ok(d) => d,
             Err(e) => {
@@ -116,8 +136,22 @@ pub fn auto_rows(comm: &Communicator, speeds: &Speeds, singles: &[Row], rows: &[
         let name = selected_name(selected);
         let chosen = measured.iter().find(|(o, _)| o == name).map_or(f64::NAN, |x| x.1);
         let ratio = best.as_ref().map_or(f64::NAN, |b| chosen / b.1);
+        let tuned = match plan.as_ref().map_err(Clone::clone).and_then(|plan| tune(gpu, comm, plan)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                if comm.rank() == 0 {
+                    println!("tune {pat} N={n}: error {e}");
+                }
+                None
+            }
+        };
+        let tuned_time = tuned
+            .as_ref()
+            .and_then(|t| measured.iter().find(|(o, _)| o == t.schedule.name()))
+            .map_or(f64::NAN, |x| x.1);
+        let tuned_over_best = best.as_ref().map_or(f64::NAN, |b| tuned_time / b.1);
         if comm.rank() == 0 {
-            println!("auto {pat} {}/GPU: {name}, measured {measured:?}", per / K);
+            println!("auto {pat} {}/GPU: {name}, tuned {:?}, measured {measured:?}", per / K, tuned.as_ref().map(|t| t.schedule));
         }
         out.push(AutoRow {
             pattern: pat.into(),
@@ -131,6 +165,8 @@ pub fn auto_rows(comm: &Communicator, speeds: &Speeds, singles: &[Row], rows: &[
             best,
             chosen_over_best: ratio,
             within_threshold: ratio <= 1.0 + THRESHOLD,
+            tuned,
+            tuned_over_best,
         });
     }
     out

@@ -136,7 +136,7 @@ fn main() {
         vec![0.0; Speeds::LEN]
     };
     let speeds = Speeds::from_slice(&comm.broadcast_f64(0, &mine).expect("broadcast")).expect("the speeds");
-    let autos = auto_check::auto_rows(&comm, &speeds, &singles, &rows);
+    let autos = auto_check::auto_rows(&gpu, &comm, &speeds, &singles, &rows);
     if me != 0 {
         return;
     }

@@ -218,14 +218,14 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
         .unwrap();
     }
 
-    writeln!(w, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast; \"agree\": every rank's `select` took the same decision) and compared with the measured forward of every option from the rows above. The choice is right when it is the best or within {:.0}% of it.\n", THRESHOLD * 100.0).unwrap();
-    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses) | best | chosen / best | within {:.0}% |\n|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
+    writeln!(w, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast; \"agree\": every rank's `select` took the same decision) and compared with the measured forward of every option from the rows above. The choice is right when it is the best or within {:.0}% of it. \"tuned\": the measured choice (`DistRank::tune`, every schedule's forward timed on the problem, 3 passes each), checked against the same rows.\n", THRESHOLD * 100.0).unwrap();
+    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses) | best | chosen / best | within {:.0}% | tuned | tuned / best |\n|---|---|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
     for a in run.autos {
         let d = &a.decision;
         let times: Vec<String> = a.measured_ms.iter().map(|(_, t)| ms(*t)).collect();
         writeln!(
             w,
-            "| {} | {}K | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} |",
+            "| {} | {}K | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} | {} | {} |",
             a.pattern,
             a.per_gpu / K,
             a.seq_len,
@@ -238,7 +238,9 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
             times.join(" / "),
             a.best.as_ref().map_or("-", |b| b.0.as_str()),
             ratio(a.chosen_over_best),
-            if a.within_threshold { "yes" } else { "**no**" }
+            if a.within_threshold { "yes" } else { "**no**" },
+            a.tuned.as_ref().map_or("-", |t| t.schedule.name()),
+            ratio(a.tuned_over_best)
         )
         .unwrap();
     }

@@ -42,6 +42,7 @@
 //! * `forward.rs`, `backward.rs`: the steps of each schedule, which block a step
 //!   computes on and when its transfer is enqueued;
 //! * `ulysses.rs`: the head-parallel schedule;
+//! * `tune.rs`: the measured choice of a schedule (each candidate's forward, timed);
 //! * `transfers.rs`: the NCCL groups that move blocks and gradients, and the packing of
 //!   kept head rows;
 //! * `data.rs`: a rank's input and gradient pieces.
@@ -50,9 +51,11 @@ mod backward;
 mod data;
 mod forward;
 mod transfers;
+mod tune;
 mod ulysses;
 
 pub use data::{RankData, RankGrads, upload_pieces};
+pub use tune::{Tuned, fastest};
 
 use super::comm::Communicator;
 use super::error::{DistError, DistResult};

@@ -61,11 +61,9 @@ impl fmt::Display for CudaError {
                 f,
                 "{side} chunk: {rows} rows at positions {offset} + i * {stride} pass the global sequence length {seq_len}"
             ),
-            CudaError::HeadSliceOutOfRange { first, heads, all_heads } => write!(
-                f,
-                "head slice {first}..{} is not inside the pattern's {all_heads} heads",
-                first + heads
-            ),
+            CudaError::HeadSliceOutOfRange { first, heads, all_heads } => {
+                write!(f, "head slice {first}..{} is not inside the pattern's {all_heads} heads", first + heads)
+            }
             CudaError::BatchRows { start, end, batch } => {
                 write!(f, "batch rows {start}..{end} are empty or not inside the batch of {batch} rows")
             }

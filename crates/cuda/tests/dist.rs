@@ -22,8 +22,9 @@ fn rank_env_is_read_and_checked() {
     assert_eq!((e.rank, e.local_rank, e.world), (1, 1, 2));
     let bad = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "two"), ("RINGDIL_WORLD", "2")])).unwrap_err().to_string();
     assert!(bad.contains("RINGDIL_RANK") && bad.contains("two"), "{bad}");
-    let over = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("NCCL_COMM_ID", "10.0.0.1:29500")]))
-        .unwrap_err();
+    let over =
+        RankEnv::from_lookup(env(&[("RINGDIL_RANK", "2"), ("RINGDIL_WORLD", "2"), ("NCCL_COMM_ID", "10.0.0.1:29500")]))
+            .unwrap_err();
     assert!(matches!(over, DistError::BadRank { rank: 2, world: 2 }), "{over}");
     let no_id = RankEnv::from_lookup(env(&[("RINGDIL_RANK", "0"), ("RINGDIL_WORLD", "1")])).unwrap_err().to_string();
     assert!(no_id.contains("RINGDIL_NCCL_ID_FILE"), "{no_id}");

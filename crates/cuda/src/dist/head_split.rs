@@ -91,7 +91,9 @@ fn u32_of(x: usize) -> u32 {
 
 /// Rows of heads `heads` of a token piece tensor `[batch, rows, all, d]`.
 pub fn token_rows(batch: usize, piece: &Piece, all: usize, heads: &Range<usize>) -> Vec<u32> {
-    packed_order(batch, piece, heads.len()).map(|(b, i, j)| u32_of((b * piece.rows + i) * all + heads.start + j)).collect()
+    packed_order(batch, piece, heads.len())
+        .map(|(b, i, j)| u32_of((b * piece.rows + i) * all + heads.start + j))
+        .collect()
 }
 
 /// Rows of the piece's tokens in a run tensor `[batch, n, m, d]`.

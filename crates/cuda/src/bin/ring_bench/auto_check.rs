@@ -106,7 +106,8 @@ pub fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds, singles: &[Row
     for (pat, split, per) in AUTO {
         let n = per * p;
         let plan = configs::plan(pat, split, n, p);
-        let decided = plan.as_ref().map_err(Clone::clone).and_then(|plan| select(plan, speeds).map_err(|e| e.to_string()));
+        let decided =
+            plan.as_ref().map_err(Clone::clone).and_then(|plan| select(plan, speeds).map_err(|e| e.to_string()));
         let (decision, selected) = match decided {
             Ok(d) => d,
             Err(e) => {
@@ -151,7 +152,11 @@ pub fn auto_rows(gpu: &Gpu, comm: &Communicator, speeds: &Speeds, singles: &[Row
             .map_or(f64::NAN, |x| x.1);
         let tuned_over_best = best.as_ref().map_or(f64::NAN, |b| tuned_time / b.1);
         if comm.rank() == 0 {
-            println!("auto {pat} {}/GPU: {name}, tuned {:?}, measured {measured:?}", per / K, tuned.as_ref().map(|t| t.schedule));
+            println!(
+                "auto {pat} {}/GPU: {name}, tuned {:?}, measured {measured:?}",
+                per / K,
+                tuned.as_ref().map(|t| t.schedule)
+            );
         }
         out.push(AutoRow {
             pattern: pat.into(),

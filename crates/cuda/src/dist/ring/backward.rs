@@ -3,9 +3,9 @@
 //! dense ring, directly to the owner for the pattern-aware plan, in one reduce-scatter
 //! for the all-gather; module docs of [`super`]).
 
+use super::DistRank;
 use super::data::{RankData, RankGrads};
 use super::transfers::{Block, GradPieces};
-use super::DistRank;
 use crate::dist::error::{DistError, DistResult};
 use crate::dist::exec::{all_of, all_of_mut, zeros};
 use crate::tensors::{DevicePartial, DeviceTensor};

@@ -17,8 +17,9 @@
 //! and scattered locally, never sent.
 
 use super::DistRank;
-use super::data::{RankData, RankGrads};
 use super::Probe;
+use super::data::{RankData, RankGrads};
+use crate::dist::comm::Wire;
 use crate::dist::error::DistResult;
 use crate::dist::exec::{Packable, zeros};
 use crate::dist::head_split::{self, HeadSplit, Run};
@@ -26,7 +27,6 @@ use crate::dist::layout::DistPlan;
 use crate::gpu::Gpu;
 use crate::shape::{Chunk, Dtype, Shape};
 use crate::tensors::{DevicePartial, DeviceTensor, Prepared};
-use crate::dist::comm::Wire;
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use std::collections::HashMap;
 
@@ -78,14 +78,8 @@ impl Ulysses {
             .runs(me)
             .into_iter()
             .map(|run| {
-                let shape = Shape {
-                    batch: b,
-                    heads: run.q.len(),
-                    kv_heads: run.kv.len(),
-                    head_dim: d,
-                    q_rows: n,
-                    k_rows: n,
-                };
+                let shape =
+                    Shape { batch: b, heads: run.q.len(), kv_heads: run.kv.len(), head_dim: d, q_rows: n, k_rows: n };
                 let chunk = Chunk::new(0, 0, n).heads_of(run.q.start, h);
                 let prep = gpu.prepare(&shape, dtype, &plan.spec, &chunk)?;
                 Ok((run, prep))
@@ -331,10 +325,8 @@ impl DistRank<'_> {
         let lens = plan.piece_lens(me);
         let lse_lens: Vec<usize> = plan.pieces(me).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
         let mut dst = vec![zeros(gpu, &lens)?, zeros(gpu, &lse_lens)?];
-        let outputs = [
-            (Side::Q, parts.iter().map(|x| &x.out).collect()),
-            (Side::Lse, parts.iter().map(|x| &x.lse).collect()),
-        ];
+        let outputs =
+            [(Side::Q, parts.iter().map(|x| &x.out).collect()), (Side::Lse, parts.iter().map(|x| &x.lse).collect())];
         self.to_tokens(u, &outputs, &mut dst, false, move_rows)?;
         let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = dst.try_into().expect("two outputs");
         Ok(outs

@@ -50,7 +50,7 @@ fn spelling(kind: Kind) -> &'static Spelling {
 /// The parser of `--schedule`: the flags of [`SPELLINGS`], with their help, to a [`Kind`].
 pub fn schedule_arg() -> impl TypedValueParser<Value = Kind> {
     PossibleValuesParser::new(SPELLINGS.iter().map(|s| PossibleValue::new(s.flag).help(s.help)))
-        .map(|flag| SPELLINGS.iter().find(|s| s.flag == flag).expect("clap accepts only listed values").kind)
+        .map(|flag| kind_of_flag(&flag).expect("clap accepts only listed values"))
 }
 
 /// The name of `kind` in text output (`plan`'s header, `verify`'s rows).
@@ -58,9 +58,19 @@ pub fn label(kind: Kind) -> &'static str {
     spelling(kind).label
 }
 
+/// `kind` as its `--schedule` value (also its name in `plan --json`).
+pub fn flag(kind: Kind) -> &'static str {
+    spelling(kind).flag
+}
+
+/// The kind whose `--schedule` value is `flag`, if any.
+pub fn kind_of_flag(flag: &str) -> Option<Kind> {
+    SPELLINGS.iter().find(|s| s.flag == flag).map(|s| s.kind)
+}
+
 /// `kind` as its `--schedule` value, for `plan --json`.
 fn serialize_flag<S: Serializer>(kind: &Kind, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(spelling(*kind).flag)
+    serializer.serialize_str(flag(*kind))
 }
 
 /// How tokens are laid out over ranks.
@@ -256,9 +266,11 @@ mod tests {
             assert_eq!(SPELLINGS.iter().filter(|s| s.kind == kind).count(), 1, "{kind}");
             let flag = spelling(kind).flag;
             assert_eq!(parser.parse_ref(&command, None, flag.as_ref()).unwrap(), kind);
+            assert_eq!(kind_of_flag(super::flag(kind)), Some(kind));
         }
         for unknown in ["pattern_ring", "all_gather", "Ring", ""] {
             assert!(parser.parse_ref(&command, None, unknown.as_ref()).is_err(), "{unknown}");
+            assert_eq!(kind_of_flag(unknown), None);
         }
     }
 }

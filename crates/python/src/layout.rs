@@ -11,7 +11,7 @@ use crate::errors;
 /// `layout` as Python gives it: `"contiguous"`, `"zigzag"`, `"striped"`, `"balanced"`
 /// (needs `documents`), `{"boundaries": [...]}` or `{"order": [...], "boundaries": [...]}`
 /// (boundaries optional).
-fn parse(
+pub(crate) fn parse(
     layout: &Bound<'_, PyAny>,
     seq_len: usize,
     ranks: usize,

@@ -4,7 +4,8 @@
 //! crate (the specification), and every pattern file goes through the CLI's parser (the
 //! `ringdil-pattern-file` crate), so Python users get exactly the semantics of
 //! `docs/semantics.md`. This crate only checks the NumPy arguments (naming the one that
-//! is wrong), converts arrays and maps errors.
+//! is wrong), converts arrays and maps errors. The inspection tools (`pattern_stats`,
+//! `verify`, `plan`) are the CLI library's own functions, returning its `--json` reports.
 //! The public Python API, its defaults and docstrings live in `python/ringdil/`.
 
 mod arrays;
@@ -14,6 +15,7 @@ mod errors;
 mod layout;
 mod merge;
 mod pattern;
+mod tools;
 
 use pyo3::prelude::*;
 
@@ -28,5 +30,8 @@ fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::pattern_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::plan, m)?)?;
     Ok(())
 }

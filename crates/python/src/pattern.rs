@@ -67,7 +67,12 @@ impl PyPattern {
 
 /// Check `heads`, `seq_len` against the pattern, and each `(name, value, bound)` for
 /// `value < bound`, before asking the pattern anything (it may assume valid arguments).
-fn validate(pattern: &dyn Pattern, heads: usize, seq_len: usize, checks: &[(&str, usize, usize)]) -> PyResult<()> {
+pub(crate) fn validate(
+    pattern: &dyn Pattern,
+    heads: usize,
+    seq_len: usize,
+    checks: &[(&str, usize, usize)],
+) -> PyResult<()> {
     for (name, value) in [("heads", heads), ("seq_len", seq_len)] {
         if value == 0 {
             return Err(errors::value(name, "must be at least 1, got 0"));

@@ -7,6 +7,8 @@
 * :mod:`ringdil.ring`: ring layouts (contiguous, zigzag, striped, work-balanced over
   packed documents) and sharding a sequence onto the ranks and back.
 * :class:`Pattern`: the attention patterns of ringdil's pattern files.
+* :func:`pattern_stats`, :func:`verify`, :func:`plan`: the CLI's ``pattern show``,
+  ``verify`` and ``plan`` reports (their ``--json``), from the same library functions.
 
 See ``docs/python.md``.
 """
@@ -15,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import reference, ring
 from ._ringdil import Pattern
+from ._tools import pattern_stats, plan, verify
 
 
 def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None, documents=None,
@@ -41,4 +44,4 @@ try:
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "unknown"
 
-__all__ = ["Pattern", "attention", "reference", "ring", "__version__"]
+__all__ = ["Pattern", "attention", "pattern_stats", "plan", "reference", "ring", "verify", "__version__"]

@@ -8,7 +8,8 @@
 //! are what moves), `n = N/P` the tokens per rank, `F` one GPU's attention FLOP/s, `L`,
 //! `A`, `G` the bytes/s one GPU *sends* in a ring hop, an all-to-all and an all-gather
 //! (each measured in its own shape: a 4-way all-gather does not run at the ring
-//! neighbour's speed), `o` the fixed cost of one step (launches, NCCL latency), `m` the
+//! neighbour's speed), `o` the fixed cost of one step (launches, NCCL latency), `u` that
+//! of one Ulysses exchange (its gathers and scatters of rows, the NCCL group), `m` the
 //! fraction of the dense ring's K/V bytes that the pattern-aware plan moves and `M` the
 //! per-GPU memory:
 //!
@@ -16,7 +17,7 @@
 //!   t_single  = W / F                                      if 10 B N H d bytes <= M
 //!   t_ring    = P max(W / (P^2 F), m 4 B H_kv d n / L) + P o
 //!   t_gather  = 4 B H_kv d n (P-1) / G + W / (P F) + o     if B d (4 H_kv N + 10 H n) bytes <= M
-//!   t_ulysses = V_a2a / A + W |H_p| / (H F) + 2 o          if B d (N (6 |H_p| + 4 |K_p|) + 10 H n) bytes <= M
+//!   t_ulysses = V_a2a / A + W |H_p| / (H F) + 2 u          if B d (N (6 |H_p| + 4 |K_p|) + 10 H n) bytes <= M
 //!   V_a2a     = 2 max_p [B d n (H - |H_p|) + 2 B d n sum_{r != p} |K_r| + B (d+1) |H_p| (N - n)]
 //! ```
 //! (bf16 K+V are 4 bytes per element pair; Q, K, V, O, dO-free forward memory is `10`
@@ -85,8 +86,11 @@ pub struct Speeds {
     pub all_to_all_bytes: f64,
     /// Bytes per second one GPU sends in an all-gather (its block to every peer).
     pub all_gather_bytes: f64,
-    /// Seconds of fixed cost per ring step (and per collective).
+    /// Seconds of fixed cost per ring step (and per all-gather).
     pub step_overhead: f64,
+    /// Seconds of fixed cost per Ulysses exchange (its gathers, scatters and NCCL group,
+    /// beyond the bytes at the all-to-all speed).
+    pub exchange_overhead: f64,
     /// Bytes of memory per GPU.
     pub memory: f64,
 }
@@ -128,7 +132,7 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
     let u = problem.ulysses(ranks);
     let ulysses = u.sent_bytes / speeds.all_to_all_bytes
         + w * u.busiest_heads as f64 / (h * speeds.flops)
-        + 2.0 * speeds.step_overhead;
+        + 2.0 * speeds.exchange_overhead;
     let ulysses_fits = u.memory_bytes <= speeds.memory;
     let (gather_s, ulysses_s) = (gather_fits.then_some(gather), ulysses_fits.then_some(ulysses));
     let choice = fastest([
@@ -241,18 +245,34 @@ impl Problem {
 
 impl Speeds {
     /// How many numbers [`Speeds::to_vec`] gives.
-    pub const LEN: usize = 6;
+    pub const LEN: usize = 7;
 
-    /// The six numbers in a fixed order, for [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64).
+    /// The seven numbers in a fixed order, for [`Communicator::broadcast_f64`](super::Communicator::broadcast_f64).
     pub fn to_vec(&self) -> Vec<f64> {
-        vec![self.flops, self.link_bytes, self.all_to_all_bytes, self.all_gather_bytes, self.step_overhead, self.memory]
+        vec![
+            self.flops,
+            self.link_bytes,
+            self.all_to_all_bytes,
+            self.all_gather_bytes,
+            self.step_overhead,
+            self.exchange_overhead,
+            self.memory,
+        ]
     }
 
     /// The inverse of [`Speeds::to_vec`] (`None` unless there are exactly [`Speeds::LEN`] numbers).
     pub fn from_slice(v: &[f64]) -> Option<Speeds> {
         match *v {
-            [flops, link_bytes, all_to_all_bytes, all_gather_bytes, step_overhead, memory] => {
-                Some(Speeds { flops, link_bytes, all_to_all_bytes, all_gather_bytes, step_overhead, memory })
+            [flops, link_bytes, all_to_all_bytes, all_gather_bytes, step_overhead, exchange_overhead, memory] => {
+                Some(Speeds {
+                    flops,
+                    link_bytes,
+                    all_to_all_bytes,
+                    all_gather_bytes,
+                    step_overhead,
+                    exchange_overhead,
+                    memory,
+                })
             }
             _ => None,
         }

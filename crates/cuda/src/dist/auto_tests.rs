@@ -11,6 +11,7 @@ fn h200() -> Speeds {
         all_to_all_bytes: 150e9,
         all_gather_bytes: 150e9,
         step_overhead: 30e-6,
+        exchange_overhead: 30e-6,
         memory: 140e9,
     }
 }
@@ -71,10 +72,12 @@ fn too_long_for_one_gpu_is_distributed_even_if_slower_per_flop() {
 fn a_sparse_pattern_with_many_ranks_prefers_all_gather_when_steps_are_costly() {
     // Very sparse (f tiny) and too big for one GPU's memory (671 MB > 500 MB; the
     // gather needs 352 MB): per-step compute is negligible, 8 step overheads dominate
-    // the ring, one gather is cheaper.
+    // the ring, one gather is cheaper (and cheaper than Ulysses' two exchanges, at the
+    // same 2 ms per collective).
     let p = Problem { pair_fraction: 1e-3, moved_fraction: 1.0, ..causal(65_536) };
     let mut s = h200();
     s.step_overhead = 2e-3;
+    s.exchange_overhead = 2e-3;
     s.memory = 500e6;
     let d = choose(&p, 8, &s);
     assert_eq!(d.choice, Choice::AllGather, "{d:?}");
@@ -105,6 +108,7 @@ fn all_gather_is_priced_at_the_all_gather_speed() {
         all_to_all_bytes: 1e9,
         all_gather_bytes: gather,
         step_overhead: 0.17e-3,
+        exchange_overhead: 0.17e-3,
         memory: 140e9,
     };
     let (p, n) = (4.0, 16_384.0);
@@ -135,6 +139,12 @@ fn ulysses_wins_with_many_heads_where_ring_steps_cost() {
     // everything once, unhidden.
     let long = choose(&Problem { seq_len: 524_288, ..pr }, 8, &s);
     assert_eq!(long.choice, Choice::Ring, "{long:?}");
+    // Ulysses pays its exchange cost twice: at 1 ms each (gathers and scatters of many
+    // small pieces) it loses the short problem it won, by exactly that difference.
+    let costly = choose(&pr, 8, &Speeds { exchange_overhead: 1e-3, ..s });
+    assert_ne!(costly.choice, Choice::Ulysses, "{costly:?}");
+    let gap = costly.ulysses_s.unwrap() - d.ulysses_s.unwrap();
+    assert!((gap - 2.0 * (1e-3 - s.exchange_overhead)).abs() < 1e-12, "{gap}");
 }
 
 /// 4 heads on 8 GPUs: half the ranks get no head, the busiest computes a quarter of
@@ -173,7 +183,7 @@ fn the_ulysses_term_follows_its_formula() {
     let s = h200();
     let dec = choose(&causal(65_536), 4, &s);
     let w = 4.0 * 8.0 * 128.0 * n * n * 0.5;
-    let t = mha.sent_bytes / s.all_to_all_bytes + w / (p * s.flops) + 2.0 * s.step_overhead;
+    let t = mha.sent_bytes / s.all_to_all_bytes + w / (p * s.flops) + 2.0 * s.exchange_overhead;
     assert!((dec.ulysses_s.unwrap() - t).abs() < 1e-12, "{dec:?} vs {t}");
 }
 
@@ -265,5 +275,8 @@ fn speeds_round_trip_through_a_vector() {
     assert_eq!(s.to_vec().len(), Speeds::LEN);
     assert_eq!(Speeds::from_slice(&s.to_vec()), Some(s));
     assert_eq!(Speeds::from_slice(&[1.0]), None);
-    assert_eq!(Speeds::from_slice(&[1.0; 4]), None, "the four numbers of the old layout");
+    assert_eq!(Speeds::from_slice(&[1.0; 4]), None, "the four numbers of an old layout");
+    assert_eq!(Speeds::from_slice(&[1.0; 6]), None, "the six numbers of an old layout");
+    let v = s.to_vec();
+    assert_eq!((v[4], v[5]), (s.step_overhead, s.exchange_overhead), "both overheads, in order");
 }

@@ -7,7 +7,9 @@
 //! three link speeds from `links::measure`; the step overhead `o` fitted so that the
 //! rule's ring time equals the measured dense ring forward at 8K tokens per GPU
 //! (`o = (t - P max(W / (P^2 F), 4 B H d n / L)) / P`, at least 0): what a ring step
-//! costs beyond its kernels and transfer at the shortest per-GPU length.
+//! costs beyond its kernels and transfer at the shortest per-GPU length; the exchange
+//! overhead `u` likewise from the Ulysses forward at 8K tokens per GPU
+//! (`u = (t - V_a2a / A - W ceil(H/P) / (H F)) / 2`, at least 0).
 //!
 //! Next to the rule, the measured choice (`DistRank::tune`: every schedule's forward
 //! timed on the problem's inputs, the fastest kept) is checked the same way: its pick
@@ -19,7 +21,7 @@ use crate::links::Links;
 use crate::measure::{Row, max_over_ranks, random_bits};
 use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
-use ringdil_cuda::dist::auto::{Decision, Selected, Speeds, select};
+use ringdil_cuda::dist::auto::{Decision, Problem, Selected, Speeds, select};
 use ringdil_cuda::dist::ring::Tuned;
 use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, RankData};
 use ringdil_cuda::shape::Dtype;
@@ -45,6 +47,26 @@ pub fn measured_speeds(gpu: &Gpu, p: usize, links: &Links, singles: &[Row], rows
             let step = (work(n) / (pf * pf * flops)).max(4.0 * (HEADS * DIM) as f64 * per / links.ring);
             ((m.row.fwd_ms / 1e3 - pf * step) / pf).max(0.0)
         });
+    // The same fit for Ulysses: its measured dense forward at 8K/GPU, less the rule's
+    // transfer and compute terms, is two exchanges' fixed cost.
+    let exchange_overhead = rows
+        .iter()
+        .find(|m| m.config.pattern == DENSE && m.config.per_gpu == 8 * K && m.config.schedule == Kind::Ulysses)
+        .map_or(f64::NAN, |m| {
+            let n = m.row.seq_len;
+            let problem = Problem {
+                batch: 1,
+                heads: HEADS,
+                kv_heads: HEADS,
+                head_dim: DIM,
+                seq_len: n,
+                pair_fraction: 0.5,
+                moved_fraction: 1.0,
+            };
+            let u = problem.ulysses(p);
+            let terms = u.sent_bytes / links.all_to_all + work(n) * u.busiest_heads as f64 / (HEADS as f64 * flops);
+            ((m.row.fwd_ms / 1e3 - terms) / 2.0).max(0.0)
+        });
     let memory = gpu.context().mem_get_info().map(|x| x.1 as f64).unwrap_or(f64::NAN);
     Speeds {
         flops,
@@ -52,6 +74,7 @@ pub fn measured_speeds(gpu: &Gpu, p: usize, links: &Links, singles: &[Row], rows
         all_to_all_bytes: links.all_to_all,
         all_gather_bytes: links.all_gather,
         step_overhead,
+        exchange_overhead,
         memory,
     }
 }

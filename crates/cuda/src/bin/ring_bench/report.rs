@@ -190,7 +190,7 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
     }
 
     let s = run.speeds;
-    writeln!(w, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal, largest N), ring hop L = {:.1}, all-to-all A = {:.1}, all-gather G = {:.1} GB/s sent per rank (`links::measure`), o = {:.3} ms per step (fitted to the dense ring forward at 8K/GPU), M = {:.0} GB. Dense causal, predicted forward ms:\n", s.flops / 1e12, g(s.link_bytes), g(s.all_to_all_bytes), g(s.all_gather_bytes), s.step_overhead * 1e3, g(s.memory)).unwrap();
+    writeln!(w, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal, largest N), ring hop L = {:.1}, all-to-all A = {:.1}, all-gather G = {:.1} GB/s sent per rank (`links::measure`), o = {:.3} ms per step (fitted to the dense ring forward at 8K/GPU), u = {:.3} ms per Ulysses exchange (fitted to its forward at 8K/GPU), M = {:.0} GB. Dense causal, predicted forward ms:\n", s.flops / 1e12, g(s.link_bytes), g(s.all_to_all_bytes), g(s.all_gather_bytes), s.step_overhead * 1e3, s.exchange_overhead * 1e3, g(s.memory)).unwrap();
     writeln!(w, "| N | N/GPU | choice | single | ring | all-gather | ulysses |\n|---|---|---|---|---|---|---|")
         .unwrap();
     for per in [4 * K, 8 * K, 16 * K, 64 * K, 256 * K] {

@@ -18,7 +18,7 @@
 //! the reference; the dense ring is compared with virtual ranks ring by ring.
 //!
 //! ```text
-//! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks, one GPU
+//! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks (ring, Ulysses), one GPU
 //! ring_check --nproc W [--rings R] [same options]                      # NCCL, one process per GPU
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
 //! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
@@ -34,7 +34,7 @@ use ringdil_cuda::Gpu;
 use ringdil_cuda::check::bound;
 use ringdil_cuda::check::ring::{
     Cache, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
-    run_virtual,
+    run_virtual, run_virtual_schedule,
 };
 use ringdil_cuda::dist::head_split::HeadSplit;
 use ringdil_cuda::dist::ring::upload_pieces;
@@ -161,14 +161,16 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     for c in cases(&[2, 3, 4], 1).iter() {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
-        match run_virtual(gpu, c, &parts[0], &inp) {
-            Ok(res) => {
-                let label = format!("virtual | {}", describe(c));
-                log.record(None, &label, "virtual", &compare(c, &parts, &[res], &inp.reference), "");
-            }
-            Err(e) => {
-                println!("FAIL virtual | {}: {e}", describe(c));
-                log.record_error();
+        for (name, schedule) in [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses)] {
+            match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
+                Ok(res) => {
+                    let label = format!("{name} | {}", describe(c));
+                    log.record(None, &label, name, &compare(c, &parts, &[res], &inp.reference), "");
+                }
+                Err(e) => {
+                    println!("FAIL {name} | {}: {e}", describe(c));
+                    log.record_error();
+                }
             }
         }
     }

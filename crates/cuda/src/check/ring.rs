@@ -27,7 +27,7 @@ use ndarray::{Array3, Array4};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
-use ringdil_reference::ring::{ChunkPlan, Layout};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use ringdil_reference::{Attention, attention, attention_backward};
 use std::ops::Range;
 
@@ -301,14 +301,33 @@ pub fn download(gpu: &Gpu, out: &[DevicePartial], grads: &RankGrads) -> [Vec<Vec
 
 /// One ring's part of `c` on virtual ranks of one GPU.
 pub fn run_virtual(gpu: &Gpu, c: &Case, part: &RingPart, inp: &Inputs) -> DistResult<HostResult> {
+    run_virtual_schedule(gpu, c, part, inp, Kind::Ring)
+}
+
+/// [`run_virtual`] for the ring or Ulysses (`VirtualRanks::ulysses_forward`); other
+/// schedules run the ring's arithmetic on virtual ranks.
+pub fn run_virtual_schedule(
+    gpu: &Gpu,
+    c: &Case,
+    part: &RingPart,
+    inp: &Inputs,
+    schedule: Kind,
+) -> DistResult<HostResult> {
     let [q, k, v, g] = batch_slices(&inp.bits, c, &part.rows);
     let plan = &part.plan;
     let data: Vec<RankData> =
         (0..plan.ranks()).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
     let dout: Vec<_> = (0..plan.ranks()).map(|r| upload_pieces(gpu, plan, r, g)).collect::<Result<_, _>>()?;
     let mut vr = VirtualRanks::new(gpu, plan, Dtype::Bf16)?;
-    let outs = vr.forward(&data)?;
-    let grads = vr.backward(&data, &outs, &dout)?;
+    let (outs, grads) = if schedule == Kind::Ulysses {
+        let outs = vr.ulysses_forward(&data)?;
+        let grads = vr.ulysses_backward(&data, &outs, &dout)?;
+        (outs, grads)
+    } else {
+        let outs = vr.forward(&data)?;
+        let grads = vr.backward(&data, &outs, &dout)?;
+        (outs, grads)
+    };
     Ok(outs.iter().zip(&grads).map(|(o, g)| download(gpu, o, g)).collect())
 }
 

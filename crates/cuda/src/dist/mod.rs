@@ -37,6 +37,7 @@ pub mod layout;
 pub mod ring;
 pub mod threads;
 pub mod virtual_ranks;
+mod virtual_ulysses;
 pub mod watchdog;
 
 pub use balance::balanced_layout;

@@ -4,7 +4,8 @@
 //! the same addition order as the ring (the block of `src` collects contributions from
 //! ranks `src, src+1, ...` in step order), so a virtual run is the ring's arithmetic
 //! without NCCL: ring code is tested and debugged on a single-GPU machine, and
-//! `ring_check` compares the real ring against it bit for bit.
+//! `ring_check` compares the real ring against it bit for bit. Ulysses on virtual ranks:
+//! `virtual_ulysses.rs`.
 
 use super::error::{DistError, DistResult};
 use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, zeros};
@@ -15,19 +16,22 @@ use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DeviceTensor};
 
 pub struct VirtualRanks<'a> {
-    gpu: &'a Gpu,
-    plan: &'a DistPlan,
+    pub(super) gpu: &'a Gpu,
+    pub(super) plan: &'a DistPlan,
     ranks: Vec<RankCompute>,
-    helpers: Helpers,
+    pub(super) helpers: Helpers,
+    pub(super) dtype: Dtype,
+    /// Every rank's Ulysses state, built on the first Ulysses call (`virtual_ulysses`).
+    pub(super) ulysses: Vec<super::ring::ulysses::Ulysses>,
 }
 
 impl<'a> VirtualRanks<'a> {
     pub fn new(gpu: &'a Gpu, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
         let ranks = (0..plan.ranks()).map(|r| RankCompute::new(gpu, plan, dtype, r)).collect::<DistResult<_>>()?;
-        Ok(VirtualRanks { gpu, plan, ranks, helpers: Helpers::load(gpu)? })
+        Ok(VirtualRanks { gpu, plan, ranks, helpers: Helpers::load(gpu)?, dtype, ulysses: Vec::new() })
     }
 
-    fn check(&self, what: &'static str, got: usize) -> DistResult<()> {
+    pub(super) fn check(&self, what: &'static str, got: usize) -> DistResult<()> {
         if got != self.plan.ranks() {
             return Err(DistError::ShapeMismatch { what, expected: vec![self.plan.ranks()], got: vec![got] });
         }

@@ -52,7 +52,7 @@ mod data;
 mod forward;
 mod transfers;
 mod tune;
-mod ulysses;
+pub(crate) mod ulysses;
 
 pub use data::{RankData, RankGrads, upload_pieces};
 pub use tune::{Tuned, fastest};

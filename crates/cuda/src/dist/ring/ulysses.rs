@@ -26,27 +26,27 @@ use crate::dist::head_split::{self, HeadSplit, Run};
 use crate::dist::layout::DistPlan;
 use crate::gpu::Gpu;
 use crate::shape::{Chunk, Dtype, Shape};
-use crate::tensors::{DevicePartial, DeviceTensor, Prepared};
+use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, Prepared};
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use std::collections::HashMap;
 
 /// Which rows a tensor has: query heads (`d` each), K/V heads (`d` each) or LSE entries.
 #[derive(Clone, Copy)]
-enum Side {
+pub(crate) enum Side {
     Q,
     Kv,
     Lse,
 }
 
 /// The three index lists of one (run, piece) pair, on the device.
-struct Lists {
+pub(crate) struct Lists {
     q: CudaSlice<u32>,
     kv: CudaSlice<u32>,
     lse: CudaSlice<u32>,
 }
 
 impl Lists {
-    fn of(&self, side: Side) -> &CudaSlice<u32> {
+    pub(crate) fn of(&self, side: Side) -> &CudaSlice<u32> {
         match side {
             Side::Q => &self.q,
             Side::Kv => &self.kv,
@@ -57,20 +57,20 @@ impl Lists {
 
 /// A rank's Ulysses state, built on its first Ulysses call: a prepared single-GPU call
 /// per run of its heads and the index lists of every message it sends or receives.
-pub(super) struct Ulysses {
-    split: HeadSplit,
+pub(crate) struct Ulysses {
+    pub(crate) split: HeadSplit,
     /// This rank's runs and their calls over the whole sequence.
-    mine: Vec<(Run, Prepared)>,
+    pub(crate) mine: Vec<(Run, Prepared)>,
     /// Key `(r, ri, pi)`: rows of this rank's piece `pi` for run `ri` of rank `r`
     /// (token side).
-    tok: HashMap<(usize, usize, usize), Lists>,
+    pub(crate) tok: HashMap<(usize, usize, usize), Lists>,
     /// Key `(ri, o, pj)`: rows of piece `pj` of rank `o` in this rank's run `ri` tensors
     /// (head side).
-    seq: HashMap<(usize, usize, usize), Lists>,
+    pub(crate) seq: HashMap<(usize, usize, usize), Lists>,
 }
 
 impl Ulysses {
-    pub(super) fn new(gpu: &Gpu, plan: &DistPlan, me: usize, dtype: Dtype) -> DistResult<Self> {
+    pub(crate) fn new(gpu: &Gpu, plan: &DistPlan, me: usize, dtype: Dtype) -> DistResult<Self> {
         let split = HeadSplit::of(plan);
         let (b, n, h, hk, d) = (plan.batch, plan.seq_len(), plan.heads, plan.kv_heads, plan.head_dim);
         let up = |v: Vec<u32>| gpu.stream().clone_htod(&v);
@@ -119,7 +119,7 @@ impl Ulysses {
 type Key4 = (usize, usize, usize, usize);
 
 /// Elements of one row of `side` (`d`-vectors, or single LSE entries).
-fn width(side: Side, d: usize) -> usize {
+pub(crate) fn width(side: Side, d: usize) -> usize {
     match side {
         Side::Lse => 1,
         Side::Q | Side::Kv => d,
@@ -127,7 +127,7 @@ fn width(side: Side, d: usize) -> usize {
 }
 
 /// Heads of `run` on `side`.
-fn heads(run: &Run, side: Side) -> usize {
+pub(crate) fn heads(run: &Run, side: Side) -> usize {
     match side {
         Side::Kv => run.kv.len(),
         Side::Q | Side::Lse => run.q.len(),
@@ -146,6 +146,53 @@ fn tensors(
         DeviceTensor { data: k, dims: s.k_dims() },
         DeviceTensor { data: v, dims: s.k_dims() },
     )
+}
+
+/// The single-GPU forward of each of `u`'s runs on its run tensors `[q, k, v]` (zeros,
+/// without launching, when `compute` is false: the comm-only probe).
+pub(crate) fn runs_forward(
+    gpu: &Gpu,
+    u: &mut Ulysses,
+    [q, k, v]: [Vec<CudaSlice<u16>>; 3],
+    compute: bool,
+) -> DistResult<Vec<DevicePartial>> {
+    let mut parts = Vec::with_capacity(u.mine.len());
+    for (((_, prep), q), (k, v)) in u.mine.iter_mut().zip(q).zip(k.into_iter().zip(v)) {
+        let s = prep.shape;
+        let mut part = DevicePartial {
+            out: gpu.stream().alloc_zeros::<f32>(s.q_len())?,
+            lse: gpu.stream().alloc_zeros::<f32>(s.lse_len())?,
+            dims: s.q_dims(),
+        };
+        if compute {
+            let (q, k, v) = tensors(&s, q, k, v);
+            gpu.forward_into(prep, &q, &k, &v, &mut part)?;
+        }
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+/// The single-GPU backward of each of `u`'s runs from its run tensors `[q, k, v, dout]`
+/// and its forward's `[out, lse]`.
+pub(crate) fn runs_backward(
+    gpu: &Gpu,
+    u: &mut Ulysses,
+    [q, k, v, g]: [Vec<CudaSlice<u16>>; 4],
+    [o, lse]: [Vec<CudaSlice<f32>>; 2],
+) -> DistResult<Vec<DeviceGrads>> {
+    let mut grads = Vec::with_capacity(u.mine.len());
+    let inputs = q.into_iter().zip(k).zip(v).zip(g).zip(o.into_iter().zip(lse));
+    for ((_, prep), ((((q, k), v), g), (o, lse))) in u.mine.iter_mut().zip(inputs) {
+        let s = prep.shape;
+        let (q, k, v) = tensors(&s, q, k, v);
+        let g = DeviceTensor { data: g, dims: s.q_dims() };
+        let fin = DevicePartial { out: o, lse, dims: s.q_dims() };
+        let mut gr = gpu.alloc_grads(prep)?;
+        gpu.backward_into(prep, &q, &k, &v, &fin, &g, &mut gr)?;
+        grads.push(gr);
+    }
+    Ok(grads)
 }
 
 impl DistRank<'_> {
@@ -308,20 +355,7 @@ impl DistRank<'_> {
         ];
         let [q, k, v]: [Vec<CudaSlice<u16>>; 3] =
             self.to_heads(u, &inputs, move_rows)?.try_into().expect("three inputs");
-        let mut parts = Vec::with_capacity(u.mine.len());
-        for (((_, prep), q), (k, v)) in u.mine.iter_mut().zip(q).zip(k.into_iter().zip(v)) {
-            let s = prep.shape;
-            let mut part = DevicePartial {
-                out: gpu.stream().alloc_zeros::<f32>(s.q_len())?,
-                lse: gpu.stream().alloc_zeros::<f32>(s.lse_len())?,
-                dims: s.q_dims(),
-            };
-            if compute {
-                let (q, k, v) = tensors(&s, q, k, v);
-                gpu.forward_into(prep, &q, &k, &v, &mut part)?;
-            }
-            parts.push(part);
-        }
+        let parts = runs_forward(gpu, u, [q, k, v], compute)?;
         let lens = plan.piece_lens(me);
         let lse_lens: Vec<usize> = plan.pieces(me).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
         let mut dst = vec![zeros(gpu, &lens)?, zeros(gpu, &lse_lens)?];
@@ -367,17 +401,7 @@ impl DistRank<'_> {
         let [q, k, v, g]: [Vec<CudaSlice<u16>>; 4] = self.to_heads(u, &inputs, true)?.try_into().expect("four inputs");
         let fwd = [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())];
         let [o, lse]: [Vec<CudaSlice<f32>>; 2] = self.to_heads(u, &fwd, true)?.try_into().expect("two inputs");
-        let mut grads = Vec::with_capacity(u.mine.len());
-        let inputs = q.into_iter().zip(k).zip(v).zip(g).zip(o.into_iter().zip(lse));
-        for ((_, prep), ((((q, k), v), g), (o, lse))) in u.mine.iter_mut().zip(inputs) {
-            let s = prep.shape;
-            let (q, k, v) = tensors(&s, q, k, v);
-            let g = DeviceTensor { data: g, dims: s.q_dims() };
-            let fin = DevicePartial { out: o, lse, dims: s.q_dims() };
-            let mut gr = gpu.alloc_grads(prep)?;
-            gpu.backward_into(prep, &q, &k, &v, &fin, &g, &mut gr)?;
-            grads.push(gr);
-        }
+        let grads = runs_backward(gpu, u, [q, k, v, g], [o, lse])?;
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dst = vec![zeros(gpu, &qlens)?, zeros(gpu, &kvlens)?, zeros(gpu, &kvlens)?];
         let outputs = [

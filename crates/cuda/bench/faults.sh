@@ -50,20 +50,17 @@ unset NCCL_COMM_ID
 step "b node0" "$(tail -1 "$out/b-node0.txt" | cut -d' ' -f2)"
 step "b node1" "$(tail -1 "$out/b-node1.txt" | cut -d' ' -f2)"
 
-# (c) stall, one process per GPU
-start=$(date +%s)
-CUDA_VISIBLE_DEVICES=$G0,$G1 timeout 120 "$bin" --nproc 2 --stall 1:600 --timeout 20 --date "$day" --log "$out/c-stall-nproc.md" \
-    > "$out/c-stall-nproc.txt" 2>&1
-s=$?
-echo "exit $s after $(( $(date +%s) - start )) s" >> "$out/c-stall-nproc.txt"
-step "c stall --nproc 2" "$s"
-
-# (d) stall, threads of one process
-start=$(date +%s)
-CUDA_VISIBLE_DEVICES=$G0,$G1 timeout 120 "$bin" --threads 2 --stall 1:600 --timeout 20 --date "$day" --log "$out/d-stall-threads.md" \
-    > "$out/d-stall-threads.txt" 2>&1
-s=$?
-echo "exit $s after $(( $(date +%s) - start )) s" >> "$out/d-stall-threads.txt"
-step "d stall --threads 2" "$s"
+# (c), (d) stall: rank 1 sleeps 600 s, the watchdog's timeout is 20 s
+stall() { # letter mode (nproc or threads)
+  local start s
+  start=$(date +%s)
+  CUDA_VISIBLE_DEVICES=$G0,$G1 timeout 120 "$bin" "--$2" 2 --stall 1:600 --timeout 20 --date "$day" \
+      --log "$out/$1-stall-$2.md" > "$out/$1-stall-$2.txt" 2>&1
+  s=$?
+  echo "exit $s after $(( $(date +%s) - start )) s" >> "$out/$1-stall-$2.txt"
+  step "$1 stall --$2 2" "$s"
+}
+stall c nproc     # one process per GPU
+stall d threads   # threads of one process
 nvidia-smi --query-compute-apps=pid,process_name --format=csv > "$out/leftover-processes.txt" 2>&1
 cat "$sum"

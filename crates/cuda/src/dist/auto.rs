@@ -52,6 +52,7 @@
 //! measured times of every option.
 
 use super::error::DistResult;
+use super::head_split;
 use super::layout::DistPlan;
 use crate::family::{FWD_Q_TILE, TILE};
 use crate::launch::launches;
@@ -177,21 +178,17 @@ impl Problem {
     }
 
     /// Elements rank `rank` of `ranks` sends in the Ulysses forward when it holds `tokens`
-    /// of the sequence (the reference's `ring::ulysses` volume, `d_v = d`): `Q` of its
-    /// tokens at every other rank's query heads, `K` and `V` at the K/V heads every other
-    /// rank reads (replicated when ranks share a K/V head), then the output and LSE of its
-    /// query heads over every other rank's tokens,
-    /// `B d n_p (H - |H_p|) + 2 B d n_p sum_{r != p} |K_r| + B (d + 1) |H_p| (N - n_p)`.
+    /// of the sequence ([`head_split::forward_elements`], the reference's `ring::ulysses`
+    /// volume, `d_v = d`).
     pub fn ulysses_volume(&self, ranks: usize, rank: usize, tokens: f64) -> f64 {
-        let heads = self.head_counts();
-        let split = even_boundaries(heads.query(), ranks.max(1));
         let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
-        let own = (split[rank + 1] - split[rank]) as f64;
-        let kv_others: usize =
-            (0..ranks).filter(|&r| r != rank).map(|r| heads.kv_range(&(split[r]..split[r + 1])).len()).sum();
-        b * d * tokens * (self.heads as f64 - own)
-            + 2.0 * b * d * tokens * kv_others as f64
-            + b * (d + 1.0) * own * (n - tokens)
+        head_split::forward_elements(self.head_counts(), b, d, n, ranks, rank, tokens)
+    }
+
+    /// Dense causal attention of `seq_len` tokens, `heads` heads of `head_dim`, batch 1:
+    /// the problem benchmarks price (half the pairs, the whole K/V volume moved).
+    pub fn dense_causal(heads: usize, head_dim: usize, seq_len: usize) -> Problem {
+        Problem { batch: 1, heads, kv_heads: heads, head_dim, seq_len, pair_fraction: 0.5, moved_fraction: 1.0 }
     }
 
     /// The Ulysses term's inputs on `ranks` ranks holding `N / P` tokens each (see the

@@ -61,15 +61,27 @@ impl HeadSplit {
 
     /// Elements rank `p` of `plan` sends in the forward (module docs).
     pub fn forward_volume(&self, plan: &DistPlan, p: usize) -> usize {
-        let (b, d, n) = (plan.batch, plan.head_dim, plan.seq_len());
         let mine: usize = plan.pieces(p).iter().map(|x| x.rows).sum();
-        let inputs: usize = (0..plan.ranks())
-            .filter(|&r| r != p)
-            .flat_map(|r| self.runs(r))
-            .map(|run| b * d * mine * (run.q.len() + 2 * run.kv.len()))
-            .sum();
-        inputs + b * (d + 1) * self.heads_of(p).len() * (n - mine)
+        let (b, d, n) = (plan.batch as f64, plan.head_dim as f64, plan.seq_len() as f64);
+        forward_elements(self.heads, b, d, n, plan.ranks(), p, mine as f64) as usize
     }
+}
+
+/// Elements rank `p` of `ranks` sends in the Ulysses forward when it holds `tokens` of the
+/// `n` (module docs): `Q` of its tokens at every other rank's query heads, `K` and `V` at
+/// the K/V heads every other rank reads (replicated when ranks share a K/V head), then the
+/// output and LSE of its query heads over every other rank's tokens,
+/// `B d n_p (H - |H_p|) + 2 B d n_p sum_{r != p} |K_r| + B (d + 1) |H_p| (N - n_p)`.
+/// Shared by the runtime's count ([`HeadSplit::forward_volume`]) and the auto rule,
+/// which prices `N / P` tokens per rank.
+pub fn forward_elements(heads: Heads, b: f64, d: f64, n: f64, ranks: usize, p: usize, tokens: f64) -> f64 {
+    let split = even_boundaries(heads.query(), ranks.max(1));
+    let of = |r: usize| split[r]..split[r + 1];
+    let own = of(p).len() as f64;
+    let kv_others: usize = (0..ranks).filter(|&r| r != p).map(|r| heads.kv_range(&of(r)).len()).sum();
+    b * d * tokens * (heads.query() as f64 - own)
+        + 2.0 * b * d * tokens * kv_others as f64
+        + b * (d + 1.0) * own * (n - tokens)
 }
 
 /// One single-GPU call of a rank: query heads `q`, reading K/V heads `kv`.

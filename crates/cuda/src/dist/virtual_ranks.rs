@@ -38,6 +38,13 @@ impl<'a> VirtualRanks<'a> {
         Ok(())
     }
 
+    /// One input, output and upstream gradient set per rank.
+    pub(super) fn check_backward(&self, data: usize, out: usize, dout: usize) -> DistResult<()> {
+        self.check("virtual ranks' inputs", data)?;
+        self.check("virtual ranks' outputs", out)?;
+        self.check("virtual ranks' d_out", dout)
+    }
+
     /// Every rank's finished output pieces.
     pub fn forward(&mut self, data: &[RankData]) -> DistResult<Vec<Vec<DevicePartial>>> {
         self.check("virtual ranks' inputs", data.len())?;
@@ -67,9 +74,7 @@ impl<'a> VirtualRanks<'a> {
         out: &[Vec<DevicePartial>],
         dout: &[Vec<DeviceTensor>],
     ) -> DistResult<Vec<RankGrads>> {
-        self.check("virtual ranks' inputs", data.len())?;
-        self.check("virtual ranks' outputs", out.len())?;
-        self.check("virtual ranks' d_out", dout.len())?;
+        self.check_backward(data.len(), out.len(), dout.len())?;
         let p = self.plan.ranks();
         let mut dq: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
         let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;

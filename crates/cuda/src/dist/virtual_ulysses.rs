@@ -150,9 +150,7 @@ impl VirtualRanks<'_> {
         out: &[Vec<DevicePartial>],
         dout: &[Vec<DeviceTensor>],
     ) -> DistResult<Vec<RankGrads>> {
-        self.check("virtual ranks' inputs", data.len())?;
-        self.check("virtual ranks' outputs", out.len())?;
-        self.check("virtual ranks' d_out", dout.len())?;
+        self.check_backward(data.len(), out.len(), dout.len())?;
         let mut states = self.ulysses_states()?;
         let result = self.ulysses_backward_with(&mut states, data, out, dout);
         self.ulysses = states;

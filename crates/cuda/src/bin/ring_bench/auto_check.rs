@@ -54,16 +54,7 @@ pub fn measured_speeds(gpu: &Gpu, p: usize, links: &Links, singles: &[Row], rows
         .find(|m| m.config.pattern == DENSE && m.config.per_gpu == 8 * K && m.config.schedule == Kind::Ulysses)
         .map_or(f64::NAN, |m| {
             let n = m.row.seq_len;
-            let problem = Problem {
-                batch: 1,
-                heads: HEADS,
-                kv_heads: HEADS,
-                head_dim: DIM,
-                seq_len: n,
-                pair_fraction: 0.5,
-                moved_fraction: 1.0,
-            };
-            let u = problem.ulysses(p);
+            let u = Problem::dense_causal(HEADS, DIM, n).ulysses(p);
             let terms = u.sent_bytes / links.all_to_all + work(n) * u.busiest_heads as f64 / (HEADS as f64 * flops);
             ((m.row.fwd_ms / 1e3 - terms) / 2.0).max(0.0)
         });

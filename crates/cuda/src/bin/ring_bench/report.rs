@@ -195,16 +195,7 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
         .unwrap();
     for per in [4 * K, 8 * K, 16 * K, 64 * K, 256 * K] {
         let n = per * p;
-        let pr = Problem {
-            batch: 1,
-            heads: HEADS,
-            kv_heads: HEADS,
-            head_dim: DIM,
-            seq_len: n,
-            pair_fraction: 0.5,
-            moved_fraction: 1.0,
-        };
-        let d = choose(&pr, p, s);
+        let d = choose(&Problem::dense_causal(HEADS, DIM, n), p, s);
         writeln!(
             w,
             "| {n} | {}K | {:?} | {} | {} | {} | {} |",

@@ -196,6 +196,27 @@ pub(crate) fn runs_backward(
 }
 
 impl DistRank<'_> {
+    /// An uninitialised receive buffer of `len` elements on the communication stream.
+    fn recv_buffer<T: Wire>(&self, len: usize) -> DistResult<CudaSlice<T>> {
+        // SAFETY: written by the receive before anything reads it.
+        Ok(unsafe { self.comm.stream().alloc::<T>(len.max(1)) }?)
+    }
+
+    /// One NCCL group: `sends` to their peers, each receive from the peer its key names.
+    fn swap<T: Wire>(
+        &self,
+        sends: &[(usize, CudaSlice<T>)],
+        recvs: &mut [(Key4, CudaSlice<T>)],
+        peer: impl Fn(&Key4) -> usize,
+    ) -> DistResult<()> {
+        let s: Vec<_> = sends.iter().map(|(r, buf)| (*r, buf)).collect();
+        let mut rv: Vec<_> = recvs.iter_mut().map(|(key, buf)| (peer(key), buf)).collect();
+        if s.is_empty() && rv.is_empty() {
+            return Ok(());
+        }
+        self.comm.exchange(&s, &mut rv)
+    }
+
     fn ulysses_state(&mut self) -> DistResult<Ulysses> {
         match self.ulysses.take() {
             Some(u) => Ok(u),
@@ -238,17 +259,12 @@ impl DistRank<'_> {
                     for (pj, piece) in plan.pieces(o).iter().enumerate() {
                         for (x, (side, _)) in inputs.iter().enumerate() {
                             let len = b * piece.rows * heads(run, *side) * width(*side, d);
-                            // SAFETY: written by the receive before the scatter reads it.
-                            recvs.push(((x, ri, o, pj), unsafe { self.comm.stream().alloc::<T>(len.max(1)) }?));
+                            recvs.push(((x, ri, o, pj), self.recv_buffer(len)?));
                         }
                     }
                 }
             }
-            let s: Vec<_> = sends.iter().map(|(r, buf)| (*r, buf)).collect();
-            let mut rv: Vec<_> = recvs.iter_mut().map(|((_, _, o, _), buf)| (*o, buf)).collect();
-            if !s.is_empty() || !rv.is_empty() {
-                self.comm.exchange(&s, &mut rv)?;
-            }
+            self.swap(&sends, &mut recvs, |&(_, _, o, _)| o)?;
         }
         let mut out = Vec::with_capacity(inputs.len());
         for (x, (side, _)) in inputs.iter().enumerate() {
@@ -311,17 +327,12 @@ impl DistRank<'_> {
                     for (pi, piece) in plan.pieces(me).iter().enumerate() {
                         for (x, (side, _)) in outputs.iter().enumerate() {
                             let len = b * piece.rows * heads(run, *side) * width(*side, d);
-                            // SAFETY: written by the receive before the scatter reads it.
-                            recvs.push(((x, r, ri, pi), unsafe { self.comm.stream().alloc::<f32>(len.max(1)) }?));
+                            recvs.push(((x, r, ri, pi), self.recv_buffer(len)?));
                         }
                     }
                 }
             }
-            let s: Vec<_> = sends.iter().map(|(o, buf)| (*o, buf)).collect();
-            let mut rv: Vec<_> = recvs.iter_mut().map(|((_, r, _, _), buf)| (*r, buf)).collect();
-            if !s.is_empty() || !rv.is_empty() {
-                self.comm.exchange(&s, &mut rv)?;
-            }
+            self.swap(&sends, &mut recvs, |&(_, r, _, _)| r)?;
         }
         let placed = local.iter().map(|((x, ri, pi), buf)| ((*x, me, *ri, *pi), buf));
         for ((x, r, ri, pi), buf) in placed.chain(recvs.iter().map(|(k, buf)| (*k, buf))) {

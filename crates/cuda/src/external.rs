@@ -8,6 +8,7 @@
 //! exactly like the caller's own kernels. The tile plans and per-call scratch
 //! ([`Prepared`](crate::Prepared)) are this crate's own allocations, made on that stream.
 
+use crate::dist::{DistError, DistPlan, DistResult, RankData};
 use crate::gpu::Gpu;
 use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
@@ -20,24 +21,44 @@ pub trait GiveBack {
     fn give_back(self);
 }
 
+impl<T> GiveBack for CudaSlice<T> {
+    fn give_back(self) {
+        self.leak();
+    }
+}
+
+impl<T: GiveBack> GiveBack for Vec<T> {
+    fn give_back(self) {
+        self.into_iter().for_each(GiveBack::give_back);
+    }
+}
+
 impl GiveBack for DeviceTensor {
     fn give_back(self) {
-        self.data.leak();
+        self.data.give_back();
     }
 }
 
 impl GiveBack for DevicePartial {
     fn give_back(self) {
-        self.out.leak();
-        self.lse.leak();
+        self.out.give_back();
+        self.lse.give_back();
     }
 }
 
 impl GiveBack for DeviceGrads {
     fn give_back(self) {
-        self.dq.leak();
-        self.dk.leak();
-        self.dv.leak();
+        self.dq.give_back();
+        self.dk.give_back();
+        self.dv.give_back();
+    }
+}
+
+impl GiveBack for RankData {
+    fn give_back(self) {
+        self.q.give_back();
+        self.k.give_back();
+        self.v.give_back();
     }
 }
 
@@ -138,5 +159,118 @@ impl Gpu {
             }
         };
         Borrowed(Some(grads))
+    }
+
+    /// f32 values at `ptr`, `len` of them.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` f32 values on this device, allocated while the result lives.
+    pub unsafe fn borrow_f32(&self, ptr: CUdeviceptr, len: usize) -> Borrowed<CudaSlice<f32>> {
+        // SAFETY: the caller's promise.
+        Borrowed(Some(unsafe { self.borrow_slice(ptr, len) }))
+    }
+
+    /// Rank `rank`'s query-side pieces of `plan` (q, d_out): one contiguous 16-bit
+    /// `[batch, rows, heads, head_dim]` tensor per piece at `ptrs[i]`. Errors when the
+    /// number of pointers is not the rank's number of pieces.
+    ///
+    /// # Safety
+    /// Each pointer must address its piece's [`DistPlan::piece_dims`] of 16-bit values on
+    /// this device, allocated while the result lives.
+    pub unsafe fn borrow_pieces(
+        &self,
+        plan: &DistPlan,
+        rank: usize,
+        ptrs: &[CUdeviceptr],
+    ) -> DistResult<Borrowed<Vec<DeviceTensor>>> {
+        let dims: Vec<_> = (0..plan.pieces(rank).len()).map(|i| plan.piece_dims(rank, i)).collect();
+        // SAFETY: the caller's promise.
+        Ok(Borrowed(Some(unsafe { self.borrow_each("query-side pieces", ptrs, &dims)? })))
+    }
+
+    /// Rank `rank`'s input pieces of `plan`: `q[i]` shaped [`DistPlan::piece_dims`],
+    /// `k[i]` and `v[i]` shaped [`DistPlan::kv_piece_dims`] (16-bit, contiguous).
+    ///
+    /// # Safety
+    /// As [`Gpu::borrow_pieces`], for each of the three lists.
+    pub unsafe fn borrow_rank_data(
+        &self,
+        plan: &DistPlan,
+        rank: usize,
+        [q, k, v]: [&[CUdeviceptr]; 3],
+    ) -> DistResult<Borrowed<RankData>> {
+        let pieces = plan.pieces(rank).len();
+        let q_dims: Vec<_> = (0..pieces).map(|i| plan.piece_dims(rank, i)).collect();
+        let kv_dims: Vec<_> = (0..pieces).map(|i| plan.kv_piece_dims(rank, i)).collect();
+        // SAFETY: the caller's promise. A list of the wrong length fails before anything
+        // is borrowed, so nothing borrowed can be dropped (and freed) on that path.
+        for (what, ptrs) in [("q pieces", q), ("k pieces", k), ("v pieces", v)] {
+            check_count(what, ptrs, pieces)?;
+        }
+        unsafe {
+            Ok(Borrowed(Some(RankData {
+                q: self.borrow_each("q pieces", q, &q_dims)?,
+                k: self.borrow_each("k pieces", k, &kv_dims)?,
+                v: self.borrow_each("v pieces", v, &kv_dims)?,
+            })))
+        }
+    }
+
+    /// Rank `rank`'s finished forward pieces: f32 `out[i]` shaped
+    /// [`DistPlan::piece_dims`] and f32 `lse[i]` `[batch, heads, rows]`.
+    ///
+    /// # Safety
+    /// Each pointer must address that many f32 values on this device, allocated while the
+    /// result lives.
+    pub unsafe fn borrow_partials(
+        &self,
+        plan: &DistPlan,
+        rank: usize,
+        out: &[CUdeviceptr],
+        lse: &[CUdeviceptr],
+    ) -> DistResult<Borrowed<Vec<DevicePartial>>> {
+        let pieces = plan.pieces(rank).len();
+        check_count("out pieces", out, pieces)?;
+        check_count("lse pieces", lse, pieces)?;
+        let parts = (0..pieces)
+            .map(|i| {
+                let dims = plan.piece_dims(rank, i);
+                let [batch, rows, heads, _] = dims;
+                // SAFETY: the caller's promise.
+                unsafe {
+                    DevicePartial {
+                        out: self.borrow_slice(out[i], dims.iter().product()),
+                        lse: self.borrow_slice(lse[i], batch * heads * rows),
+                        dims,
+                    }
+                }
+            })
+            .collect();
+        Ok(Borrowed(Some(parts)))
+    }
+
+    /// One borrowed tensor per pointer, shaped `dims[i]`.
+    unsafe fn borrow_each(
+        &self,
+        what: &'static str,
+        ptrs: &[CUdeviceptr],
+        dims: &[[usize; 4]],
+    ) -> DistResult<Vec<DeviceTensor>> {
+        check_count(what, ptrs, dims.len())?;
+        // SAFETY: the caller's promise.
+        Ok(ptrs
+            .iter()
+            .zip(dims)
+            .map(|(&p, &d)| DeviceTensor { data: unsafe { self.borrow_slice(p, d.iter().product()) }, dims: d })
+            .collect())
+    }
+}
+
+/// A list of `got` buffers where the plan has `pieces`.
+fn check_count(what: &'static str, ptrs: &[CUdeviceptr], pieces: usize) -> DistResult<()> {
+    if ptrs.len() == pieces {
+        Ok(())
+    } else {
+        Err(DistError::ShapeMismatch { what, expected: vec![pieces], got: vec![ptrs.len()] })
     }
 }

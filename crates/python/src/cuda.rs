@@ -20,7 +20,7 @@ use crate::pattern::PyPattern;
 /// stay loaded; each call launches on its own stream through [`Gpu::on_stream`].
 static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
 
-fn gpu(device: usize) -> PyResult<Arc<Gpu>> {
+pub(crate) fn gpu(device: usize) -> PyResult<Arc<Gpu>> {
     let mut gpus = GPUS.get_or_init(Default::default).lock().expect("GPU table lock");
     if let Some(g) = gpus.get(&device) {
         return Ok(g.clone());
@@ -63,7 +63,7 @@ fn prepared(view: &Gpu, call: &Call) -> Result<Arc<Mutex<Prepared>>, CudaError> 
 
 /// Input mistakes (shapes, head dims, patterns the kernels lack) as `ValueError`; the
 /// driver's and NVRTC's failures as `RuntimeError`. The crate's messages name the value.
-fn cuda_error(e: CudaError) -> PyErr {
+pub(crate) fn cuda_error(e: CudaError) -> PyErr {
     match e {
         CudaError::Driver(_) | CudaError::Compile { .. } | CudaError::NvrtcMissing | CudaError::NoSuchDevice { .. } => {
             PyRuntimeError::new_err(e.to_string())
@@ -73,12 +73,32 @@ fn cuda_error(e: CudaError) -> PyErr {
 }
 
 /// The element type PyTorch names (`str(tensor.dtype)` without `torch.`).
-fn dtype(name: &str) -> PyResult<Dtype> {
+pub(crate) fn dtype(name: &str) -> PyResult<Dtype> {
     match name {
         "bfloat16" => Ok(Dtype::Bf16),
         "float16" => Ok(Dtype::F16),
         other => Err(PyTypeError::new_err(format!("q: dtype must be bfloat16 or float16 on the GPU, got {other}"))),
     }
+}
+
+/// The GPU spec of `ringdil.attention`'s keyword arguments: the reference's spec of the
+/// same arguments (`attention::spec`, so both paths read them alike) with the pattern the
+/// kernels evaluate.
+pub(crate) fn gpu_spec(
+    pattern: Option<PyRef<'_, PyPattern>>,
+    causal: bool,
+    scale: Option<f64>,
+    lengths_docs: (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
+) -> PyResult<GpuSpec> {
+    let gpu_pattern = PyPattern::gpu_pattern(pattern.as_deref())?;
+    let spec = attention::spec(pattern, causal, scale, lengths_docs)?;
+    Ok(GpuSpec {
+        pattern: gpu_pattern,
+        causal: spec.causal,
+        key_lengths: spec.key_lengths,
+        scale: spec.scale,
+        documents: spec.documents,
+    })
 }
 
 /// A call's arguments besides its buffers, one tuple as `ringdil/_torch.py` passes it:
@@ -121,15 +141,7 @@ impl Call {
             lengths,
             docs,
         ) = args;
-        let gpu_pattern = PyPattern::gpu_pattern(pattern.as_deref())?;
-        let spec = attention::spec(pattern, causal, scale, (lengths.as_ref(), docs.as_ref()))?;
-        let spec = GpuSpec {
-            pattern: gpu_pattern,
-            causal: spec.causal,
-            key_lengths: spec.key_lengths,
-            scale: spec.scale,
-            documents: spec.documents,
-        };
+        let spec = gpu_spec(pattern, causal, scale, (lengths.as_ref(), docs.as_ref()))?;
         let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads);
         Ok(Call { device, stream, shape, dtype: dtype(&dtype_name)?, spec })
     }

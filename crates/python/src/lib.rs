@@ -15,6 +15,7 @@ mod errors;
 mod layout;
 mod merge;
 mod pattern;
+mod ring_group;
 mod tools;
 
 use pyo3::prelude::*;
@@ -28,6 +29,8 @@ fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layout::layout_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_forward, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
+    m.add_class::<ring_group::RingGroup>()?;
+    m.add_function(wrap_pyfunction!(ring_group::nccl_unique_id, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_counts, m)?)?;
     m.add_function(wrap_pyfunction!(tools::pattern_stats, m)?)?;

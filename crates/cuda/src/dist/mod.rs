@@ -47,7 +47,7 @@ pub use error::{DistError, DistResult};
 pub use grid::Grid;
 pub use launcher::{LaunchOptions, RankEnv, launch, launch_until};
 pub use layout::{DistPlan, Piece};
-pub use ring::{DistRank, Probe, RankData, RankGrads, SCHEDULES};
+pub use ring::{DistRank, Probe, RankData, RankGrads, RankState, SCHEDULES};
 pub use threads::{run_threads, run_threads_with};
 pub use virtual_ranks::VirtualRanks;
 pub use watchdog::{WatchOptions, timeout_from_env};

@@ -4,6 +4,8 @@
   (imports PyTorch at its first call; the rest of the package needs only NumPy).
 * :mod:`ringdil.reference`: the f64/f32 CPU reference on NumPy arrays, the specification
   every other part of ringdil (ring, GPU kernels) is tested against.
+* :func:`ring_attention`: ringdil's NCCL ring inside a ``torch.distributed`` job (one
+  rank per GPU, e.g. under ``torchrun``), differentiable.
 * :mod:`ringdil.ring`: ring layouts (contiguous, zigzag, striped, work-balanced over
   packed documents) and sharding a sequence onto the ranks and back.
 * :class:`Pattern`: the attention patterns of ringdil's pattern files.
@@ -39,9 +41,31 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
                   documents=documents, return_lse=return_lse)
 
 
+def _needs_torch(what):
+    """Import ``ringdil.<what>``'s PyTorch half, or say why it cannot run."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"ringdil.{what}")
+    except ModuleNotFoundError as e:
+        if e.name not in ("torch", "torch.distributed"):
+            raise
+        raise ImportError("this part of ringdil runs on PyTorch CUDA tensors and needs PyTorch") from e
+
+
+def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, causal=False, scale=None,
+                   documents=None, schedule="ring", seq_len=None, group=None, return_lse=False):
+    """This rank's rows of attention over the whole sequence, by ringdil's NCCL ring over the
+    ranks of a ``torch.distributed`` group (``torchrun``), differentiable. Full
+    documentation: ``ringdil._ring_torch.ring_attention``."""
+    return _needs_torch("_ring_torch").ring_attention(
+        q_local, k_local, v_local, layout=layout, pattern=pattern, causal=causal, scale=scale, documents=documents,
+        schedule=schedule, seq_len=seq_len, group=group, return_lse=return_lse)
+
+
 try:
     __version__ = version("ringdil")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "unknown"
 
-__all__ = ["Pattern", "attention", "pattern_stats", "plan", "reference", "ring", "verify", "__version__"]
+__all__ = ["Pattern", "attention", "pattern_stats", "plan", "reference", "ring", "ring_attention", "verify", "__version__"]

@@ -96,23 +96,75 @@ pub struct DistRank<'a> {
     ulysses: Option<ulysses::Ulysses>,
 }
 
-impl<'a> DistRank<'a> {
-    /// Prepare this rank's launches (tile plans for every needed pair) and helpers.
-    pub fn new(gpu: &'a Gpu, comm: &'a Communicator, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
-        if plan.ranks() != comm.world() {
-            return Err(DistError::WorldMismatch { plan: plan.ranks(), world: comm.world() });
+/// What a rank prepares for a plan before its first call: the tile plans of every
+/// needed pair, the helper kernels, the kept-row lists on the device, and (after the
+/// first Ulysses call) the head split's index lists. Taken out of a [`DistRank`] with
+/// [`DistRank::into_state`] and given back with [`DistRank::with_state`], it lets a
+/// caller that runs the same plan many times (a training loop, `ringdil.ring_attention`)
+/// prepare once: building it costs host work and uploads that wait for the stream.
+pub struct RankState {
+    rank: usize,
+    ranks: usize,
+    compute: RankCompute,
+    helpers: Helpers,
+    kept: HashMap<(usize, usize, usize), CudaSlice<u32>>,
+    dtype: Dtype,
+    ulysses: Option<ulysses::Ulysses>,
+}
+
+impl RankState {
+    /// Prepare rank `rank`'s launches of `plan` (tile plans for every needed pair) and
+    /// helpers on `gpu`, for inputs of `dtype`.
+    pub fn new(gpu: &Gpu, plan: &DistPlan, rank: usize, dtype: Dtype) -> DistResult<Self> {
+        if rank >= plan.ranks() {
+            return Err(DistError::BadRank { rank, world: plan.ranks() });
         }
-        let me = comm.rank();
-        let compute = RankCompute::new(gpu, plan, dtype, me)?;
+        let compute = RankCompute::new(gpu, plan, dtype, rank)?;
         let mut kept = HashMap::new();
-        for (dst, src) in (0..plan.ranks()).flat_map(|o| [(me, o), (o, me)]) {
+        for (dst, src) in (0..plan.ranks()).flat_map(|o| [(rank, o), (o, rank)]) {
             for kj in 0..plan.pieces(src).len() {
                 if let Some(idx) = plan.kept_rows(dst, src, kj) {
                     kept.insert((dst, src, kj), gpu.stream().clone_htod(idx)?);
                 }
             }
         }
-        Ok(DistRank { gpu, comm, plan, compute, helpers: Helpers::load(gpu)?, kept, dtype, ulysses: None })
+        let helpers = Helpers::load(gpu)?;
+        Ok(RankState { rank, ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses: None })
+    }
+}
+
+impl<'a> DistRank<'a> {
+    /// Prepare this rank's launches (tile plans for every needed pair) and helpers.
+    pub fn new(gpu: &'a Gpu, comm: &'a Communicator, plan: &'a DistPlan, dtype: Dtype) -> DistResult<Self> {
+        if plan.ranks() != comm.world() {
+            return Err(DistError::WorldMismatch { plan: plan.ranks(), world: comm.world() });
+        }
+        Self::with_state(gpu, comm, plan, RankState::new(gpu, plan, comm.rank(), dtype)?)
+    }
+
+    /// This rank over a state prepared earlier for the same `plan` and rank (on the same
+    /// device; its buffers are freed on the stream that made them). Errors when the
+    /// state's rank or rank count differ from the communicator's.
+    pub fn with_state(gpu: &'a Gpu, comm: &'a Communicator, plan: &'a DistPlan, state: RankState) -> DistResult<Self> {
+        if plan.ranks() != comm.world() || state.ranks != comm.world() {
+            return Err(DistError::WorldMismatch { plan: state.ranks, world: comm.world() });
+        }
+        if state.rank != comm.rank() {
+            return Err(DistError::BadRank { rank: state.rank, world: comm.world() });
+        }
+        let RankState { compute, helpers, kept, dtype, ulysses, .. } = state;
+        Ok(DistRank { gpu, comm, plan, compute, helpers, kept, dtype, ulysses })
+    }
+
+    /// The prepared state, to run the same plan again ([`DistRank::with_state`]).
+    pub fn into_state(self) -> RankState {
+        let DistRank { compute, helpers, kept, dtype, ulysses, plan, comm, .. } = self;
+        RankState { rank: comm.rank(), ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses }
+    }
+
+    /// The plan this rank runs.
+    pub fn plan(&self) -> &'a DistPlan {
+        self.plan
     }
 
     fn rank(&self) -> usize {

@@ -1,0 +1,55 @@
+"""``ringdil.ring_attention``: argument errors (wherever PyTorch is installed) and, on a
+machine with two or more CUDA devices, the whole check of ``torchrun_ring.py`` under
+``torchrun --nproc-per-node 2`` (ring vs ``ringdil.attention`` on the whole sequence,
+forward and backward, every schedule). Set ``RINGDIL_RING_LOG`` to keep its log."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="skipped: PyTorch is not installed")
+
+import ringdil  # noqa: E402
+
+
+def test_a_cpu_tensor_is_refused_naming_it():
+    x = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_local: ring_attention runs on CUDA tensors"):
+        ringdil.ring_attention(x, x, x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA device")
+def test_a_wrong_dtype_is_refused_naming_it():
+    x = torch.zeros(1, 8, 2, 64, device="cuda")
+    with pytest.raises(TypeError, match="q_local: dtype must be torch.bfloat16 or torch.float16"):
+        ringdil.ring_attention(x, x, x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA device")
+def test_without_torch_distributed_the_group_is_named():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized")
+    x = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialized"):
+        ringdil.ring_attention(x, x, x)
+    with pytest.raises(ValueError, match="k_local: shape"):
+        ringdil.ring_attention(x, x[:, :4], x[:, :4])
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="skipped: fewer than 2 CUDA devices"
+)
+def test_ring_attention_under_torchrun_matches_the_whole_sequence():
+    script = Path(__file__).with_name("torchrun_ring.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    if os.environ.get("RINGDIL_RING_LOG"):
+        cmd += ["--out-md", os.environ["RINGDIL_RING_LOG"]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    print(r.stdout[-4000:], r.stderr[-4000:])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "0 failed" in r.stdout

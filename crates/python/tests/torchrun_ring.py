@@ -107,8 +107,8 @@ def main():
             "tokens in `ringdil.attention` + autograd on the whole sequence, same inputs; relative L2 error over "
             "all ranks",
             "",
-            "| result | schedule / case / layout / shape | relative errors |",
-            "|---|---|---|",
+            "| result | schedule | case | layout | shape | relative errors |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             f"**{passed} passed, {failed} failed** in {time.time() - start:.1f} s.",

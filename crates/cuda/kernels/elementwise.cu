@@ -38,14 +38,20 @@ extern "C" __global__ void fill_empty(float* out, float* lse, size_t n_out, size
 // row's lse in the form the backward's P = exp2(s * scale * log2(e) - lse2) takes: lse2 =
 // lse * log2(e), +inf for a row that saw no key (lse = -inf; then P = 0, never inf * 0).
 // Both then reach the backward's query stages by cp.async, with no arithmetic on the way.
-extern "C" __global__ void bwd_delta(const u16* dout, const float* out, const float* lse, float* delta, float* lse2,
-                                     int batch, int rows, int heads) {
+// `out` is the forward's f32 output (bwd_delta) or its 16-bit rounding (bwd_delta_half:
+// flash-attention's choice, since a training step keeps only the 16-bit output).
+__device__ __forceinline__ float out_value(const float* out, size_t e) { return out[e]; }
+__device__ __forceinline__ float out_value(const u16* out, size_t e) { return to_f32(out[e]); }
+
+template <typename Out>
+__device__ __forceinline__ void delta_rows(const u16* dout, const Out* out, const float* lse, float* delta,
+                                           float* lse2, int batch, int rows, int heads) {
     const size_t total = (size_t)batch * rows * heads;
     for (size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x; row < total;
          row += (size_t)gridDim.x * blockDim.x) {
         float acc = 0.f;
         #pragma unroll
-        for (int d = 0; d < D; ++d) acc += to_f32(dout[row * D + d]) * out[row * D + d];
+        for (int d = 0; d < D; ++d) acc += to_f32(dout[row * D + d]) * out_value(out, row * D + d);
         int hh = (int)(row % heads);
         size_t bi = row / heads;
         int i = (int)(bi % rows), bb = (int)(bi / rows);
@@ -54,6 +60,16 @@ extern "C" __global__ void bwd_delta(const u16* dout, const float* out, const fl
         delta[at] = acc;
         lse2[at] = L == NEG_INF ? POS_INF : L * LOG2E;
     }
+}
+
+extern "C" __global__ void bwd_delta(const u16* dout, const float* out, const float* lse, float* delta, float* lse2,
+                                     int batch, int rows, int heads) {
+    delta_rows(dout, out, lse, delta, lse2, batch, rows, heads);
+}
+
+extern "C" __global__ void bwd_delta_half(const u16* dout, const u16* out, const float* lse, float* delta,
+                                          float* lse2, int batch, int rows, int heads) {
+    delta_rows(dout, out, lse, delta, lse2, batch, rows, heads);
 }
 
 // f32 results (out, dq, dk, dv) to the module's 16-bit type, rounded to nearest (even):

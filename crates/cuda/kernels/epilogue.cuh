@@ -36,10 +36,19 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
             if (!p.accumulate) {
                 const float inv = lr > 0.f ? 1.f / lr : 0.f;
-                #pragma unroll
-                for (int i = 0; i < D / 8; ++i)
-                    *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
-                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (p.half_out) {
+                    // The same element offsets in a 16-bit tensor: two values per 32-bit store.
+                    u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+                    #pragma unroll
+                    for (int i = 0; i < D / 8; ++i)
+                        *reinterpret_cast<u32*>(hrow + i * 8 + 2 * t) =
+                            pack2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                } else {
+                    #pragma unroll
+                    for (int i = 0; i < D / 8; ++i)
+                        *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
+                            make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                }
                 if (t == 0) *lrow = lnew;
                 continue;
             }
@@ -81,7 +90,8 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 }
 // dK (scaled) and dV rows of this thread, columns col0 .. col0 + 8 NC - 1 (all D, or a
 // warp's slice of D), query head h's contribution to K/V head
-// h / kv_group: written, or added with `accumulate`. Under grouped-query attention the
+// h / kv_group: written (in f32, or with `half_out` in the inputs' 16-bit type), or added
+// with `accumulate`. Under grouped-query attention the
 // kv_group query heads of a K/V head add into the same rows from different blocks, so the
 // contributions are global reductions into buffers the host has zeroed (or holds running
 // sums in).
@@ -99,6 +109,10 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
             if (p.kv_group > 1) {
                 red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
                 red_add2(p.dv + base + i * 8 + 2 * t, vv[0], vv[1]);
+            } else if (p.half_out) {
+                // Written once (no accumulate, one query head per K/V head): 16-bit results.
+                *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dk) + base + i * 8 + 2 * t) = pack2(vk[0], vk[1]);
+                *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dv) + base + i * 8 + 2 * t) = pack2(vv[0], vv[1]);
             } else {
                 store_row(p.dk + base + i * 8 + 2 * t, vk, p.accumulate);
                 store_row(p.dv + base + i * 8 + 2 * t, vv, p.accumulate);

@@ -38,6 +38,8 @@ struct Params {
     int q_cbase, k_cbase;      // compact: global compact index of launch index 0
     int accumulate;            // forward: merge into out/lse; backward: add into dq/dk/dv
     int plan_rows;             // 0: one tile plan for every batch row; else row b's start at b * plan_rows
+    int half_out;              // 1: out (forward) or dk, dv (backward) point to the input's 16-bit type,
+                               // each value written once (accumulate 0; dk, dv: kv_group 1)
     float scale;
     float scale_log2;          // scale * log2(e)
 };

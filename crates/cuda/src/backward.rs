@@ -4,9 +4,45 @@ use crate::error::{CudaError, Result};
 use crate::gpu::{Gpu, elementwise, launch_config};
 use crate::params::Params;
 use crate::plan::IndexMap;
+use crate::shape::Shape;
 use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, GradsMut, Prepared};
 use crate::tma::{Elem, TensorMap};
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+
+/// What the backward reads of the forward: its f32 partial, or its 16-bit output (delta
+/// is then taken from the rounded output, as flash-attention does) and the f32 LSE.
+pub(crate) enum Saved<'a> {
+    Partial(&'a DevicePartial),
+    Half(&'a DeviceTensor, &'a CudaSlice<f32>),
+}
+
+/// Where dK and dV go: f32 buffers (written, or added into), or 16-bit tensors written
+/// once by the epilogue.
+pub(crate) enum KvDest<'a> {
+    F32(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>),
+    Half(&'a mut DeviceTensor, &'a mut DeviceTensor),
+}
+
+/// Whether dK, dV rows are added into rather than written by one block: with `add`, when
+/// several launches reach them (dilated branches, compact launches), or when a K/V head's
+/// query heads (grouped-query attention) add their contributions from different blocks.
+pub(crate) fn kv_accumulates(prep: &Prepared, add: bool) -> bool {
+    add || prep.shape.kv_group() > 1
+        || prep.launches.len() > 1
+        || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }))
+}
+
+/// A 16-bit output shaped like q and its f32 LSE.
+pub(crate) fn check_half(s: &Shape, out: &DeviceTensor, lse: &CudaSlice<f32>) -> Result<()> {
+    if out.dims != s.q_dims() || out.data.len() != s.q_len() || lse.len() != s.lse_len() {
+        return Err(CudaError::ShapeMismatch {
+            what: "16-bit forward result",
+            expected: s.q_dims().to_vec(),
+            got: out.dims.to_vec(),
+        });
+    }
+    Ok(())
+}
 
 impl Gpu {
     /// Zeroed gradient buffers for `prep` (a memset on the stream: no host buffer, no
@@ -34,7 +70,8 @@ impl Gpu {
         dout: &DeviceTensor,
         grads: &mut DeviceGrads,
     ) -> Result<()> {
-        self.backward(prep, q, k, v, fwd, dout, grads.as_mut(), false)
+        let g = grads.as_mut();
+        self.backward(prep, q, k, v, Saved::Partial(fwd), dout, g.dq, KvDest::F32(g.dk, g.dv), false)
     }
 
     /// [`Gpu::backward_into`], but the gradients are added to what `grads` holds: every
@@ -51,60 +88,88 @@ impl Gpu {
         dout: &DeviceTensor,
         grads: GradsMut<'_>,
     ) -> Result<()> {
-        self.backward(prep, q, k, v, fwd, dout, grads, true)
+        self.backward(prep, q, k, v, Saved::Partial(fwd), dout, grads.dq, KvDest::F32(grads.dk, grads.dv), true)
     }
 
+    /// The backward's launches after the checks: `saved` gives delta and the LSE, dQ is
+    /// always f32 (reductions), dK and dV are f32 or (written once) 16-bit.
     #[allow(clippy::too_many_arguments)]
-    fn backward(
+    pub(crate) fn backward(
         &self,
         prep: &mut Prepared,
         q: &DeviceTensor,
         k: &DeviceTensor,
         v: &DeviceTensor,
-        fwd: &DevicePartial,
+        saved: Saved<'_>,
         dout: &DeviceTensor,
-        grads: GradsMut<'_>,
+        dq: &mut CudaSlice<f32>,
+        kv: KvDest<'_>,
         add: bool,
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
-        self.check_partial("forward result", prep, fwd)?;
         let s = prep.shape;
-        if dout.dims != fwd.dims {
+        match saved {
+            Saved::Partial(fwd) => self.check_partial("forward result", prep, fwd)?,
+            Saved::Half(out, lse) => check_half(&s, out, lse)?,
+        }
+        if dout.dims != s.q_dims() {
             return Err(CudaError::ShapeMismatch {
                 what: "d_out",
-                expected: fwd.dims.to_vec(),
+                expected: s.q_dims().to_vec(),
                 got: dout.dims.to_vec(),
             });
         }
-        for (what, buf, len) in
-            [("dq", &*grads.dq, s.q_len()), ("dk", &*grads.dk, s.k_len()), ("dv", &*grads.dv, s.k_len())]
-        {
-            if buf.len() != len {
-                return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![buf.len()] });
+        let (dk_len, dv_len) = match &kv {
+            KvDest::F32(dk, dv) => (dk.len(), dv.len()),
+            KvDest::Half(dk, dv) => (dk.data.len(), dv.data.len()),
+        };
+        for (what, got, len) in [("dq", dq.len(), s.q_len()), ("dk", dk_len, s.k_len()), ("dv", dv_len, s.k_len())] {
+            if got != len {
+                return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![got] });
             }
+        }
+        let accumulate = kv_accumulates(prep, add);
+        let half = matches!(kv, KvDest::Half(..));
+        if half && accumulate {
+            return Err(CudaError::ShapeMismatch {
+                what: "16-bit dK, dV (only where one launch writes each row once)",
+                expected: vec![1],
+                got: vec![prep.launches.len()],
+            });
         }
         let st = &self.stream;
         {
             let (batch, rows, heads) = (s.batch as i32, s.q_rows as i32, s.heads as i32);
-            let mut l = st.launch_builder(&prep.kernels.delta);
-            l.arg(&dout.data).arg(&fwd.out).arg(&fwd.lse).arg(&mut prep.delta).arg(&mut prep.lse2);
+            let mut l = match saved {
+                Saved::Partial(fwd) => {
+                    let mut l = st.launch_builder(&prep.kernels.delta);
+                    l.arg(&dout.data).arg(&fwd.out).arg(&fwd.lse);
+                    l
+                }
+                Saved::Half(out, lse) => {
+                    let mut l = st.launch_builder(&prep.kernels.delta_half);
+                    l.arg(&dout.data).arg(&out.data).arg(lse);
+                    l
+                }
+            };
+            l.arg(&mut prep.delta).arg(&mut prep.lse2);
             l.arg(&batch).arg(&rows).arg(&heads);
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len())) }?;
         }
-        // dK, dV rows are added into (never written by one block) when several launches
-        // reach them (dilated branches, compact launches) or when a K/V head's query heads
-        // (grouped-query attention) add their contributions from different blocks.
-        let accumulate = add
-            || s.kv_group() > 1
-            || prep.launches.len() > 1
-            || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }));
-        if !add {
-            st.memset_zeros(grads.dq)?;
-            if accumulate {
-                st.memset_zeros(grads.dk)?;
-                st.memset_zeros(grads.dv)?;
+        let (dk, dv) = match kv {
+            KvDest::F32(dk, dv) => {
+                if !add && accumulate {
+                    st.memset_zeros(&mut *dk)?;
+                    st.memset_zeros(&mut *dv)?;
+                }
+                (dk.device_ptr_mut(st), dv.device_ptr_mut(st))
             }
+            KvDest::Half(dk, dv) => (dk.data.device_ptr_mut(st), dv.data.device_ptr_mut(st)),
+        };
+        let ((dkp, _i), (dvp, _j)) = (dk, dv);
+        if !add {
+            st.memset_zeros(&mut *dq)?;
         }
         for (l, plan) in &prep.launches {
             let (qp, _a) = q.data.device_ptr(st);
@@ -114,9 +179,7 @@ impl Gpu {
             let (dlp, _g) = prep.delta.device_ptr(st);
             let (l2p, _e) = prep.lse2.device_ptr(st);
             // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
-            let (dqp, _h) = grads.dq.device_ptr_mut(st);
-            let (dkp, _i) = grads.dk.device_ptr_mut(st);
-            let (dvp, _j) = grads.dv.device_ptr_mut(st);
+            let (dqp, _h) = dq.device_ptr_mut(st);
             let base = Params {
                 q: qp,
                 k: kp,
@@ -134,6 +197,7 @@ impl Gpu {
                 doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
                 plan_rows: l.cols.rows_per_batch(),
                 accumulate: accumulate as i32,
+                half_out: half as i32,
                 ..l.params
             };
             let cols =

@@ -1,16 +1,27 @@
-//! Results in the inputs' 16-bit type, on request: the kernels accumulate and write f32
-//! (a ring step merges into its running output, dQ receives reductions from every key
-//! tile, grouped-query dK/dV from every query head of a group), so the conversion is one
-//! elementwise pass at the end, rounding each f32 value to nearest (ties to even) exactly
-//! as `half::bf16::from_f32` / `half::f16::from_f32` do. f32 stays the default (the checks
-//! compare f32 results with the f64 reference).
+//! Results in the inputs' 16-bit type, on request. f32 stays the default (the checks
+//! compare f32 results with the f64 reference, and a ring step merges into its running
+//! f32 output).
 //!
-//! Cost: one read of 4 bytes and one write of 2 per element, against the attention's
-//! O(n) work per element; at n = 16384, 16 heads, d = 128 the three gradients are 200 MB
-//! of traffic, about 0.1 ms on an H100 next to a 15 ms forward + backward.
+//! Two ways to get them, bit-identical (each f32 value rounded once to nearest, ties to
+//! even, exactly as `half::bf16::from_f32` / `half::f16::from_f32` do):
+//! * **from the epilogue** ([`Gpu::forward_half_into`], [`Gpu::backward_half_into`]): where
+//!   one launch writes every element once (the output of a single-launch pattern; dK, dV
+//!   without grouped-query reductions or dilated branches), the kernel rounds as it stores
+//!   (`Params::half_out`): 2 bytes written per element instead of 4, and no pass after;
+//! * **by a pass** ([`Gpu::to_half_into`], [`Gpu::output_half`], [`Gpu::grads_half`]) over
+//!   an f32 result: what the epilogue cannot do (dQ, which receives f32 reductions from
+//!   every key tile; outputs merged over branches; gradients added over a group). One read
+//!   of 4 bytes and one write of 2 per element: at n = 4096, 16 heads, d = 128 a tensor
+//!   is 201 MB of traffic, about 70 us on an H100, 14% of a causal forward.
+//!
+//! The backward from a 16-bit output takes `delta = rowsum(dO * O)` from the rounded
+//! output, as flash-attention does (a training step keeps only that output).
 
+use crate::backward::{KvDest, Saved, check_half, kv_accumulates};
 use crate::error::{CudaError, Result};
+use crate::forward::Dest;
 use crate::gpu::{Gpu, elementwise};
+use crate::plan::IndexMap;
 use crate::shape::Dtype;
 use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, Prepared};
 use crate::variant::Variant;
@@ -63,5 +74,64 @@ impl Gpu {
             self.to_half(prep.dtype, &g.dk, s.k_dims())?,
             self.to_half(prep.dtype, &g.dv, s.k_dims())?,
         ])
+    }
+
+    /// The forward output in the inputs' 16-bit type (`out`, shaped like q) and the f32
+    /// LSE (`[batch, heads, rows]`): rounded by the epilogue when one launch writes every
+    /// row, else computed in f32 and rounded by one pass (module docs).
+    pub fn forward_half_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DeviceTensor,
+        lse: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.check_inputs(prep, q, k, v)?;
+        check_half(&prep.shape, out, lse)?;
+        match prep.launches.as_slice() {
+            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
+                self.forward_launch(prep, only, q, k, v, Dest::Half(out, lse), false)
+            }
+            _ => {
+                let mut part = self.alloc_partial(prep)?;
+                self.forward_into(prep, q, k, v, &mut part)?;
+                self.to_half_into(prep.dtype, prep.shape.head_dim, &part.out, out)?;
+                Ok(self.stream.memcpy_dtod(&part.lse, lse)?)
+            }
+        }
+    }
+
+    /// dQ, dK, dV in the inputs' 16-bit type, from the 16-bit forward output `out` and its
+    /// LSE ([`Gpu::forward_half_into`]) for the upstream gradient `dout`. dK, dV come from
+    /// the epilogue when each row is written once, else from f32 sums and a pass; dQ
+    /// always from f32 reductions and a pass (module docs).
+    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass
+    pub fn backward_half_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        (out, lse): (&DeviceTensor, &CudaSlice<f32>),
+        dout: &DeviceTensor,
+        [dq, dk, dv]: [&mut DeviceTensor; 3],
+    ) -> Result<()> {
+        let s = prep.shape;
+        // SAFETY: the backward clears dq before its reductions.
+        let mut dq32 = unsafe { self.stream.alloc::<f32>(s.q_len().max(1))? };
+        if kv_accumulates(prep, false) {
+            // SAFETY: cleared by the backward (it accumulates into them).
+            let (mut dk32, mut dv32) =
+                unsafe { (self.stream.alloc::<f32>(s.k_len().max(1))?, self.stream.alloc::<f32>(s.k_len().max(1))?) };
+            let kv = KvDest::F32(&mut dk32, &mut dv32);
+            self.backward(prep, q, k, v, Saved::Half(out, lse), dout, &mut dq32, kv, false)?;
+            self.to_half_into(prep.dtype, s.head_dim, &dk32, dk)?;
+            self.to_half_into(prep.dtype, s.head_dim, &dv32, dv)?;
+        } else {
+            self.backward(prep, q, k, v, Saved::Half(out, lse), dout, &mut dq32, KvDest::Half(dk, dv), false)?;
+        }
+        self.to_half_into(prep.dtype, s.head_dim, &dq32, dq)
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::dist::{DistError, DistPlan, DistResult, RankData};
 use crate::gpu::Gpu;
-use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor};
+use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use std::ops::{Deref, DerefMut};
@@ -43,14 +43,6 @@ impl GiveBack for DevicePartial {
     fn give_back(self) {
         self.out.give_back();
         self.lse.give_back();
-    }
-}
-
-impl GiveBack for DeviceGrads {
-    fn give_back(self) {
-        self.dq.give_back();
-        self.dk.give_back();
-        self.dv.give_back();
     }
 }
 
@@ -118,47 +110,6 @@ impl Gpu {
         // SAFETY: the caller's promise.
         let data = unsafe { self.borrow_slice(ptr, dims.iter().product()) };
         Borrowed(Some(DeviceTensor { data, dims }))
-    }
-
-    /// A forward partial: f32 `out` shaped `dims` and f32 `lse` `[batch, heads, rows]`.
-    ///
-    /// # Safety
-    /// `out` and `lse` must address that many f32 values on this device, allocated while
-    /// the result lives.
-    pub unsafe fn borrow_partial(
-        &self,
-        out: CUdeviceptr,
-        lse: CUdeviceptr,
-        dims: [usize; 4],
-    ) -> Borrowed<DevicePartial> {
-        let [batch, rows, heads, _] = dims;
-        // SAFETY: the caller's promise.
-        let (out, lse) =
-            unsafe { (self.borrow_slice(out, dims.iter().product()), self.borrow_slice(lse, batch * heads * rows)) };
-        Borrowed(Some(DevicePartial { out, lse, dims }))
-    }
-
-    /// f32 gradients: `dq` shaped `q_dims`, `dk` and `dv` shaped `k_dims`.
-    ///
-    /// # Safety
-    /// Each pointer must address that many f32 values on this device, allocated while the
-    /// result lives.
-    pub unsafe fn borrow_grads(
-        &self,
-        [dq, dk, dv]: [CUdeviceptr; 3],
-        q_dims: [usize; 4],
-        k_dims: [usize; 4],
-    ) -> Borrowed<DeviceGrads> {
-        let (q_len, k_len) = (q_dims.iter().product(), k_dims.iter().product());
-        // SAFETY: the caller's promise.
-        let grads = unsafe {
-            DeviceGrads {
-                dq: self.borrow_slice(dq, q_len),
-                dk: self.borrow_slice(dk, k_len),
-                dv: self.borrow_slice(dv, k_len),
-            }
-        };
-        Borrowed(Some(grads))
     }
 
     /// f32 values at `ptr`, `len` of them.

@@ -11,7 +11,14 @@ use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
 use crate::tma::{Elem, TensorMap, TensorPair};
 use crate::variant::Variant;
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+
+/// Where a forward launch writes: an f32 partial, or (one launch writing every row once)
+/// the output in the inputs' 16-bit type and the f32 LSE.
+pub(crate) enum Dest<'a> {
+    Partial(&'a mut DevicePartial),
+    Half(&'a mut DeviceTensor, &'a mut CudaSlice<f32>),
+}
 
 impl Gpu {
     /// Attention of `q` over `k`, `v` (a [`Partial`](ringdil_reference::Partial) on the
@@ -31,11 +38,11 @@ impl Gpu {
         self.check_partial("out", prep, out)?;
         match prep.launches.as_slice() {
             [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
-                self.forward_launch(prep, only, q, k, v, out, false)
+                self.forward_launch(prep, only, q, k, v, Dest::Partial(out), false)
             }
             launches => {
                 self.fill_empty(prep, out)?;
-                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, out, true))
+                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(out), true))
             }
         }
     }
@@ -57,20 +64,20 @@ impl Gpu {
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("accumulator", prep, acc)?;
-        prep.launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, acc, true))
+        prep.launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(acc), true))
     }
 
     /// One launch writing `out` (`accumulate`: merging into it; rows the launch does
     /// not visit keep what they hold).
     #[allow(clippy::too_many_arguments)] // one launch's buffers, as the kernel takes them
-    fn forward_launch(
+    pub(crate) fn forward_launch(
         &self,
         prep: &Prepared,
         (l, plan): &(LaunchSpec, DevicePlan),
         q: &DeviceTensor,
         k: &DeviceTensor,
         v: &DeviceTensor,
-        out: &mut DevicePartial,
+        out: Dest<'_>,
         accumulate: bool,
     ) -> Result<()> {
         let st = &self.stream;
@@ -79,8 +86,11 @@ impl Gpu {
         let (vp, _c) = v.data.device_ptr(st);
         // Written by the kernel: `_mut`, so that cudarc records a write that another stream
         // (a ring's NCCL stream) waits for before it reads the buffer.
-        let (op, _d) = out.out.device_ptr_mut(st);
-        let (lp, _e) = out.lse.device_ptr_mut(st);
+        let half = matches!(out, Dest::Half(..));
+        let ((op, _d), (lp, _e)) = match out {
+            Dest::Partial(p) => (p.out.device_ptr_mut(st), p.lse.device_ptr_mut(st)),
+            Dest::Half(o, lse) => (o.data.device_ptr_mut(st), lse.device_ptr_mut(st)),
+        };
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let params = Params {
@@ -97,6 +107,7 @@ impl Gpu {
             doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
             plan_rows: l.fwd.rows_per_batch(),
             accumulate: accumulate as i32,
+            half_out: half as i32,
             ..l.params
         };
         let dims = l.forward_dims(self.sms);

@@ -25,6 +25,8 @@ pub(crate) struct Kernels {
     pub(crate) merge: CudaFunction,
     pub(crate) fill: CudaFunction,
     pub(crate) delta: CudaFunction,
+    /// `bwd_delta` from a 16-bit forward output ([`Gpu::backward_half_into`]).
+    pub(crate) delta_half: CudaFunction,
     /// f32 -> the module's 16-bit type ([`Gpu::to_half_into`]).
     pub(crate) to_half: CudaFunction,
 }
@@ -197,6 +199,7 @@ impl Gpu {
             merge: load("merge_partials", 0)?,
             fill: load("fill_empty", 0)?,
             delta: load("bwd_delta", 0)?,
+            delta_half: load("bwd_delta_half", 0)?,
             to_half: load("to_half", 0)?,
         });
         self.kernels.lock().expect("kernel cache lock").insert(variant, k.clone());

@@ -101,6 +101,11 @@ params! {
     /// 0: one tile plan serves every batch row; else batch row `b`'s plan rows start at
     /// `b * plan_rows` (packed sequences: each row's documents have their own plan).
     plan_rows: i32,
+    /// 1: `out` (forward) or `dk`, `dv` (backward) address the inputs' 16-bit type and
+    /// the epilogue rounds each value once as it stores it (to nearest, ties to even: the
+    /// rounding of `to_half`). Only where every element is written by one store:
+    /// `accumulate` 0, and for dK, dV `kv_group` 1.
+    half_out: i32,
     scale: f32,
     /// scale * log2(e).
     scale_log2: f32,
@@ -158,12 +163,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 17 pointers, 34 ints, 2 floats (a multiple of 8 bytes).
-        assert_eq!(std::mem::size_of::<Params>(), 17 * 8 + 34 * 4 + 2 * 4);
-        assert_eq!(Params::LAYOUT.len(), 17 + 34 + 2);
+        // 17 pointers, 35 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // alignment) as C pads the CUDA struct.
+        assert_eq!(std::mem::size_of::<Params>(), (17 * 8 + 35 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 17 + 35 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[17], ("batch", 136));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 35 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 36 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

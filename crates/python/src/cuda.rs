@@ -167,40 +167,42 @@ impl Call {
     }
 }
 
-/// `out`, `lse` (f32, PyTorch-allocated) <- attention of `q` over `k`, `v` (16-bit).
-/// `ptrs` are PyTorch's `data_ptr()` of contiguous tensors: q `[b, n, h, d]`, k and v
+/// `out` (16-bit like q) and `lse` (f32), PyTorch-allocated <- attention of `q` over `k`,
+/// `v`; the output rounded by the kernels' epilogue (`Gpu::forward_half_into`). `ptrs`
+/// are PyTorch's `data_ptr()` of contiguous tensors: q `[b, n, h, d]`, k and v
 /// `[b, n, kv_heads, d]`, out like q, lse `[b, h, n]`.
 #[pyfunction]
 pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyResult<()> {
     let [q, k, v, out, lse] = ptrs;
     Call::new(call)?.run(py, |view, s, prep| {
         // SAFETY: the pointers address contiguous PyTorch tensors of these shapes (above).
-        let (q, k, v) = unsafe {
-            (view.borrow_tensor(q, s.q_dims()), view.borrow_tensor(k, s.k_dims()), view.borrow_tensor(v, s.k_dims()))
-        };
-        let mut partial = unsafe { view.borrow_partial(out, lse, s.q_dims()) };
-        view.forward_into(prep, &q, &k, &v, &mut partial)
-    })
-}
-
-/// `dq`, `dk`, `dv` (f32, PyTorch-allocated, shaped like q, k, v) <- the gradients of
-/// `out` for the upstream gradient `dout` (16-bit, like q), from the forward's f32 `out`
-/// and `lse`. `ptrs`: q, k, v, out, lse, dout, dq, dk, dv.
-#[pyfunction]
-pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 9]) -> PyResult<()> {
-    let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
-    Call::new(call)?.run(py, |view, s, prep| {
-        // SAFETY: as in cuda_forward; dq, dk, dv are f32 tensors shaped like q, k, v.
-        let (q, k, v, dout) = unsafe {
+        let (q, k, v, mut out) = unsafe {
             (
                 view.borrow_tensor(q, s.q_dims()),
                 view.borrow_tensor(k, s.k_dims()),
                 view.borrow_tensor(v, s.k_dims()),
-                view.borrow_tensor(dout, s.q_dims()),
+                view.borrow_tensor(out, s.q_dims()),
             )
         };
-        let fwd = unsafe { view.borrow_partial(out, lse, s.q_dims()) };
-        let mut grads = unsafe { view.borrow_grads([dq, dk, dv], s.q_dims(), s.k_dims()) };
-        view.backward_into(prep, &q, &k, &v, &fwd, &dout, &mut grads)
+        let mut lse = unsafe { view.borrow_f32(lse, s.lse_len()) };
+        view.forward_half_into(prep, &q, &k, &v, &mut out, &mut lse)
+    })
+}
+
+/// `dq`, `dk`, `dv` (16-bit, PyTorch-allocated, shaped like q, k, v) <- the gradients of
+/// `out` for the upstream gradient `dout` (16-bit, like q), from the forward's 16-bit
+/// `out` and f32 `lse` (`Gpu::backward_half_into`). `ptrs`: q, k, v, out, lse, dout, dq,
+/// dk, dv.
+#[pyfunction]
+pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 9]) -> PyResult<()> {
+    let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
+    Call::new(call)?.run(py, |view, s, prep| {
+        // SAFETY: as in cuda_forward; dq, dk, dv are 16-bit tensors shaped like q, k, v.
+        let t = |p, dims| unsafe { view.borrow_tensor(p, dims) };
+        let (q, k, v, out, dout) =
+            (t(q, s.q_dims()), t(k, s.k_dims()), t(v, s.k_dims()), t(out, s.q_dims()), t(dout, s.q_dims()));
+        let (mut dq, mut dk, mut dv) = (t(dq, s.q_dims()), t(dk, s.k_dims()), t(dv, s.k_dims()));
+        let lse = unsafe { view.borrow_f32(lse, s.lse_len()) };
+        view.backward_half_into(prep, &q, &k, &v, (&out, &lse), &dout, [&mut dq, &mut dk, &mut dv])
     })
 }

@@ -4,6 +4,7 @@
 //! ([`super::extreme`]).
 
 use super::extreme::{exact_empty, exact_zero_grads};
+use super::half_results;
 use super::{
     Case, Kind, Logits, MERGE_BOUND, Metric, Outcome, bound_for, describe, grad_err, grad_floor_scales,
     large_lse_bound, lse_err, partial_bound, rounded,
@@ -97,6 +98,8 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             let got = partial_to_host(gpu, &out)?;
             let half = gpu.output_half(&prep, &out)?;
             metrics.push(half_metric("out 16-bit", case, gpu, &half, got.out.iter().copied())?);
+            let (m, out16, lse16) = half_results::forward(gpu, case, &mut prep, [&qd, &kd, &vd], &out)?;
+            metrics.extend(m);
             let want = attention(q.view(), k.view(), v.view(), &reference_spec)?;
             let want_partial = Partial { out: want.out.clone(), lse: want.lse.clone() };
             compare_partial(
@@ -127,6 +130,16 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
                 let names = [quantity!(case.logits, "dq"), quantity!(case.logits, "dk"), quantity!(case.logits, "dv")];
                 let floors = grad_floor_scales(&q, &k);
+                metrics.extend(half_results::backward(
+                    gpu,
+                    case,
+                    &mut prep,
+                    [&qd, &kd, &vd],
+                    (&out16, &lse16),
+                    &dod,
+                    &references,
+                    (floors, bound),
+                )?);
                 let mut first = Vec::new();
                 for (((what, buf), reference), floor) in
                     names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(floors)
@@ -246,7 +259,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
 /// of the f32 values it was converted from (`exact`, widened to f64 without rounding):
 /// the number of words that differ (the metric passes at 0). (Not [`round`](super::round): `half`'s
 /// `bf16::from_f64` rounds some f32-exact values differently, about 1 in 22,000.)
-fn half_metric(
+pub(super) fn half_metric(
     what: &'static str,
     case: &Case,
     gpu: &Gpu,

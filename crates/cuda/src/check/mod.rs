@@ -123,6 +123,7 @@ pub mod cases;
 pub mod extreme;
 pub mod faults;
 pub mod gqa;
+mod half_results;
 pub mod head_dims;
 pub mod inputs;
 pub mod kernels;

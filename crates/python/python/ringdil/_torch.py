@@ -5,10 +5,12 @@ GPUs from sm_80), launched on PyTorch's current stream on the tensors' own memor
 inputs are read in place, every result is allocated by PyTorch's caching allocator, and
 nothing synchronises with the host.
 
-What is saved for the backward: q, k, v, the forward's f32 output and its log-sum-exp
-(the kernels accumulate in f32 and the backward's ``delta = rowsum(dO * O)`` is taken from
-the f32 output, as ``gpu_check`` verifies it). The returned output and gradients are
-rounded once to the inputs' dtype.
+What is saved for the backward: q, k, v, the 16-bit output and its f32 log-sum-exp (the
+backward's ``delta = rowsum(dO * O)`` is taken from the 16-bit output, as flash-attention
+does). The kernels accumulate in f32 and round each result once to the inputs' dtype:
+the output, and dK, dV where one launch writes each row, as they store it (no f32 copy
+exists); dQ (f32 reductions from every key tile) and the results of patterns with several
+launches by one pass after. ``gpu_check`` checks both ways word for word.
 """
 
 import torch
@@ -66,24 +68,22 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pattern, causal, scale, key_lengths, documents):
         b, n, h, d = q.shape
-        out = torch.empty((b, n, h, d), dtype=torch.float32, device=q.device)
+        out = torch.empty_like(q)
         lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
         ctx.call = (list(q.shape), k.shape[2], str(q.dtype).removeprefix("torch."), pattern, causal, scale,
                     key_lengths, documents)
         _ringdil.cuda_forward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse)])
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mark_non_differentiable(lse)
-        return out.to(q.dtype), lse
+        return out, lse
 
     @staticmethod
     def backward(ctx, d_out, _d_lse):
         q, k, v, out, lse = ctx.saved_tensors
         d_out = d_out.to(q.dtype).contiguous()
-        dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
-        dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _ringdil.cuda_backward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv)])
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=None, documents=None,

@@ -46,6 +46,34 @@ fn refused_at(family: Family, arch: &str, dir: &Path, expect: &str, head_dim: us
     }
 }
 
+/// A kernel over generated expression functions (every operator, `i64::MIN`, `if`),
+/// compiled by NVRTC for `arch`.
+fn expression_source(arch: &str) -> Result<(), String> {
+    use ringdil_reference::pattern::expr::{C_PRELUDE, Constants, Expression, Scope, Ty, Var, c_function};
+    let sources = [
+        ("window", "abs(q - k) <= w0 || k < 4", Ty::Bool),
+        ("blocks", "q / 64 == k / 64 && !(q % 7 == 3) && k <= q", Ty::Bool),
+        ("arith", "if h >= H / 2 then min(q, k) * -9223372036854775807 - 1 else max(n - q, abs(k)) % -3", Ty::Int),
+    ];
+    let constants: Constants = [("w0".to_string(), 16)].into_iter().collect();
+    let mut src = String::from(C_PRELUDE);
+    for (name, text, ty) in sources {
+        let e = Expression::new(text, &Scope::MASK, &constants, ty).map_err(|e| format!("{text}: {e}"))?;
+        src.push_str(&c_function(name, &e));
+    }
+    let args: Vec<String> = (0..Var::ALL.len()).map(|j| format!("x[i * {} + {j}]", Var::ALL.len())).collect();
+    let args = args.join(", ");
+    src.push_str(&format!(
+        "extern \"C\" __global__ void exprs(const long long* x, long long* y) {{\n    int i = threadIdx.x;\n    y[i] = window({args}) + blocks({args}) + arith({args});\n}}\n"
+    ));
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: None,
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(&src, opts).map(|_| ()).map_err(|e| format!("{e:?}"))
+}
+
 fn main() {
     // SAFETY: only tries to dlopen the NVRTC library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
@@ -126,6 +154,12 @@ fn main() {
     let wide = planted("mma-wide", "sm80_backward_wide.cu", "(WB_DS_BUFFERS + BWD_P_TILES)", "(WB_DS_BUFFERS + 0)");
     let r = refused_at(Family::Mma, "sm_80", &wide, "backward shared memory differs", 256);
     check("sm_80: wide backward layout (d = 256)".into(), r);
+    // Pattern expressions as C (issue 21): the prelude and generated functions compile as
+    // CUDA device code for both targets (the host compiler runs the same source against the
+    // evaluator in `tests/expr_c.rs`).
+    for (_, arch) in TARGETS {
+        check(format!("{arch}: pattern expressions as CUDA"), expression_source(arch));
+    }
     println!("{passed} passed, {} failed", failures.len());
     if !failures.is_empty() {
         std::process::exit(1);

@@ -27,10 +27,12 @@
 //! full or partial ([`interval`] arithmetic over the tree, refined by splitting the
 //! tile), and [`TileMap`] keeps those classes for a whole sequence.
 //!
-//! The tree ([`Node`]) is typed by its operators, so a later stage can print it as C
-//! (the GPU step) with the same rules: each operator of [`eval`] is one small function.
+//! The tree ([`Node`]) is typed by its operators, so it prints as C with the same rules
+//! ([`c_function`] over [`C_PRELUDE`]: each operator of [`eval`] is one small function),
+//! which is how the GPU kernels will evaluate it.
 
 mod ast;
+mod c_source;
 mod check;
 mod dilated;
 mod error;
@@ -47,6 +49,7 @@ mod tile_map;
 mod tiles;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
+pub use c_source::{PRELUDE as C_PRELUDE, c_function};
 pub use dilated::{ExprBranch, ExprCombine, ExprDilated};
 pub use error::{ExprError, Pos};
 pub use eval::{Env, binary, div_floor, eval, mod_floor, unary};

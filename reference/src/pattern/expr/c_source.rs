@@ -1,0 +1,135 @@
+//! An expression as C source, for the GPU kernels (NVRTC compiles it into the mask) and
+//! for any C compiler: the integer semantics of [`super::eval`], transcribed one operator
+//! per small function ([`PRELUDE`]), and the folded tree printed as nested calls of them
+//! ([`c_function`]).
+//!
+//! Why functions and not C's operators: C's `/` and `%` truncate towards zero and are
+//! undefined for a zero divisor and for `INT64_MIN / -1`, and signed overflow is undefined
+//! behaviour; the language of pattern files defines all of them (floor division, `a / 0 =
+//! 0`, `a % 0 = a`, two's-complement wrapping). So every arithmetic operator goes through
+//! a function that computes in `unsigned long long`, where wrapping is defined, and
+//! converts back (modulo 2^64: what NVRTC, GCC and Clang do, and what C23 requires), and
+//! the divisions test their two special divisors before dividing. Comparisons and
+//! `&&`, `||`, `!`, `if` are C's own (0/1 values, lazy evaluation, which nothing can
+//! observe since nothing fails).
+//!
+//! The source compiles as CUDA (functions `__device__ __forceinline__`) and as C99 (where
+//! `RINGDIL_EXPR_FN` is `static inline`); `tests/expr_c.rs` compiles generated functions
+//! with the host's C compiler and compares them with [`super::eval`] on random and extreme
+//! values, and `kernels_compile` compiles them with NVRTC.
+
+use super::Expression;
+use super::ast::{Binary, Kind, Node, Unary, Var};
+use std::fmt::Write;
+
+/// The operator functions every generated function calls. Include it once per
+/// translation unit, before the functions of [`c_function`].
+pub const PRELUDE: &str = r#"
+#ifdef __CUDACC__
+#define RINGDIL_EXPR_FN __device__ __forceinline__
+#else
+#define RINGDIL_EXPR_FN static inline
+#endif
+typedef long long rd_i64;
+typedef unsigned long long rd_u64;
+#define RD_I64_MIN (-9223372036854775807LL - 1)
+RINGDIL_EXPR_FN rd_i64 rd_add(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a + (rd_u64)b); }
+RINGDIL_EXPR_FN rd_i64 rd_sub(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a - (rd_u64)b); }
+RINGDIL_EXPR_FN rd_i64 rd_mul(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a * (rd_u64)b); }
+RINGDIL_EXPR_FN rd_i64 rd_neg(rd_i64 a) { return (rd_i64)(0ULL - (rd_u64)a); }
+RINGDIL_EXPR_FN rd_i64 rd_abs(rd_i64 a) { return a < 0 ? rd_neg(a) : a; }
+RINGDIL_EXPR_FN rd_i64 rd_min(rd_i64 a, rd_i64 b) { return a < b ? a : b; }
+RINGDIL_EXPR_FN rd_i64 rd_max(rd_i64 a, rd_i64 b) { return a > b ? a : b; }
+/* floor(a / b); 0 for b = 0; INT64_MIN / -1 wraps to INT64_MIN. */
+RINGDIL_EXPR_FN rd_i64 rd_div(rd_i64 a, rd_i64 b) {
+    if (b == 0) return 0;
+    if (b == -1) return rd_neg(a);
+    rd_i64 q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+/* a - b floor(a / b), the sign of b; a for b = 0; 0 for b = -1. */
+RINGDIL_EXPR_FN rd_i64 rd_mod(rd_i64 a, rd_i64 b) {
+    if (b == 0) return a;
+    if (b == -1) return 0;
+    rd_i64 r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"#;
+
+/// The parameters of every generated function, in [`Var::ALL`] order, as C names.
+fn param(var: Var) -> String {
+    // C is case-sensitive, but a prefix keeps `h` and `H` apart from any macro too.
+    format!("v_{}", var.name())
+}
+
+/// `expr` as the C function `name`, of every variable of [`Var::ALL`] (in that order,
+/// all `long long`), returning its value (0 or 1 for a boolean expression). `name` must
+/// be a C identifier.
+pub fn c_function(name: &str, expr: &Expression) -> String {
+    let params: Vec<String> = Var::ALL.iter().map(|&v| format!("rd_i64 {}", param(v))).collect();
+    let mut body = String::new();
+    emit(expr.root(), &mut body);
+    format!("RINGDIL_EXPR_FN rd_i64 {name}({}) {{\n    return {body};\n}}\n", params.join(", "))
+}
+
+/// Print `node` as a C expression (fully parenthesised: no precedence to get wrong).
+fn emit(node: &Node, out: &mut String) {
+    match &node.kind {
+        Kind::Int(v) if *v == i64::MIN => out.push_str("RD_I64_MIN"),
+        Kind::Int(v) => write!(out, "{v}LL").expect("writing to a String"),
+        Kind::Bool(v) => out.push_str(if *v { "1LL" } else { "0LL" }),
+        Kind::Var(var) => out.push_str(&param(*var)),
+        Kind::Unary(op, a) => {
+            let f = match op {
+                Unary::Neg => "rd_neg(",
+                Unary::Abs => "rd_abs(",
+                Unary::Not => "(rd_i64)!(",
+            };
+            out.push_str(f);
+            emit(a, out);
+            out.push(')');
+        }
+        Kind::Binary(op, a, b) => {
+            let call = |f: &str, out: &mut String| {
+                write!(out, "{f}(").expect("writing to a String");
+                emit(a, out);
+                out.push_str(", ");
+                emit(b, out);
+                out.push(')');
+            };
+            let infix = |sym: &str, out: &mut String| {
+                out.push_str("(rd_i64)((");
+                emit(a, out);
+                write!(out, ") {sym} (").expect("writing to a String");
+                emit(b, out);
+                out.push_str("))");
+            };
+            match op {
+                Binary::Add => call("rd_add", out),
+                Binary::Sub => call("rd_sub", out),
+                Binary::Mul => call("rd_mul", out),
+                Binary::Div => call("rd_div", out),
+                Binary::Mod => call("rd_mod", out),
+                Binary::Min => call("rd_min", out),
+                Binary::Max => call("rd_max", out),
+                Binary::Eq => infix("==", out),
+                Binary::Ne => infix("!=", out),
+                Binary::Lt => infix("<", out),
+                Binary::Le => infix("<=", out),
+                Binary::Gt => infix(">", out),
+                Binary::Ge => infix(">=", out),
+                Binary::And => infix("&&", out),
+                Binary::Or => infix("||", out),
+            }
+        }
+        Kind::If(c, a, b) => {
+            out.push_str("((");
+            emit(c, out);
+            out.push_str(") ? (");
+            emit(a, out);
+            out.push_str(") : (");
+            emit(b, out);
+            out.push_str("))");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Pattern expressions printed as C (`c_function` over `C_PRELUDE`, the source the GPU
+//! kernels will compile) compute what the reference's evaluator computes, on every
+//! input: random well-typed int and bool expressions (`expr_gen.rs`: with `2^62`, large
+//! literals, `/`, `%`, `abs`, `-`, `if`) are compiled together by the host's C compiler
+//! into one program, run at random points and at the ends of `i64` (`i64::MIN`, `-1`,
+//! `0`, `i64::MAX`, where sums, products, `abs`, `-` and `i64::MIN / -1` wrap and the
+//! divisions meet their special divisors), and every value must equal `Expression::eval`.
+//!
+//! The compiler is `$CC`, else `cc`; warnings about overflow or conversions are errors
+//! (`-Wall -Wextra -Werror`), and UBSan (where the compiler has it) turns any undefined
+//! operation the transcription might still contain into a failure. Without a C compiler
+//! the test prints "skipped: no C compiler" and passes nothing.
+
+mod expr_gen;
+
+use expr_gen::{bool_e, constants, int_e, print};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, TestRng, TestRunner};
+use ringdil_reference::pattern::expr::{C_PRELUDE, Env, Expression, Scope, Ty, Var, c_function};
+use ringdil_reference::random::SplitMix64;
+use std::io::Write;
+use std::process::Command;
+
+/// How many expressions, and how many random points each is evaluated at (besides the
+/// edge pairs of [`points`]).
+const EXPRESSIONS: usize = 300;
+const POINTS: usize = 64;
+
+/// Values at the ends of `i64` and near zero, where the rules have their special cases.
+const EDGES: [i64; 9] = [i64::MIN, i64::MIN + 1, -3, -1, 0, 1, 2, 1 << 62, i64::MAX];
+
+/// Random well-typed expressions (those the pipeline accepts: folding rejects constant
+/// overflow and constant division by zero), from a fixed seed.
+fn expressions() -> Vec<Expression> {
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::deterministic_rng(Default::default()));
+    let mut out = Vec::new();
+    while out.len() < EXPRESSIONS {
+        let (ty, strategy) = if out.len() % 2 == 0 { (Ty::Int, int_e(3, true)) } else { (Ty::Bool, bool_e(3, true)) };
+        let e = strategy.new_tree(&mut runner).expect("a value").current();
+        if let Ok(x) = Expression::new(&print(&e, false), &Scope::MASK, &constants(), ty) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// The points: every pair of edge values on alternating variables (so that each two
+/// neighbours in [`Var::ALL`], such as `q` and `k`, meet as every pair, `i64::MIN` and `-1`
+/// included), then random points, each variable an edge value or a small or wide random
+/// integer.
+fn points() -> Vec<Env> {
+    let mut out = Vec::new();
+    for &x in &EDGES {
+        for &y in &EDGES {
+            let env = Var::ALL
+                .iter()
+                .enumerate()
+                .fold(Env::default(), |env, (j, &var)| env.with(var, if j % 2 == 0 { x } else { y }));
+            out.push(env);
+        }
+    }
+    let mut rng = SplitMix64::new(21);
+    out.extend((0..POINTS).map(|i| {
+        Var::ALL.iter().enumerate().fold(Env::default(), |env, (j, &var)| {
+            let pick = rng.next_u64();
+            let value = match (i + j) % 3 {
+                0 => EDGES[(pick % EDGES.len() as u64) as usize],
+                1 => (pick % 64) as i64 - 32,
+                _ => pick as i64,
+            };
+            env.with(var, value)
+        })
+    }));
+    out
+}
+
+/// A C program printing every expression's value at every point, one per line (point by
+/// point, expressions in order).
+fn program(exprs: &[Expression], points: &[Env]) -> String {
+    let mut src = String::from("#include <stdio.h>\n");
+    src.push_str(C_PRELUDE);
+    for (i, e) in exprs.iter().enumerate() {
+        src.push_str(&c_function(&format!("expr_{i}"), e));
+    }
+    src.push_str(&format!("static const rd_i64 P[{}][{}] = {{\n", points.len(), Var::ALL.len()));
+    for p in points {
+        let row: Vec<String> = Var::ALL.iter().map(|&v| c_literal(p.get(v))).collect();
+        src.push_str(&format!("    {{{}}},\n", row.join(", ")));
+    }
+    src.push_str("};\nint main(void) {\n");
+    src.push_str(&format!("    for (int i = 0; i < {}; ++i) {{\n        const rd_i64* p = P[i];\n", points.len()));
+    let args: Vec<String> = (0..Var::ALL.len()).map(|j| format!("p[{j}]")).collect();
+    for i in 0..exprs.len() {
+        src.push_str(&format!("        printf(\"%lld\\n\", expr_{i}({}));\n", args.join(", ")));
+    }
+    src.push_str("    }\n    return 0;\n}\n");
+    src
+}
+
+fn c_literal(v: i64) -> String {
+    if v == i64::MIN { "RD_I64_MIN".into() } else { format!("{v}LL") }
+}
+
+/// Compile `src` with `$CC` (or `cc`), UBSan if it links; `None` without a compiler.
+fn compile(src: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let c = dir.join("exprs.c");
+    std::fs::File::create(&c).unwrap().write_all(src.as_bytes()).unwrap();
+    let exe = dir.join("exprs");
+    let base = [
+        "-std=c99",
+        "-O1",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-Wno-unused-function",
+        "-Wno-unused-parameter",
+        "-Wno-tautological-compare",
+    ];
+    let ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover=all"];
+    for extra in [&ubsan[..], &[]] {
+        let out = Command::new(&cc).args(base).args(extra).arg(&c).arg("-o").arg(&exe).output();
+        match out {
+            Err(_) => return None,
+            Ok(o) if o.status.success() => return Some(exe),
+            // A compile error is a failure of the transcription, not a missing sanitizer:
+            // only retry without UBSan when the sanitizer's runtime is what failed.
+            Ok(o) if extra.is_empty() || !String::from_utf8_lossy(&o.stderr).contains("sanitize") => {
+                panic!("{cc} refused the generated C:\n{}", String::from_utf8_lossy(&o.stderr))
+            }
+            Ok(_) => continue,
+        }
+    }
+    None
+}
+
+#[test]
+fn c_source_computes_what_the_evaluator_computes() {
+    let (exprs, points) = (expressions(), points());
+    let dir = std::env::temp_dir().join(format!("ringdil-expr-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(exe) = compile(&program(&exprs, &points), &dir) else {
+        println!("skipped: no C compiler");
+        return;
+    };
+    let run = Command::new(&exe).output().expect("run the compiled expressions");
+    assert!(run.status.success(), "the compiled program failed:\n{}", String::from_utf8_lossy(&run.stderr));
+    let values: Vec<i64> =
+        String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().expect("an integer per line")).collect();
+    assert_eq!(values.len(), exprs.len() * points.len());
+    let mut checked = 0;
+    for (pi, p) in points.iter().enumerate() {
+        for (ei, e) in exprs.iter().enumerate() {
+            let got = values[pi * exprs.len() + ei];
+            assert_eq!(got, e.eval(p), "expression {:?} at {p:?}: C gives {got}", e.source());
+            checked += 1;
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    println!("{checked} values equal ({} expressions x {} points)", exprs.len(), points.len());
+}

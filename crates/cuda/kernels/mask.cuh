@@ -24,6 +24,10 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
         int o = dil_offset(p, h);
         return (i - s * w) % p.dil_rate == o && (j - s * w) % p.dil_rate == o;
     }
+#ifdef RINGDIL_EXPR
+    // A pattern file's mask expression, compiled into this module (expr_source.rs).
+    if (p.pattern == PATTERN_EXPR) return expr_allowed(p, h, i, j);
+#endif
     return true;
 }
 // The key side of tile_full in a compact launch: the key tile's segment if its keys are all

@@ -8,7 +8,7 @@ use crate::error::{CudaError, Result};
 use crate::family::{FAMILY_ENV, Family};
 use crate::launch::{self, Kernel, LaunchDims};
 use crate::shape::{Chunk, Dtype, Shape};
-use crate::spec::GpuSpec;
+use crate::spec::{GpuPattern, GpuSpec};
 use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
 use crate::variant::Variant;
 use cudarc::driver::sys::CUfunction_attribute;
@@ -232,7 +232,12 @@ impl Gpu {
     /// [`Gpu::family_for`]) and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
-        let kernels = self.kernels(Variant::new(dtype, shape.head_dim).with_documents(spec.documents.is_some()))?;
+        let expr = match &spec.pattern {
+            GpuPattern::Expr(e) => Some(crate::expr_source::register(e)),
+            _ => None,
+        };
+        let variant = Variant::new(dtype, shape.head_dim).with_documents(spec.documents.is_some()).with_expr(expr);
+        let kernels = self.kernels(variant)?;
         let launches = specs
             .into_iter()
             .map(|l| {

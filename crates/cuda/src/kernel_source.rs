@@ -169,6 +169,10 @@ pub fn translation_unit(family: Family, variant: Variant, dir: Option<&Path>) ->
         }
         if name == "params.cuh" {
             s.push_str(&params_layout_check());
+            if let Some(id) = variant.expr {
+                s.push_str("#line 1 \"pattern expression\"\n");
+                s.push_str(&crate::expr_source::source(id));
+            }
         }
     }
     Ok(s)

@@ -6,6 +6,7 @@
 use crate::error::{CudaError, Result};
 use crate::family::{Family, TILE};
 use crate::params::{OffsetRule, Params, PatternCode};
+use crate::plan::expression::{self, ExprScope};
 use crate::plan::{IndexMap, TilePlan, documents, plan};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
@@ -218,14 +219,21 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     };
     let (qa, ka) = chunk.axes(shape);
     let identity = IndexMap::Identity { q: qa, k: ka };
+    let expr_scope = ExprScope {
+        first: chunk.first_head,
+        count: shape.heads,
+        total: chunk.pattern_heads(shape.heads),
+        seq_len: chunk.seq_len,
+    };
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
-        let (mut fwd, mut cols) = (
-            plan(&spec.pattern, branch, spec.causal, map, fwd_tiles),
-            plan(&spec.pattern, branch, spec.causal, map, (TILE, TILE)),
-        );
+        let tile_plan = |tiles| match &spec.pattern {
+            GpuPattern::Expr(e) => expression::plan(e, expr_scope, spec.causal, map, tiles),
+            pattern => plan(pattern, branch, spec.causal, map, tiles),
+        };
+        let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
             fwd = documents::per_row(&fwd, map, fwd_tiles, docs, shape.batch, chunk.seq_len);
             cols = documents::per_row(&cols, map, (TILE, TILE), docs, shape.batch, chunk.seq_len);
@@ -269,6 +277,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             };
             Ok(vec![build(params, None, identity)?])
         }
+        GpuPattern::Expr(_) => Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, identity)?]),
         GpuPattern::Dilated(d) => d
             .branches
             .iter()

@@ -40,6 +40,7 @@ pub mod compile;
 pub mod convert;
 pub mod dist;
 pub mod error;
+pub mod expr_source;
 pub mod external;
 pub mod family;
 pub mod forward;

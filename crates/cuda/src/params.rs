@@ -124,6 +124,8 @@ pub enum PatternCode {
     BlockSparse = 2,
     /// One dilated branch.
     Dilated = 3,
+    /// A mask expression compiled into the module (`crate::expr_source`).
+    Expr = 4,
 }
 
 /// `Params::dil_rule`: a dilated branch's offset for head h (`OFFSET_*` in the kernels).
@@ -140,11 +142,12 @@ pub enum OffsetRule {
 
 impl PatternCode {
     /// Every code with its kernel-side name.
-    pub const ALL: [(&'static str, PatternCode); 4] = [
+    pub const ALL: [(&'static str, PatternCode); 5] = [
         ("PATTERN_DENSE", PatternCode::Dense),
         ("PATTERN_WINDOW", PatternCode::Window),
         ("PATTERN_BLOCK_SPARSE", PatternCode::BlockSparse),
         ("PATTERN_DILATED", PatternCode::Dilated),
+        ("PATTERN_EXPR", PatternCode::Expr),
     ];
 }
 

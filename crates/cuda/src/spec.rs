@@ -7,7 +7,7 @@
 //! ([`GpuSpec::to_reference`]), so that both sides are built from one value.
 
 use crate::error::{CudaError, Result};
-use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, SlidingWindow};
+use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, ExprPattern, SlidingWindow};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
 
@@ -24,6 +24,10 @@ pub enum GpuPattern {
     /// LongNet branches, softmax-denominator combine: one kernel launch per branch, then
     /// the branch partials are merged (see the crate docs).
     Dilated(Dilated),
+    /// A pattern file's mask expression, compiled into its own module
+    /// ([`crate::expr_source`]); tiles the expression cannot reach are skipped (the tile
+    /// plan classifies them with the reference's interval arithmetic).
+    Expr(ExprPattern),
 }
 
 /// Pattern, causality, key padding, packed documents and softmax scale, as in the
@@ -65,6 +69,7 @@ impl GpuSpec {
             GpuPattern::Window { left, right } => Spec::new(SlidingWindow { left: *left, right: *right }),
             GpuPattern::BlockSparse(b) => Spec::new(b.clone()),
             GpuPattern::Dilated(d) => Spec::new(d.clone()),
+            GpuPattern::Expr(e) => Spec::new(e.clone()),
         };
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();

@@ -7,6 +7,7 @@
 //! masks and the tile test `docs_cover` compile away (`kernels/documents.cuh`). The module
 //! with documents is compiled only when a call with documents first needs it.
 
+use crate::expr_source::ExprId;
 use crate::shape::Dtype;
 
 /// A kernel module's specialisation ([`crate::compile::compile`] caches one per target
@@ -17,12 +18,14 @@ pub struct Variant {
     pub head_dim: usize,
     /// Launches of this module may carry packed documents (`Params::doc_first`).
     pub documents: bool,
+    /// The mask expression compiled into this module (`PATTERN_EXPR` launches), if any.
+    pub expr: Option<ExprId>,
 }
 
 impl Variant {
     /// The module for `dtype` and `head_dim`, without documents.
     pub fn new(dtype: Dtype, head_dim: usize) -> Self {
-        Variant { dtype, head_dim, documents: false }
+        Variant { dtype, head_dim, documents: false, expr: None }
     }
 
     /// The same module with document support compiled in (or not).
@@ -30,9 +33,16 @@ impl Variant {
         Variant { documents, ..self }
     }
 
-    /// The module's name part, e.g. `Bf16_d128` or `F16_d64_docs`.
+    /// The same module with a mask expression compiled in (or none).
+    pub fn with_expr(self, expr: Option<ExprId>) -> Self {
+        Variant { expr, ..self }
+    }
+
+    /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs` or `Bf16_d64_expr3`.
     pub fn tag(&self) -> String {
-        format!("{:?}_d{}{}", self.dtype, self.head_dim, if self.documents { "_docs" } else { "" })
+        let docs = if self.documents { "_docs" } else { "" };
+        let expr = self.expr.map_or(String::new(), |e| format!("_expr{}", e.0));
+        format!("{:?}_d{}{docs}{expr}", self.dtype, self.head_dim)
     }
 }
 
@@ -45,5 +55,8 @@ mod tests {
         assert_eq!(Variant::new(Dtype::Bf16, 128).tag(), "Bf16_d128");
         assert_eq!(Variant::new(Dtype::F16, 64).with_documents(true).tag(), "F16_d64_docs");
         assert_ne!(Variant::new(Dtype::F16, 64), Variant::new(Dtype::F16, 64).with_documents(true));
+        let expr = Variant::new(Dtype::Bf16, 64).with_expr(Some(ExprId(3)));
+        assert_eq!(expr.tag(), "Bf16_d64_expr3");
+        assert_ne!(expr, expr.with_expr(Some(ExprId(4))));
     }
 }

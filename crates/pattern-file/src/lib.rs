@@ -194,14 +194,16 @@ impl<'de> Deserialize<'de> for Offsets {
     }
 }
 
-/// The built-in patterns, as the reference defines them: the kinds whose rules a GPU
-/// kernel evaluates from indices ([`PatternFile::builtin`]).
+/// The patterns a GPU kernel evaluates from indices ([`PatternFile::builtin`]), as the
+/// reference defines them: the built-in kinds and mask expressions (compiled into a
+/// kernel module of their own).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Builtin {
     Dense(Dense),
     SlidingWindow(SlidingWindow),
     BlockSparse(BlockSparse),
     Dilated(Dilated),
+    Expr(ExprPattern),
 }
 
 /// A `dilated` file's branches: one per segment length, with its dilation and offset.
@@ -310,9 +312,8 @@ impl PatternFile {
         })
     }
 
-    /// The built-in pattern the file describes (the GPU kernels' patterns, which a GPU
-    /// launcher inspects); `None` for the expression kinds, which exist as reference
-    /// patterns only ([`PatternFile::pattern`]).
+    /// The pattern the file describes as a GPU launcher inspects it; `None` for
+    /// `dilated_expr`, which exists as a reference pattern only ([`PatternFile::pattern`]).
     pub fn builtin(&self) -> Result<Option<Builtin>, FileError> {
         Ok(Some(match self {
             PatternFile::Dense { .. } => Builtin::Dense(Dense),
@@ -331,16 +332,16 @@ impl PatternFile {
                     block_mask: block_mask.clone(),
                 })
             }
-            PatternFile::Expr { .. } | PatternFile::DilatedExpr { .. } => return Ok(None),
+            PatternFile::Expr { mask, constants, .. } => {
+                Builtin::Expr(ExprPattern::new(mask, constants).map_err(FileError::Expression)?)
+            }
+            PatternFile::DilatedExpr { .. } => return Ok(None),
         }))
     }
 
     /// The pattern the file describes.
     pub fn pattern(&self) -> Result<Arc<dyn Pattern>, FileError> {
         Ok(match self {
-            PatternFile::Expr { mask, constants, .. } => {
-                Arc::new(ExprPattern::new(mask, constants).map_err(FileError::Expression)?)
-            }
             PatternFile::DilatedExpr { branches, combine, constants, .. } => {
                 let branches = branches
                     .iter()
@@ -356,12 +357,14 @@ impl PatternFile {
             PatternFile::Dense { .. }
             | PatternFile::Dilated { .. }
             | PatternFile::SlidingWindow { .. }
-            | PatternFile::BlockSparse { .. } => match self.builtin()? {
+            | PatternFile::BlockSparse { .. }
+            | PatternFile::Expr { .. } => match self.builtin()? {
                 Some(Builtin::Dense(p)) => Arc::new(p),
                 Some(Builtin::SlidingWindow(p)) => Arc::new(p),
                 Some(Builtin::BlockSparse(p)) => Arc::new(p),
                 Some(Builtin::Dilated(p)) => Arc::new(p),
-                None => unreachable!("builtin() describes every built-in kind"),
+                Some(Builtin::Expr(p)) => Arc::new(p),
+                None => unreachable!("builtin() describes every kind but dilated_expr"),
             },
         })
     }

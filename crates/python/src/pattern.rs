@@ -50,11 +50,12 @@ impl PyPattern {
             Some(Builtin::SlidingWindow(w)) => GpuPattern::Window { left: w.left, right: w.right },
             Some(Builtin::BlockSparse(b)) => GpuPattern::BlockSparse(b),
             Some(Builtin::Dilated(d)) => GpuPattern::Dilated(d),
+            Some(Builtin::Expr(e)) => GpuPattern::Expr(e),
             None => {
                 return Err(errors::value(
                     "pattern",
-                    "expression patterns (kind `expr`, `dilated_expr`) run in ringdil.reference only; the GPU \
-                     kernels take dense, sliding_window, block_sparse and dilated patterns",
+                    "dilated_expr patterns run in ringdil.reference only; the GPU kernels take dense, \
+                     sliding_window, block_sparse, dilated and expr patterns",
                 ));
             }
         })

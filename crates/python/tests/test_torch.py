@@ -66,6 +66,11 @@ CASES = [
     ("d=192 longnet", {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}},
      [1, 250, 2, 2, 192]),
     ("d=256 gqa causal", {"causal": True}, [1, 200, 4, 2, 256]),
+    ("expression: band and global keys, per head",
+     {"pattern": {"kind": "expr", "mask": "abs(q - k) <= 20 + 10 * h || k < 3"}, "causal": True},
+     [1, 300, 4, 2, 64]),
+    ("expression: blocks and a lattice", {"pattern": {"kind": "expr", "mask": "q / 64 == k / 64 || (q - k) % 7 == 0"}},
+     [2, 257, 2, 2, 128]),
 ]
 
 
@@ -160,8 +165,9 @@ def test_bad_arguments_are_errors_naming_them():
     with pytest.raises(ValueError, match="head_dim 32"):
         x = torch.zeros(1, 64, 2, 32, device="cuda", dtype=torch.bfloat16)
         ringdil.attention(x, x, x)
-    with pytest.raises(ValueError, match=r"^pattern: expression patterns"):
-        ringdil.attention(q, q, q, pattern={"kind": "expr", "mask": "k <= q"})
+    with pytest.raises(ValueError, match=r"^pattern: dilated_expr patterns run in ringdil.reference only"):
+        ringdil.attention(q, q, q, pattern={"kind": "dilated_expr", "branches": [
+            {"segment": "64", "dilation": "2", "offset": "h % r"}]})
     with pytest.raises(ValueError, match=r"^pattern: "):
         ringdil.attention(q, q, q, pattern={"kind": "dilated", "segment_lengths": [8], "dilation_rates": [1, 2]})
     with pytest.raises(ValueError, match="segment"):

@@ -108,6 +108,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::gqa::cases(&mut rng, quick));
     out.extend(super::packed::cases(&mut rng, quick));
     out.extend(super::head_dims::cases(&mut rng, quick));
+    out.extend(super::expressions::cases(&mut rng, quick));
     out
 }
 
@@ -221,7 +222,8 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 175);
+        assert_eq!(c.len(), 191);
+        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 16);
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

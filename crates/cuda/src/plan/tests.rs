@@ -261,3 +261,73 @@ fn strided_axes_are_sound_for_every_mask() {
     let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q: axis(0), k: axis(1) }, (TILE, TILE));
     assert_eq!(p.visits(), 4 * 5 / 2);
 }
+
+/// Mask expressions: the plan holds every allowed pair of every head (whole sequences,
+/// ring chunks, striped axes, each tile shape), and for masks the classification decides
+/// in one evaluation (a band, blocks on the diagonal) it is exactly the needed tiles.
+#[test]
+fn expression_plans_are_sound_and_exact_where_one_evaluation_decides() {
+    use super::expression::{self, ExprScope};
+    use ringdil_reference::pattern::ExprPattern;
+    use ringdil_reference::pattern::expr::Constants;
+    let expr = |text: &str| ExprPattern::new(text, &Constants::new()).unwrap();
+    let masks = [
+        ("abs(q - k) <= 40", true),
+        ("q / 96 == k / 96", true),
+        ("k < 8 || q - k <= 70 && q - k >= -5", false),
+        ("(q - k) % (h + 2) == 0 || k % 64 == h", false),
+        ("if h < H / 2 then abs(q - k) < 100 else k >= n - 50", false),
+    ];
+    let heads = 4;
+    for (text, exact) in masks {
+        for causal in [false, true] {
+            let spec = GpuSpec::new(GpuPattern::Expr(expr(text))).causal(causal);
+            let GpuPattern::Expr(e) = &spec.pattern else { unreachable!() };
+            for n in [1, 100, 257] {
+                let scope = ExprScope { first: 0, count: heads, total: heads, seq_len: n };
+                for shape in SHAPES {
+                    let p = expression::plan(e, scope, causal, IndexMap::whole(n), shape);
+                    let needed = needed_tiles_of(&spec, heads, n, shape);
+                    let got = planned(&p);
+                    assert!(needed.iter().all(|t| got.contains(t)), "{text} causal {causal} n {n} {shape:?}: unsound");
+                    if exact {
+                        assert_eq!(got, needed, "{text} causal {causal} n {n} {shape:?}: not exact");
+                    }
+                }
+            }
+            // Ring chunks and a striped rank's rows (stride 3), every head.
+            let n = 300;
+            let reference = spec.to_reference();
+            let scope = ExprScope { first: 0, count: heads, total: heads, seq_len: n };
+            let maps = [
+                chunk(150, 0, 150),
+                chunk(0, 150, 150),
+                IndexMap::Identity {
+                    q: Axis { offset: 1, stride: 3, rows: 100 },
+                    k: Axis { offset: 2, stride: 3, rows: 99 },
+                },
+            ];
+            for map in maps {
+                let (qa, ka) = map.axes();
+                for shape in SHAPES {
+                    let p = expression::plan(e, scope, causal, map, shape);
+                    for h in 0..heads {
+                        for i in 0..qa.rows {
+                            let qpos = qa.offset + i * qa.stride;
+                            let counts = key_counts(reference.pattern.as_ref(), qpos, h, heads, n);
+                            for j in 0..ka.rows {
+                                let kpos = ka.offset + j * ka.stride;
+                                if counts[kpos] > 0 && (!causal || kpos <= qpos) {
+                                    assert!(
+                                        p.contains(i / shape.0, j / shape.1),
+                                        "{text} {map:?} h {h}: q {qpos} k {kpos}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Pattern expressions in the kernels: a mask written in a pattern file
+//! ([`ExprPattern`], `docs/semantics.md` section 14) compiled into its own kernel module.
+//!
+//! The expression's C source ([`c_function`] over [`C_PRELUDE`], proven equal to the
+//! reference's evaluator by `tests/expr_c.rs`) goes into the translation unit right
+//! after `params.cuh`, with a wrapper `expr_allowed(p, h, i, j)` that `allowed()` in
+//! `mask.cuh` calls for `PATTERN_EXPR` launches. Its variables come from the launch:
+//! `h` is the global query head (`head_base + h`, so a head slice of Ulysses sees the
+//! pattern's heads), `q` and `k` are global positions, `n` the sequence length the
+//! pattern is defined on, `H` the pattern's heads; `b` is 0 (mask expressions have no
+//! batch row).
+//!
+//! A module is compiled per expression: [`Variant::expr`](crate::Variant) carries an
+//! [`ExprId`], the index of the expression's source in a process-wide registry, so that
+//! `Variant` stays a small `Copy` key of the module cache and equal sources share one id
+//! (and one module).
+
+use ringdil_reference::pattern::ExprPattern;
+use ringdil_reference::pattern::expr::{C_PRELUDE, Var, c_function};
+use std::sync::{Mutex, OnceLock};
+
+/// The id of a registered expression source (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ExprId(pub u32);
+
+/// Registered sources, in registration order (an [`ExprId`] is an index).
+static SOURCES: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+
+/// The CUDA source of `pattern`'s mask for the translation unit: the operator prelude,
+/// the expression as `ringdil_expr_mask`, and `expr_allowed`.
+fn kernel_source(pattern: &ExprPattern) -> String {
+    let args: Vec<&str> = Var::ALL
+        .iter()
+        .map(|v| match v {
+            Var::Head => "(rd_i64)(p.head_base + h)",
+            Var::Query => "(rd_i64)i",
+            Var::Key => "(rd_i64)j",
+            Var::SeqLen => "(rd_i64)p.seq_len",
+            Var::Heads => "(rd_i64)p.pattern_heads",
+            // No batch row in mask expressions; the branch variables are not in a mask's scope.
+            Var::Batch | Var::SegmentIndex | Var::Segment | Var::Dilation => "0",
+        })
+        .collect();
+    format!(
+        "#define RINGDIL_EXPR 1\n{C_PRELUDE}{}__device__ __forceinline__ bool expr_allowed(const Params& p, int h, int i, int j) {{\n    return ringdil_expr_mask({}) != 0;\n}}\n",
+        c_function("ringdil_expr_mask", pattern.mask()),
+        args.join(", ")
+    )
+}
+
+/// The id of `pattern`'s source, registering it at its first use.
+pub fn register(pattern: &ExprPattern) -> ExprId {
+    let source = kernel_source(pattern);
+    let mut sources = SOURCES.get_or_init(Default::default).lock().expect("expression registry lock");
+    let index = match sources.iter().position(|s| *s == source) {
+        Some(i) => i,
+        None => {
+            sources.push(source);
+            sources.len() - 1
+        }
+    };
+    ExprId(u32::try_from(index).expect("fewer than 2^32 expressions in one process"))
+}
+
+/// The source registered as `id` ([`register`] made every id that exists).
+pub(crate) fn source(id: ExprId) -> String {
+    let sources = SOURCES.get_or_init(Default::default).lock().expect("expression registry lock");
+    sources[id.0 as usize].clone()
+}

@@ -22,13 +22,17 @@
 //!   whole pieces for the other patterns. (The plan claims no minimality for whole
 //!   pieces: tile granularity may send a piece no query attends, see `layout.rs`.)
 //!
+//! Patterns: dense, window, block sparse, LongNet and mask expressions (whose rules
+//! `dist_plan/transcriptions.rs` writes out as closures).
+//!
 //! This crate has no `proptest`: each test runs a fixed number of cases drawn from
 //! seeded SplitMix64 streams (`PROPTEST_CASES` overrides the count, as in the proof
 //! crate), and a failure prints its case seed, the case and what went wrong.
 
 use ringdil_cuda::dist::{DistPlan, Piece};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
-use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dilated, Offset};
+use ringdil_reference::pattern::expr::Constants;
+use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dilated, ExprPattern, Offset};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::{ChunkPlan, Layout};
 use std::ops::Range;
@@ -37,7 +41,7 @@ use std::ops::Range;
 /// otherwise).
 #[path = "dist_plan/transcriptions.rs"]
 mod transcriptions;
-use transcriptions::{assigned, attends, branch_keeps, offset};
+use transcriptions::{EXPRESSIONS, assigned, attends, branch_keeps, offset};
 
 const HEAD_DIM: usize = 64;
 
@@ -65,6 +69,8 @@ enum Pat {
     BlockSparse(BlockSparse),
     /// LongNet branches `(w, r, offset rule)`, softmax-denominator combine.
     Dilated(Vec<(usize, usize, Offset)>),
+    /// Mask expression `transcriptions::EXPRESSIONS[i]` (its source and its rule).
+    Expr(usize),
 }
 
 /// One GPU plan to check.
@@ -91,6 +97,10 @@ impl Case {
             Pat::Dilated(bs) => {
                 let branches = bs.iter().map(|&(segment, dilation, offset)| Branch { segment, dilation, offset });
                 GpuPattern::Dilated(Dilated { branches: branches.collect(), combine: Combine::SoftmaxDenominator })
+            }
+            Pat::Expr(i) => {
+                let source = EXPRESSIONS[*i].0;
+                GpuPattern::Expr(ExprPattern::new(source, &Constants::new()).expect("the test's masks parse"))
             }
         };
         let spec = GpuSpec::new(pattern).causal(self.causal);
@@ -188,10 +198,11 @@ fn random_branches(rng: &mut SplitMix64, max_w: usize, count: usize, min_r: usiz
 }
 
 /// A pattern for `n` tokens: dense, window (reaching across 64-row tiles), block sparse
-/// (every rule, a user mask sometimes) or LongNet (half the draws; segments up to
-/// `n + 16`, so short last segments and whole-sequence segments are common).
+/// (every rule, a user mask sometimes), a mask expression, or LongNet (a third of the
+/// draws; segments up to `n + 16`, so short last segments and whole-sequence segments
+/// are common).
 fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
-    match rng.range(0, 5) {
+    match rng.range(0, 6) {
         0 => Pat::Dense,
         1 => Pat::Window { left: rng.range(0, 80), right: rng.range(0, 80) },
         2 => {
@@ -206,6 +217,7 @@ fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
                     .then(|| (0..blocks).map(|_| (0..blocks).map(|_| chance(rng, 20)).collect()).collect()),
             })
         }
+        3 => Pat::Expr(rng.range(0, EXPRESSIONS.len() - 1)),
         _ => {
             let count = rng.range(1, 3);
             Pat::Dilated(random_branches(rng, n + 16, count, 1))

@@ -49,6 +49,19 @@ pub(super) fn offset(rule: Offset, r: usize, h: usize, heads: usize) -> usize {
     }
 }
 
+/// Mask expressions and their rules written out (`h`, `i`, `j`, `n`, `H`), independently
+/// of the evaluator: floor division and modulo agree with Rust's on the signs used here
+/// (a difference `i - j` only meets `% 5 == 0`, which truncation and floor decide alike).
+#[allow(clippy::type_complexity)]
+pub(super) const EXPRESSIONS: [(&str, fn(usize, i64, i64, i64, i64) -> bool); 4] = [
+    ("abs(q - k) <= 50 || k < 3", |_, i, j, _, _| (i - j).abs() <= 50 || j < 3),
+    ("q / 64 == k / 64 || (q - k) % 5 == 0", |_, i, j, _, _| i / 64 == j / 64 || (i - j) % 5 == 0),
+    ("if h < H / 2 then q - k < 90 && k <= q + 5 else k >= n - 70", |h, i, j, n, heads| {
+        if (h as i64) < heads / 2 { i - j < 90 && j <= i + 5 } else { j >= n - 70 }
+    }),
+    ("(q + h) % 3 == k % 3", |h, i, j, _, _| (i + h as i64) % 3 == j % 3),
+];
+
 /// Whether LongNet branch `(w, r)` keeps position `t` in a head of offset `o`: segments
 /// `[s w, min((s + 1) w, n))`, kept positions `start + o + k r`.
 pub(super) fn branch_keeps(w: usize, r: usize, o: usize, t: usize) -> bool {
@@ -77,6 +90,7 @@ fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
                 u32::from(i / w == j / w && branch_keeps(w, r, o, i) && branch_keeps(w, r, o, j))
             })
             .sum(),
+        Pat::Expr(e) => u32::from(EXPRESSIONS[*e].1(h, i as i64, j as i64, case.n as i64, case.heads as i64)),
     }
 }
 

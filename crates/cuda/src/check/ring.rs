@@ -25,7 +25,7 @@ use crate::tensors::DevicePartial;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array3, Array4};
 use ringdil_reference::compare::rel_err;
-use ringdil_reference::pattern::Dilated;
+use ringdil_reference::pattern::{Dilated, ExprPattern};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use ringdil_reference::{Attention, attention, attention_backward};
@@ -63,7 +63,16 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
             GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true),
         ),
         ("dilated (128,2)", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
+        // A mask expression (its own kernel module): a band whose width grows with the
+        // head, plus global keys, at global positions on every rank's pieces.
+        ("expr band per head + globals causal", expression("abs(q - k) <= 40 + 20 * h || k < 4").causal(true)),
     ]
+}
+
+/// The GPU spec of mask expression `mask`.
+fn expression(mask: &str) -> GpuSpec {
+    let pattern = ExprPattern::new(mask, &Default::default()).expect("the check's masks parse");
+    GpuSpec::new(GpuPattern::Expr(pattern))
 }
 
 /// The layouts of `n` tokens over `p` ranks, named for the log.

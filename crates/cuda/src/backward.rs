@@ -131,10 +131,8 @@ impl Gpu {
         let accumulate = kv_accumulates(prep, add);
         let half = matches!(kv, KvDest::Half(..));
         if half && accumulate {
-            return Err(CudaError::ShapeMismatch {
-                what: "16-bit dK, dV (only where one launch writes each row once)",
-                expected: vec![1],
-                got: vec![prep.launches.len()],
+            return Err(CudaError::Unsupported {
+                what: "16-bit dK, dV where rows are added into (several launches or grouped-query heads)",
             });
         }
         let st = &self.stream;

@@ -22,32 +22,25 @@ import torch.distributed as dist
 
 from . import _ringdil
 from ._pattern import as_pattern
-from ._torch import _DTYPES
+from ._torch import _is_tensor, _tensor
 
 # The ring group of each (process group, device): created at the first call, collectively.
 _GROUPS = {}
 
 
-def _check(name, x, like=None):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cuda":
-        raise ValueError(f"{name}: ring_attention runs on CUDA tensors, got a tensor on {x.device}")
-    if x.dtype not in _DTYPES:
-        raise TypeError(f"{name}: dtype must be torch.bfloat16 or torch.float16, got {x.dtype}")
-    if x.dim() != 4:
-        raise ValueError(f"{name}: expected 4 dimensions [batch, local_seq, heads, head_dim], got shape {tuple(x.shape)}")
+def _local(name, x, like=None):
+    """``x`` checked as :func:`ringdil.attention` checks its tensors (and, for k and v,
+    with ``q_local``'s batch, local rows and head_dim), contiguous."""
+    _is_tensor(name, x)
+    x = _tensor(name, x, like, caller="ring_attention", like_name="q_local", seq="local_seq")
     if like is not None:
-        if x.device != like.device:
-            raise ValueError(f"{name}: on {x.device}, but q_local is on {like.device}")
-        if x.dtype != like.dtype:
-            raise TypeError(f"{name}: dtype {x.dtype} differs from q_local's {like.dtype}")
         b, n, _, d = like.shape
         if x.shape[0] != b or x.shape[1] != n or x.shape[3] != d:
             raise ValueError(
                 f"{name}: shape {tuple(x.shape)} does not match q_local's {tuple(like.shape)} in batch, local rows "
                 "or head_dim (k and v may have fewer heads than q, dividing them)"
             )
+    return x
 
 
 def _ring_group(group, device):
@@ -152,9 +145,9 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     Returns this rank's output rows in the inputs' dtype (and with ``return_lse=True`` the
     log-sum-exp ``[batch, heads, local_seq]``, float32).
     """
-    _check("q_local", q_local)
-    _check("k_local", k_local, q_local)
-    _check("v_local", v_local, q_local)
+    q_local = _local("q_local", q_local)
+    k_local = _local("k_local", k_local, q_local)
+    v_local = _local("v_local", v_local, q_local)
     if k_local.shape != v_local.shape:
         raise ValueError(f"v_local: shape {tuple(v_local.shape)} differs from k_local's {tuple(k_local.shape)}")
     if not isinstance(schedule, str):
@@ -170,5 +163,5 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
             f"q_local: rank {ring.rank} holds {rows} rows, but layout {layout!r} of a {n}-token sequence over "
             f"{ring.world} ranks gives it {sum(lens)} (shard the whole sequence with ringdil.ring.shard)"
         )
-    out, lse = _RingAttention.apply(q_local.contiguous(), k_local.contiguous(), v_local.contiguous(), ring, call, lens)
+    out, lse = _RingAttention.apply(q_local, k_local, v_local, ring, call, lens)
     return (out, lse) if return_lse else out

@@ -21,32 +21,38 @@ from ._pattern import as_pattern
 _DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _tensor(name, x, device=None, dtype=None):
+def _is_tensor(name, x):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+
+
+def _tensor(name, x, like=None, *, caller="ringdil.attention", like_name="q", seq="seq"):
     """Check that the tensor ``x`` is a 4-d CUDA tensor of a 16-bit float type (and of
-    ``q``'s device and dtype), naming it; return it contiguous."""
+    ``like``'s device and dtype), naming it (``caller`` names the function in the
+    messages, ``like_name`` the tensor ``like``, ``seq`` the sequence axis); return it
+    contiguous."""
     if x.device.type != "cuda":
         raise ValueError(
-            f"{name}: ringdil.attention runs on CUDA tensors, got a tensor on {x.device} "
+            f"{name}: {caller} runs on CUDA tensors, got a tensor on {x.device} "
             "(ringdil.reference computes on the CPU, from NumPy arrays)"
         )
-    if device is not None and x.device != device:
-        raise ValueError(f"{name}: on {x.device}, but q is on {device}")
+    if like is not None and x.device != like.device:
+        raise ValueError(f"{name}: on {x.device}, but {like_name} is on {like.device}")
     if x.dtype not in _DTYPES:
         raise TypeError(f"{name}: dtype must be torch.bfloat16 or torch.float16, got {x.dtype}")
-    if dtype is not None and x.dtype != dtype:
-        raise TypeError(f"{name}: dtype {x.dtype} differs from q's {dtype}")
+    if like is not None and x.dtype != like.dtype:
+        raise TypeError(f"{name}: dtype {x.dtype} differs from {like_name}'s {like.dtype}")
     if x.dim() != 4:
-        raise ValueError(f"{name}: expected 4 dimensions [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+        raise ValueError(f"{name}: expected 4 dimensions [batch, {seq}, heads, head_dim], got shape {tuple(x.shape)}")
     return x.contiguous()
 
 
 def _inputs(q, k, v):
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        _is_tensor(name, x)
     q = _tensor("q", q)
-    k = _tensor("k", k, q.device, q.dtype)
-    v = _tensor("v", v, q.device, q.dtype)
+    k = _tensor("k", k, q)
+    v = _tensor("v", v, q)
     if k.shape != v.shape:
         raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
     b, n, h, d = q.shape

@@ -1,4 +1,4 @@
-// Elementwise kernels, one thread per element or row in a grid-stride loop: the
+// Elementwise kernels in grid-stride loops (a thread per element, or DELTA_LANES per row): the
 // online-softmax merge of two partials, the merge identity, the backward's per-row
 // delta and lse2, and the conversion of f32 results to 16 bits.
 
@@ -34,31 +34,65 @@ extern "C" __global__ void fill_empty(float* out, float* lse, size_t n_out, size
     }
 }
 
-// delta_i = sum_d dout_id * out_id (flash-attention 2's D), one thread per row, and the
-// row's lse in the form the backward's P = exp2(s * scale * log2(e) - lse2) takes: lse2 =
-// lse * log2(e), +inf for a row that saw no key (lse = -inf; then P = 0, never inf * 0).
-// Both then reach the backward's query stages by cp.async, with no arithmetic on the way.
+// delta_i = sum_d dout_id * out_id (flash-attention 2's D), and the row's lse in the form
+// the backward's P = exp2(s * scale * log2(e) - lse2) takes: lse2 = lse * log2(e), +inf for
+// a row that saw no key (lse = -inf; then P = 0, never inf * 0). Both then reach the
+// backward's query stages by cp.async, with no arithmetic on the way.
+// DELTA_LANES threads share a row: each loads 8 consecutive elements (16 bytes of dout) per
+// step and the lanes add their sums by shuffles. A warp so reads 32 / DELTA_LANES
+// consecutive rows in whole 16-byte words and uses every 128-byte line it touches in full
+// (a thread per row would load 2 bytes from each of 32 lines per instruction).
 // `out` is the forward's f32 output (bwd_delta) or its 16-bit rounding (bwd_delta_half:
-// flash-attention's choice, since a training step keeps only the 16-bit output).
-__device__ __forceinline__ float out_value(const float* out, size_t e) { return out[e]; }
-__device__ __forceinline__ float out_value(const u16* out, size_t e) { return to_f32(out[e]); }
+// flash-attention's choice, since a training step keeps only the 16-bit output). Rows
+// start 2 * D bytes apart from 16-byte aligned tensors (the callers' buffers are).
+__device__ __forceinline__ void load8(const u16* x, float v[8]) {
+    const uint4 w = *reinterpret_cast<const uint4*>(x);
+    const u32 p[4] = {w.x, w.y, w.z, w.w};
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        v[2 * j] = to_f32((u16)(p[j] & 0xffffu));
+        v[2 * j + 1] = to_f32((u16)(p[j] >> 16));
+    }
+}
+
+__device__ __forceinline__ void load8(const float* x, float v[8]) {
+    const float4 a = reinterpret_cast<const float4*>(x)[0], b = reinterpret_cast<const float4*>(x)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
 
 template <typename Out>
 __device__ __forceinline__ void delta_rows(const u16* dout, const Out* out, const float* lse, float* delta,
                                            float* lse2, int batch, int rows, int heads) {
+    constexpr int ROWS_PER_WARP = 32 / DELTA_LANES;
     const size_t total = (size_t)batch * rows * heads;
-    for (size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x; row < total;
-         row += (size_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x % DELTA_LANES, group = (threadIdx.x % 32) / DELTA_LANES;
+    const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
+    // The bound is the warp's first row, the same for its 32 lanes: all reach the shuffles.
+    for (size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32 * ROWS_PER_WARP; first < total;
+         first += warps * ROWS_PER_WARP) {
+        const size_t row = first + group;
         float acc = 0.f;
+        if (row < total) {
+            #pragma unroll
+            for (int c = lane; c < D / 8; c += DELTA_LANES) {
+                float a[8], b[8];
+                load8(dout + row * D + c * 8, a);
+                load8(out + row * D + c * 8, b);
+                #pragma unroll
+                for (int j = 0; j < 8; ++j) acc += a[j] * b[j];
+            }
+        }
         #pragma unroll
-        for (int d = 0; d < D; ++d) acc += to_f32(dout[row * D + d]) * out_value(out, row * D + d);
-        int hh = (int)(row % heads);
-        size_t bi = row / heads;
-        int i = (int)(bi % rows), bb = (int)(bi / rows);
-        const size_t at = ((size_t)bb * heads + hh) * rows + i;
-        const float L = lse[at];
-        delta[at] = acc;
-        lse2[at] = L == NEG_INF ? POS_INF : L * LOG2E;
+        for (int m = DELTA_LANES / 2; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+        if (row < total && lane == 0) {
+            int hh = (int)(row % heads);
+            size_t bi = row / heads;
+            int i = (int)(bi % rows), bb = (int)(bi / rows);
+            const size_t at = ((size_t)bb * heads + hh) * rows + i;
+            const float L = lse[at];
+            delta[at] = acc;
+            lse2[at] = L == NEG_INF ? POS_INF : L * LOG2E;
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The backward calls: dQ, dK, dV from the saved LSE, written or added into running sums.
 
 use crate::error::{CudaError, Result};
-use crate::gpu::{Gpu, elementwise, launch_config};
+use crate::gpu::{DELTA_LANES, Gpu, elementwise, launch_config};
 use crate::params::Params;
 use crate::plan::IndexMap;
 use crate::shape::Shape;
@@ -153,7 +153,7 @@ impl Gpu {
             l.arg(&mut prep.delta).arg(&mut prep.lse2);
             l.arg(&batch).arg(&rows).arg(&heads);
             // SAFETY: shapes checked above.
-            unsafe { l.launch(elementwise(s.lse_len())) }?;
+            unsafe { l.launch(elementwise(s.lse_len() * DELTA_LANES)) }?;
         }
         let (dk, dv) = match kv {
             KvDest::F32(dk, dv) => {

@@ -24,6 +24,9 @@ pub enum CudaError {
     HeadSliceOutOfRange { first: usize, heads: usize, all_heads: usize },
     /// Batch rows `start..end` that are empty or not inside a batch of `batch` rows.
     BatchRows { start: usize, end: usize, batch: usize },
+    /// Memory from another library that does not start on a 16-byte boundary: the
+    /// kernels load 16-byte words (TMA, cp.async, vector loads).
+    Misaligned { what: &'static str, address: u64 },
     /// A size that does not fit the kernels' 32-bit indexing or the launch grid.
     TooLarge { what: &'static str, value: usize, max: usize },
     /// The spec is invalid for these tensors (the reference crate's own check).
@@ -67,6 +70,10 @@ impl fmt::Display for CudaError {
             CudaError::BatchRows { start, end, batch } => {
                 write!(f, "batch rows {start}..{end} are empty or not inside the batch of {batch} rows")
             }
+            CudaError::Misaligned { what, address } => write!(
+                f,
+                "{what}: device address {address:#x} is not a multiple of 16 bytes; the kernels load 16-byte words (copy it to fresh memory)"
+            ),
             CudaError::TooLarge { what, value, max } => write!(f, "{what} = {value} exceeds the GPU limit {max}"),
             CudaError::Spec(e) => write!(f, "invalid attention spec: {e}"),
             CudaError::NoSuchDevice { ordinal, count } => write!(

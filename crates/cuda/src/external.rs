@@ -9,6 +9,7 @@
 //! ([`Prepared`](crate::Prepared)) are this crate's own allocations, made on that stream.
 
 use crate::dist::{DistError, DistPlan, DistResult, RankData};
+use crate::error::{CudaError, Result};
 use crate::gpu::Gpu;
 use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
@@ -101,24 +102,38 @@ impl Gpu {
         unsafe { self.stream.upgrade_device_ptr(ptr, len) }
     }
 
-    /// A `[batch, rows, heads, head_dim]` 16-bit tensor at `ptr` (contiguous).
+    /// A `[batch, rows, heads, head_dim]` 16-bit tensor at `ptr` (contiguous), named
+    /// `what` in errors. Errors when `ptr` is not 16-byte aligned.
     ///
     /// # Safety
     /// `ptr` must address `dims`' product of 16-bit values on this device, allocated while
     /// the result lives.
-    pub unsafe fn borrow_tensor(&self, ptr: CUdeviceptr, dims: [usize; 4]) -> Borrowed<DeviceTensor> {
+    pub unsafe fn borrow_tensor(
+        &self,
+        what: &'static str,
+        ptr: CUdeviceptr,
+        dims: [usize; 4],
+    ) -> Result<Borrowed<DeviceTensor>> {
+        check_aligned(what, &[ptr])?;
         // SAFETY: the caller's promise.
         let data = unsafe { self.borrow_slice(ptr, dims.iter().product()) };
-        Borrowed(Some(DeviceTensor { data, dims }))
+        Ok(Borrowed(Some(DeviceTensor { data, dims })))
     }
 
-    /// f32 values at `ptr`, `len` of them.
+    /// f32 values at `ptr`, `len` of them, named `what` in errors. Errors when `ptr` is
+    /// not 16-byte aligned.
     ///
     /// # Safety
     /// `ptr` must address `len` f32 values on this device, allocated while the result lives.
-    pub unsafe fn borrow_f32(&self, ptr: CUdeviceptr, len: usize) -> Borrowed<CudaSlice<f32>> {
+    pub unsafe fn borrow_f32(
+        &self,
+        what: &'static str,
+        ptr: CUdeviceptr,
+        len: usize,
+    ) -> Result<Borrowed<CudaSlice<f32>>> {
+        check_aligned(what, &[ptr])?;
         // SAFETY: the caller's promise.
-        Borrowed(Some(unsafe { self.borrow_slice(ptr, len) }))
+        Ok(Borrowed(Some(unsafe { self.borrow_slice(ptr, len) })))
     }
 
     /// Rank `rank`'s query-side pieces of `plan` (q, d_out): one contiguous 16-bit
@@ -153,10 +168,12 @@ impl Gpu {
         let pieces = plan.pieces(rank).len();
         let q_dims: Vec<_> = (0..pieces).map(|i| plan.piece_dims(rank, i)).collect();
         let kv_dims: Vec<_> = (0..pieces).map(|i| plan.kv_piece_dims(rank, i)).collect();
-        // SAFETY: the caller's promise. A list of the wrong length fails before anything
-        // is borrowed, so nothing borrowed can be dropped (and freed) on that path.
+        // SAFETY: the caller's promise. A list of the wrong length or a misaligned piece
+        // fails before anything is borrowed, so nothing borrowed can be dropped (and freed)
+        // on that path.
         for (what, ptrs) in [("q pieces", q), ("k pieces", k), ("v pieces", v)] {
             check_count(what, ptrs, pieces)?;
+            check_aligned(what, ptrs)?;
         }
         unsafe {
             Ok(Borrowed(Some(RankData {
@@ -183,6 +200,8 @@ impl Gpu {
         let pieces = plan.pieces(rank).len();
         check_count("out pieces", out, pieces)?;
         check_count("lse pieces", lse, pieces)?;
+        check_aligned("out pieces", out)?;
+        check_aligned("lse pieces", lse)?;
         let parts = (0..pieces)
             .map(|i| {
                 let dims = plan.piece_dims(rank, i);
@@ -208,6 +227,7 @@ impl Gpu {
         dims: &[[usize; 4]],
     ) -> DistResult<Vec<DeviceTensor>> {
         check_count(what, ptrs, dims.len())?;
+        check_aligned(what, ptrs)?;
         // SAFETY: the caller's promise.
         Ok(ptrs
             .iter()
@@ -217,11 +237,33 @@ impl Gpu {
     }
 }
 
+/// Every address in `ptrs` on a 16-byte boundary, checked before anything is borrowed (a
+/// borrowed slice dropped on an error path would be freed).
+fn check_aligned(what: &'static str, ptrs: &[CUdeviceptr]) -> Result<()> {
+    match ptrs.iter().find(|&&p| p % 16 != 0) {
+        Some(&address) => Err(CudaError::Misaligned { what, address }),
+        None => Ok(()),
+    }
+}
+
 /// A list of `got` buffers where the plan has `pieces`.
 fn check_count(what: &'static str, ptrs: &[CUdeviceptr], pieces: usize) -> DistResult<()> {
     if ptrs.len() == pieces {
         Ok(())
     } else {
         Err(DistError::ShapeMismatch { what, expected: vec![pieces], got: vec![ptrs.len()] })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_off_a_16_byte_boundary_is_an_error_naming_it() {
+        assert!(check_aligned("q pieces", &[0x7f00_0000_0000, 0x7f00_0000_0010]).is_ok());
+        let e = check_aligned("q pieces", &[0x7f00_0000_0000, 0x7f00_0000_0002]).unwrap_err();
+        assert!(matches!(e, CudaError::Misaligned { what: "q pieces", address: 0x7f00_0000_0002 }));
+        assert!(e.to_string().starts_with("q pieces: device address 0x7f0000000002 is not a multiple of 16 bytes"));
     }
 }

@@ -324,7 +324,11 @@ pub(crate) fn launch_config(d: &LaunchDims) -> LaunchConfig {
     LaunchConfig { grid_dim: d.grid, block_dim: (d.block, 1, 1), shared_mem_bytes: d.smem }
 }
 
-/// Grid-stride launch for `n` elements.
+/// Threads that share one row in `bwd_delta` (the kernels' `DELTA_LANES`; a power of two
+/// dividing a warp): each loads 16 bytes of the row per step, so a warp reads whole lines.
+pub(crate) const DELTA_LANES: usize = 8;
+
+/// Grid-stride launch for `n` threads (blocks of 256, whole warps).
 pub(crate) fn elementwise(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((n.div_ceil(256)).clamp(1, 65_535) as u32, 1, 1),

@@ -12,6 +12,7 @@
 //! never at run time.
 
 use crate::family::{FWD_Q_TILE, Family, MMA_THREADS, PRODUCER_THREADS, TILE};
+use crate::gpu::DELTA_LANES;
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::shape::Dtype;
 use crate::variant::Variant;
@@ -109,6 +110,7 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("BWD_THREADS", f.backward_threads(head_dim) as usize, "threads of a backward block"),
         d("WB_DS_BUFFERS", f.backward_ds_buffers(), "dS^T tiles of the backward"),
         d("WB_DQ_BUFFERS", f.backward_dq_buffers(head_dim), "f32 dQ staging tiles of the wgmma backward"),
+        d("DELTA_LANES", DELTA_LANES, "threads per row of bwd_delta"),
         d("FWD_SMEM_BYTES", f.forward_smem(head_dim) as usize, "dynamic shared memory of the forward"),
         d("BWD_SMEM_BYTES", f.backward_smem(head_dim) as usize, "dynamic shared memory of the backward"),
     ];

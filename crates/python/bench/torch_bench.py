@@ -2,8 +2,10 @@
 
 The shapes are gpu_bench's n = 4096 rows (bf16, batch 4, heads x head_dim = 2048, d = 64 and
 128, causal and not). For each: the forward ``ringdil.attention(q, k, v)`` and forward +
-backward (``out.backward(d_out)``) as a PyTorch user calls them (argument checks, output
-allocation by PyTorch, the f32 -> bf16 rounding of the results), the same passes of
+backward (``out.backward(d_out)``, the gradients set to ``None`` first as
+``optimizer.zero_grad()`` leaves them; kept, autograd would add each call's into them, three
+passes neither the kernels nor cuDNN's timing would otherwise have) as a PyTorch user calls
+them (argument checks, output allocation by PyTorch, the 16-bit results), the same passes of
 ``gpu_bench`` (read from its JSON, made in the same run: the kernels alone on prepared
 launches), and torch SDPA's cuDNN backend. "Python / Rust" is the whole call's time over
 the kernels' time. Times as torch_peer.py takes them (the mean of 20 calls after 5, between
@@ -33,7 +35,13 @@ def passes(attend, q, k, v, d_out):
     """(forward ms, forward + backward ms) of ``attend`` on [b, n, h, d] tensors."""
     fwd = timed(lambda: attend(q, k, v))
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-    both = timed(lambda: attend(qg, kg, vg).backward(d_out))
+
+    def step():
+        for x in (qg, kg, vg):
+            x.grad = None  # as optimizer.zero_grad() leaves them before a training step
+        attend(qg, kg, vg).backward(d_out)
+
+    both = timed(step)
     return fwd, both
 
 

@@ -178,13 +178,13 @@ pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyRes
         // SAFETY: the pointers address contiguous PyTorch tensors of these shapes (above).
         let (q, k, v, mut out) = unsafe {
             (
-                view.borrow_tensor(q, s.q_dims()),
-                view.borrow_tensor(k, s.k_dims()),
-                view.borrow_tensor(v, s.k_dims()),
-                view.borrow_tensor(out, s.q_dims()),
+                view.borrow_tensor("q", q, s.q_dims())?,
+                view.borrow_tensor("k", k, s.k_dims())?,
+                view.borrow_tensor("v", v, s.k_dims())?,
+                view.borrow_tensor("out", out, s.q_dims())?,
             )
         };
-        let mut lse = unsafe { view.borrow_f32(lse, s.lse_len()) };
+        let mut lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
         view.forward_half_into(prep, &q, &k, &v, &mut out, &mut lse)
     })
 }
@@ -198,11 +198,11 @@ pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 9]) -> PyRe
     let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
     Call::new(call)?.run(py, |view, s, prep| {
         // SAFETY: as in cuda_forward; dq, dk, dv are 16-bit tensors shaped like q, k, v.
-        let t = |p, dims| unsafe { view.borrow_tensor(p, dims) };
-        let (q, k, v, out, dout) =
-            (t(q, s.q_dims()), t(k, s.k_dims()), t(v, s.k_dims()), t(out, s.q_dims()), t(dout, s.q_dims()));
-        let (mut dq, mut dk, mut dv) = (t(dq, s.q_dims()), t(dk, s.k_dims()), t(dv, s.k_dims()));
-        let lse = unsafe { view.borrow_f32(lse, s.lse_len()) };
+        let t = |what, p, dims| unsafe { view.borrow_tensor(what, p, dims) };
+        let (q, k, v) = (t("q", q, s.q_dims())?, t("k", k, s.k_dims())?, t("v", v, s.k_dims())?);
+        let (out, dout) = (t("out", out, s.q_dims())?, t("d_out", dout, s.q_dims())?);
+        let (mut dq, mut dk, mut dv) = (t("dq", dq, s.q_dims())?, t("dk", dk, s.k_dims())?, t("dv", dv, s.k_dims())?);
+        let lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
         view.backward_half_into(prep, &q, &k, &v, (&out, &lse), &dout, [&mut dq, &mut dk, &mut dv])
     })
 }

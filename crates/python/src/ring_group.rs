@@ -332,7 +332,7 @@ impl RingGroup {
                 }
                 for (&p, g) in ptrs_of.iter().zip(got) {
                     // SAFETY: a PyTorch f32 tensor of the piece's length.
-                    let mut d = unsafe { view.borrow_f32(p as CUdeviceptr, g.len()) };
+                    let mut d = unsafe { view.borrow_f32("gradient pieces", p as CUdeviceptr, g.len())? };
                     view.stream().memcpy_dtod(g, &mut *d)?;
                 }
             }

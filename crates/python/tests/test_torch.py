@@ -139,6 +139,34 @@ def test_current_stream_orders_the_kernels():
     assert rel(host(out), ref) < BOUND[torch.bfloat16]
 
 
+@cuda
+def test_views_off_a_16_byte_boundary_give_the_aligned_result():
+    """Contiguous views that start one element into their storage (2 bytes off the 16-byte
+    words the kernels load): inputs and the upstream gradient are copied, and the output,
+    dK and dV equal those of the same values in aligned tensors bit for bit (dQ is summed
+    by atomic adds in any order, so it is compared with a bound)."""
+    shape = (1, 200, 2, 64)
+    n = int(np.prod(shape))
+
+    def shifted(x):
+        base = torch.empty(n + 1, device="cuda", dtype=x.dtype)
+        view = base[1:].view(shape)
+        view.copy_(x)
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        return view
+
+    q, k, v, d_out = (draw(shape, torch.bfloat16, seed) for seed in range(4))
+    results = []
+    for make in (lambda x: x.clone(), shifted):
+        leaves = [make(x).requires_grad_() for x in (q, k, v)]
+        out = ringdil.attention(*leaves, causal=True)
+        out.backward(make(d_out))
+        results.append([out.detach()] + [x.grad for x in leaves])
+    (out, dq, dk, dv), (out2, dq2, dk2, dv2) = results
+    assert torch.equal(out, out2) and torch.equal(dk, dk2) and torch.equal(dv, dv2)
+    assert rel(host(dq2), host(dq)) < 1e-3
+
+
 def test_cpu_tensors_are_refused_naming_the_argument():
     q = torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"^q: ringdil.attention runs on CUDA tensors"):

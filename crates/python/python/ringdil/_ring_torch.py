@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from . import _ringdil
 from ._pattern import as_pattern
-from ._torch import _is_tensor, _tensor
+from ._torch import _dense, _is_tensor, _tensor
 
 # The ring group of each (process group, device): created at the first call, collectively.
 _GROUPS = {}
@@ -106,7 +106,7 @@ class _RingAttention(torch.autograd.Function):
         saved = ctx.saved_tensors
         qs, ks, vs, outs, lses = (list(saved[i * m:(i + 1) * m]) for i in range(5))
         dtype = qs[0].dtype
-        douts = _pieces(d_out.to(dtype), ctx.lens)
+        douts = _pieces(_dense(d_out.to(dtype)), ctx.lens)
         f32 = lambda x: torch.empty(x.shape, dtype=torch.float32, device=x.device)  # noqa: E731
         dqs, dks, dvs = [f32(x) for x in qs], [f32(x) for x in ks], [f32(x) for x in vs]
         ctx.ring.backward(

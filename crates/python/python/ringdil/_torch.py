@@ -44,7 +44,15 @@ def _tensor(name, x, like=None, *, caller="ringdil.attention", like_name="q", se
         raise TypeError(f"{name}: dtype {x.dtype} differs from {like_name}'s {like.dtype}")
     if x.dim() != 4:
         raise ValueError(f"{name}: expected 4 dimensions [batch, {seq}, heads, head_dim], got shape {tuple(x.shape)}")
-    return x.contiguous()
+    return _dense(x)
+
+
+def _dense(x):
+    """``x`` contiguous and starting on a 16-byte boundary: the kernels load 16-byte words
+    (TMA, cp.async), so a view that starts mid-word (a storage offset that is not a
+    multiple of 8 elements) is copied to fresh memory, which PyTorch's allocator aligns."""
+    x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
 
 
 def _inputs(q, k, v):
@@ -86,7 +94,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, _d_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        d_out = d_out.to(q.dtype).contiguous()
+        d_out = _dense(d_out.to(q.dtype))
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _ringdil.cuda_backward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv)])
         return dq, dk, dv, None, None, None, None, None

@@ -1,48 +1,73 @@
-"""Time ringdil.attention from PyTorch against the Rust benchmark of the same kernels.
+"""Time ringdil.attention from PyTorch against its kernels alone and against cuDNN.
 
 The shapes are gpu_bench's n = 4096 rows (bf16, batch 4, heads x head_dim = 2048, d = 64 and
-128, causal and not). For each: the forward ``ringdil.attention(q, k, v)`` and forward +
+128, causal and not). For each, the forward ``ringdil.attention(q, k, v)`` and forward +
 backward (``out.backward(d_out)``, the gradients set to ``None`` first as
 ``optimizer.zero_grad()`` leaves them; kept, autograd would add each call's into them, three
-passes neither the kernels nor cuDNN's timing would otherwise have) as a PyTorch user calls
-them (argument checks, output allocation by PyTorch, the 16-bit results), the same passes of
-``gpu_bench`` (read from its JSON, made in the same run: the kernels alone on prepared
-launches), and torch SDPA's cuDNN backend. "Python / Rust" is the whole call's time over
-the kernels' time. Times as torch_peer.py takes them (the mean of 20 calls after 5, between
-CUDA events).
+passes that no other column has) as a PyTorch user calls them: argument checks, results
+allocated by PyTorch, 16-bit results.
+
+Three references:
+* **kernels**, in this process: the kernels the Rust benchmark launches for the same pass
+  (``attn_fwd``; for the backward also ``bwd_delta``, the dQ memset and ``attn_bwd``), their
+  device times summed per call by the PyTorch profiler. "Python / kernels" is what the
+  Python call adds: host work the GPU waits for, and the one pass rounding dQ to 16 bits.
+* **Rust**: ``gpu_bench``'s time of the same pass, read from its JSON (same session, another
+  process: its f32 results and its own clocks; the GPU's clock differs between processes by
+  a few percent, which is why the in-process column exists).
+* **cuDNN**: torch SDPA's cuDNN backend.
+
+Each time is the median of ROUNDS rounds, the rounds alternating ringdil and cuDNN; a
+round is the mean of 20 calls after 5, between CUDA events (``torch_peer.timed``).
 
 usage: python3 torch_bench.py GPU_BENCH.json OUT.json OUT.md
 """
 import datetime
 import json
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
 
 import ringdil
 
 # The timing of crates/cuda/bench/torch_peer.py, which times gpu_bench's torch peers.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cuda" / "bench"))
-from torch_peer import timed  # noqa: E402
+from torch_peer import ITERS, timed  # noqa: E402
 
 SEQ, TOKENS, HIDDEN = 4096, 16384, 2048
+ROUNDS = 7
+# The kernels of a pass as the Rust benchmark launches them (names as the profiler gives
+# them: the attention kernels' variants start with these; the memset clears dQ).
+KERNELS = ("attn_fwd", "attn_bwd", "bwd_delta", "Memset")
 
 
-def passes(attend, q, k, v, d_out):
-    """(forward ms, forward + backward ms) of ``attend`` on [b, n, h, d] tensors."""
-    fwd = timed(lambda: attend(q, k, v))
+def fwd_and_step(attend, q, k, v, d_out):
+    """The forward call and one training step's forward + backward of ``attend``."""
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
 
     def step():
         for x in (qg, kg, vg):
-            x.grad = None  # as optimizer.zero_grad() leaves them before a training step
+            x.grad = None
         attend(qg, kg, vg).backward(d_out)
 
-    both = timed(step)
-    return fwd, both
+    return (lambda: attend(q, k, v)), step
+
+
+def kernel_ms(fn):
+    """Device milliseconds per call of the KERNELS ``fn`` launches (ITERS calls profiled)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(ITERS):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in p.key_averages() if e.key.startswith(KERNELS))
+    return total / 1e3 / ITERS
 
 
 def main():
@@ -50,29 +75,39 @@ def main():
     rows, md = [], []
     md.append(f"## ringdil.attention from PyTorch on {torch.cuda.get_device_name()}\n")
     md.append(f"Date {datetime.date.today()}; command `python3 crates/python/bench/torch_bench.py {' '.join(sys.argv[1:])}`; "
-              f"torch {torch.__version__}; Rust times from `{rust['command']}` (same run).\n")
-    md.append("| d | causal | pass | Python ms | Rust ms | Python / Rust | cuDNN ms |")
-    md.append("|---|---|---|---|---|---|---|")
+              f"torch {torch.__version__}; Rust times from `{rust['command']}` (same session). "
+              f"Medians of {ROUNDS} rounds.\n")
+    md.append("| d | causal | pass | Python ms | kernels ms | Python / kernels | Rust ms | Python / Rust | cuDNN ms |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
     for d in (64, 128):
         b, h = TOKENS // SEQ, HIDDEN // d
         q, k, v, d_out = (torch.randn(b, SEQ, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         for causal in (False, True):
-            ours = passes(lambda q, k, v: ringdil.attention(q, k, v, causal=causal), q, k, v, d_out)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                cudnn = passes(lambda q, k, v: F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2),
-                    q, k, v, d_out)
+            ours = fwd_and_step(lambda q, k, v: ringdil.attention(q, k, v, causal=causal), q, k, v, d_out)
+
+            cudnn = fwd_and_step(lambda q, k, v: F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2),
+                q, k, v, d_out)
             for i, name in enumerate(("fwd", "fwd+bwd")):
-                kernels = next(r["ms"] for r in rust["rows"]
+                times = {"python": [], "cudnn": []}
+                for _ in range(ROUNDS):
+                    times["python"].append(timed(ours[i]))
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        times["cudnn"].append(timed(cudnn[i]))
+                py, cu = statistics.median(times["python"]), statistics.median(times["cudnn"])
+                kernels = statistics.median(kernel_ms(ours[i]) for _ in range(3))
+                rust_ms = next(r["ms"] for r in rust["rows"]
                                if r["seq"] == SEQ and r["head_dim"] == d and r["causal"] == causal and r["pass"] == name)
                 row = {"seq": SEQ, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": name,
-                       "python_ms": ours[i], "rust_ms": kernels, "overhead": ours[i] / kernels, "cudnn_ms": cudnn[i]}
+                       "python_ms": py, "kernels_ms": kernels, "overhead": py / kernels, "rust_ms": rust_ms,
+                       "over_rust": py / rust_ms, "cudnn_ms": cu, "python_rounds": times["python"],
+                       "cudnn_rounds": times["cudnn"]}
                 rows.append(row)
-                print(row, flush=True)
-                md.append(f"| {d} | {causal} | {name} | {ours[i]:.3f} | {kernels:.3f} | {ours[i] / kernels:.3f} | "
-                          f"{cudnn[i]:.3f} |")
+                print({k: v for k, v in row.items() if not k.endswith("rounds")}, flush=True)
+                md.append(f"| {d} | {causal} | {name} | {py:.3f} | {kernels:.3f} | {py / kernels:.3f} | {rust_ms:.3f} | "
+                          f"{py / rust_ms:.3f} | {cu:.3f} |")
     json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": str(datetime.date.today()),
-               "rust_command": rust["command"], "rows": rows}, open(sys.argv[2], "w"), indent=1)
+               "rust_command": rust["command"], "rounds": ROUNDS, "rows": rows}, open(sys.argv[2], "w"), indent=1)
     open(sys.argv[3], "w").write("\n".join(md) + "\n")
 
 

@@ -3,6 +3,7 @@
 //! tables. Kept as a library so its pieces can be tested directly and reused from user code.
 
 pub mod attend;
+pub mod attend_gpu;
 pub mod distributed;
 pub mod pattern_view;
 pub mod table;

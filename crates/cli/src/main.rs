@@ -49,10 +49,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Reference attention on your own tensors: read q, k, v ([batch, seq, heads,
-    /// head_dim], .npy f32/f64 or .safetensors f64/f32/bf16/f16, name a tensor as
-    /// FILE.safetensors:NAME), write the output (and optionally the log-sum-exp,
-    /// [batch, heads, seq]) as .npy. f64 inputs are computed in f64, anything else in f32.
+    /// Attention on your own tensors: read q, k, v ([batch, seq, heads, head_dim], .npy
+    /// f32/f64 or .safetensors f64/f32/bf16/f16, name a tensor as FILE.safetensors:NAME),
+    /// write the output (and optionally the log-sum-exp, [batch, heads, seq]) as .npy. The
+    /// reference computes f64 inputs in f64, anything else in f32; `--device gpu` runs
+    /// ringdil's kernels instead (inputs rounded to 16 bits, f32 results; `--check`
+    /// prints their error against the reference).
     ///
     /// k and v may have fewer heads than q if their count divides q's (grouped-query
     /// attention: query head h reads K/V head h / (heads / kv_heads); 1 is multi-query).
@@ -86,6 +88,8 @@ enum Command {
         ring: Option<usize>,
         #[command(flatten)]
         distribution: Distribution,
+        #[command(flatten)]
+        device: DeviceArgs,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -176,6 +180,35 @@ impl Distribution {
     }
 }
 
+/// Where `attend` computes.
+#[derive(clap::Args)]
+struct DeviceArgs {
+    /// `cpu`: the f64/f32 reference in the inputs' precision. `gpu`: ringdil's kernels on
+    /// the first CUDA device; the inputs are rounded to `--dtype` (bf16 keeps 8
+    /// significant bits, f16 11 with values up to 65504), sums and results are f32.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// With `--device gpu`: the 16-bit type the inputs are rounded to [default: bf16].
+    #[arg(long, value_enum)]
+    dtype: Option<GpuDtype>,
+    /// With `--device gpu`: also run the f64 reference and print the GPU's error against
+    /// it, on the rounded inputs (the kernels' error) and on the inputs as read.
+    #[arg(long)]
+    check: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Device {
+    Cpu,
+    Gpu,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GpuDtype {
+    Bf16,
+    F16,
+}
+
 #[derive(Subcommand)]
 enum PatternCommand {
     /// Show which keys each query sees: density, keys per query (min/mean/max), the
@@ -212,10 +245,10 @@ enum PatternCommand {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Verify { cases, seed, pattern, json } => return run_verify(cases, seed, pattern, json),
-        Command::Attend { q, k, v, pattern, causal, documents, out, lse, ring, distribution, json } => {
+        Command::Attend { q, k, v, pattern, causal, documents, out, lse, ring, distribution, device, json } => {
             let distributed = ring.map(|p| (p, distribution));
             let inputs = AttendInputs { q, k, v, pattern, causal, documents };
-            run_attend(&inputs, &out, lse.as_deref(), distributed, json)
+            run_attend(&inputs, &out, lse.as_deref(), distributed, &device, json)
         }
         Command::Plan {
             file,
@@ -272,9 +305,11 @@ fn run_attend(
     out: &std::path::Path,
     lse: Option<&std::path::Path>,
     distributed: Option<(usize, Distribution)>,
+    device: &DeviceArgs,
     json: bool,
 ) -> Result<(), Box<dyn Error>> {
     let AttendInputs { q, k, v, pattern, causal, documents } = inputs;
+    let how_gpu = attend_gpu_options(pattern.as_deref(), device, distributed.is_some())?;
     let mut spec = load_spec(pattern.as_deref())?;
     spec.causal |= causal;
     if let Some(path) = documents {
@@ -283,15 +318,22 @@ fn run_attend(
             .map_err(|e| format!("{}: expected one list of document boundaries per batch row: {e}", path.display()))?;
         spec.documents = Some(ringdil_reference::Documents::per_row(lists));
     }
-    let how = match &distributed {
-        None => attend::How::SingleDevice,
-        Some((ranks, d)) => attend::How::Distributed {
+    let how = match (&distributed, how_gpu) {
+        (_, Some(gpu)) => gpu,
+        (None, None) => attend::How::SingleDevice,
+        (Some((ranks, d)), None) => attend::How::Distributed(attend::Ranks {
             ranks: *ranks,
             layout: distributed::layout(d.layout, d.boundaries.clone()),
             schedule: d.schedule,
-        },
+        }),
     };
-    let report = attend::attend(q, k, v, &spec, &how, out, lse)?;
+    // A spinner with the elapsed time on a terminal (indicatif draws nothing elsewhere).
+    let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    spinner.set_style(ProgressStyle::with_template("{spinner} attention {elapsed}").expect("static template"));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    let report = attend::attend(q, k, v, &spec, &how, out, lse);
+    spinner.finish_and_clear();
+    let report = report?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -303,6 +345,9 @@ fn run_attend(
             report.empty_rows,
             out.display()
         );
+        if let Some(gpu) = &report.gpu {
+            print_gpu(gpu);
+        }
         if let Some(comm) = &report.distributed {
             let rows: Vec<Vec<String>> = (0..comm.peak.len())
                 .map(|r| {
@@ -319,6 +364,61 @@ fn run_attend(
         }
     }
     Ok(())
+}
+
+/// `attend`'s GPU options as a [`attend::How`], or None on the CPU; their misuse (a GPU
+/// option without `--device gpu`, simulated ranks with it, a pattern with no GPU mask)
+/// is an error before any tensor is read.
+fn attend_gpu_options(
+    pattern: Option<&std::path::Path>,
+    device: &DeviceArgs,
+    ranks: bool,
+) -> Result<Option<attend::How>, Box<dyn Error>> {
+    if device.device == Device::Cpu {
+        if device.dtype.is_some() {
+            return Err("--dtype: the type the GPU's inputs are rounded to; it needs --device gpu".into());
+        }
+        if device.check {
+            return Err("--check: compares the GPU's result with the reference; it needs --device gpu".into());
+        }
+        return Ok(None);
+    }
+    if ranks {
+        return Err("--ring: simulated ranks run the CPU reference; with --device gpu, attention runs on one GPU \
+                    (the NCCL ring: ringdil.ring_attention, or ring_bench / ring_check under `ringdil launch`)"
+            .into());
+    }
+    let gpu_pattern = match pattern {
+        None => ringdil_cuda::GpuPattern::Dense,
+        Some(path) => match PatternFile::load(path)?.builtin()? {
+            Some(b) => b.into(),
+            None => {
+                return Err(format!(
+                    "--pattern {}: dilated_expr patterns run in the reference only; the GPU kernels take dense, \
+                     sliding_window, block_sparse, dilated and expr patterns",
+                    path.display()
+                )
+                .into());
+            }
+        },
+    };
+    let dtype = match device.dtype.unwrap_or(GpuDtype::Bf16) {
+        GpuDtype::Bf16 => ringdil_cuda::Dtype::Bf16,
+        GpuDtype::F16 => ringdil_cuda::Dtype::F16,
+    };
+    Ok(Some(attend::How::Gpu { pattern: gpu_pattern, dtype, check: device.check }))
+}
+
+/// The GPU part of `attend`'s terminal report.
+fn print_gpu(gpu: &ringdil_cli::attend_gpu::GpuReport) {
+    println!("on {}; inputs rounded to {}, sums and results in f32", gpu.device, gpu.inputs);
+    if let Some(c) = &gpu.check {
+        println!(
+            "against the f64 reference: output {:.2e} on the rounded inputs (the kernels' error; gpu_check's bound {:.0e}), \
+             {:.2e} on the inputs as read; LSE max |difference| {:.2e}; rows empty in one only: {}",
+            c.out_vs_rounded_inputs, c.bound, c.out_vs_inputs, c.lse_vs_rounded_inputs, c.empty_row_mismatches
+        );
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -10,44 +10,9 @@ use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::{SplitMix64, normal_tensor};
 use ringdil_reference::{Spec, attention};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn ringdil(args: &[&str]) -> (String, String, i32) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ringdil"))
-        .args(args)
-        .current_dir(workspace())
-        .output()
-        .expect("the ringdil binary runs");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        out.status.code().unwrap_or(-1),
-    )
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ringdil-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-/// Write `inputs` as `PREFIX-q.npy`, `-k`, `-v` and name `outputs` files after them;
-/// returns all paths as arguments, inputs first.
-fn npy_files(prefix: &str, inputs: &[&Array4<f64>; 3], outputs: &[&str]) -> Vec<String> {
-    let mut paths = Vec::new();
-    for (name, x) in ["q", "k", "v"].iter().zip(inputs) {
-        let path = scratch(&format!("{prefix}-{name}.npy"));
-        write_npy(&path, *x).unwrap();
-        paths.push(path);
-    }
-    paths.extend(outputs.iter().map(|name| scratch(&format!("{prefix}-{name}.npy"))));
-    paths.iter().map(|p| p.to_str().unwrap().to_string()).collect()
-}
+mod common;
+use common::{npy_files, ringdil, scratch, workspace};
 
 #[test]
 fn verify_default_sweep_passes_and_prints_its_table() {
@@ -467,4 +432,41 @@ fn attend_reads_bf16_safetensors() {
     let (_, stderr, code) = ringdil(&["attend", "--q", f, "--k", f, "--v", f, "--out", out.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(stderr.contains("name one as"), "{stderr}");
+}
+
+/// The GPU options' misuse and inputs the kernels cannot take are errors naming the
+/// option or the value, before any device is looked for (so they hold on every machine).
+#[test]
+fn attend_gpu_misuse_and_unrepresentable_inputs_are_errors() {
+    let shape = [1, 8, 1, 64];
+    let (mut q, k, mut v) = (normal_tensor(shape, 41), normal_tensor(shape, 42), normal_tensor(shape, 43));
+    q[[0, 3, 0, 5]] = 7.0e4;
+    v[[0, 0, 0, 1]] = f64::NAN;
+    let paths = npy_files("gpu-errors", &[&q, &k, &v], &["o"]);
+    let (a, b, c, o) = (paths[0].as_str(), paths[1].as_str(), paths[2].as_str(), paths[3].as_str());
+    let base = ["attend", "--q", a, "--k", b, "--v", c, "--out", o];
+    let cases: [(&[&str], &str); 5] = [
+        (&["--dtype", "f16"], "error: --dtype: the type the GPU's inputs are rounded to; it needs --device gpu"),
+        (&["--check"], "error: --check: compares the GPU's result with the reference; it needs --device gpu"),
+        (
+            &["--device", "gpu", "--ring", "2"],
+            "error: --ring: simulated ranks run the CPU reference; with --device gpu",
+        ),
+        (
+            &["--device", "gpu", "--pattern", "docs/patterns/rotating_offsets.toml"],
+            "error: --pattern docs/patterns/rotating_offsets.toml: dilated_expr patterns run in the reference only",
+        ),
+        (
+            &["--device", "gpu", "--dtype", "f16"],
+            "error: q: value 70000 at [0, 3, 0, 5] exceeds f16's largest finite value (65504); use --dtype bf16",
+        ),
+    ];
+    for (extra, message) in cases {
+        let (_, stderr, code) = ringdil(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {stderr}");
+        assert!(stderr.starts_with(message), "{extra:?}: {stderr}");
+    }
+    // In bf16 70000 is representable; the NaN in v is next.
+    let (_, stderr, code) = ringdil(&[&base[..], &["--device", "gpu"]].concat());
+    assert_eq!((code, stderr.trim()), (2, "error: v: value NaN at [0, 0, 0, 1] is not finite"));
 }

@@ -7,6 +7,7 @@
 //! ([`GpuSpec::to_reference`]), so that both sides are built from one value.
 
 use crate::error::{CudaError, Result};
+use ringdil_pattern_file::Builtin;
 use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, ExprPattern, SlidingWindow};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
@@ -28,6 +29,20 @@ pub enum GpuPattern {
     /// ([`crate::expr_source`]); tiles the expression cannot reach are skipped (the tile
     /// plan classifies them with the reference's interval arithmetic).
     Expr(ExprPattern),
+}
+
+/// A pattern file's built-in kind as the kernels evaluate it (a file of a kind with no
+/// GPU mask, `dilated_expr`, has no [`Builtin`]: `PatternFile::builtin` says so).
+impl From<Builtin> for GpuPattern {
+    fn from(b: Builtin) -> Self {
+        match b {
+            Builtin::Dense(_) => GpuPattern::Dense,
+            Builtin::SlidingWindow(w) => GpuPattern::Window { left: w.left, right: w.right },
+            Builtin::BlockSparse(b) => GpuPattern::BlockSparse(b),
+            Builtin::Dilated(d) => GpuPattern::Dilated(d),
+            Builtin::Expr(e) => GpuPattern::Expr(e),
+        }
+    }
 }
 
 /// Pattern, causality, key padding, packed documents and softmax scale, as in the

@@ -10,7 +10,7 @@ use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyRange};
 use ringdil_cuda::GpuPattern;
-use ringdil_pattern_file::{Builtin, FileError, PatternFile};
+use ringdil_pattern_file::{FileError, PatternFile};
 use ringdil_reference::pattern::Dense;
 use ringdil_reference::{KeyRun, Pattern, Spec};
 use std::path::PathBuf;
@@ -45,20 +45,14 @@ impl PyPattern {
     /// expression patterns run in the CPU reference only (`ValueError` naming `pattern`).
     pub fn gpu_pattern(pattern: Option<&Self>) -> PyResult<GpuPattern> {
         let Some(p) = pattern else { return Ok(GpuPattern::Dense) };
-        Ok(match p.file.builtin().map_err(errors::pattern_file)? {
-            Some(Builtin::Dense(_)) => GpuPattern::Dense,
-            Some(Builtin::SlidingWindow(w)) => GpuPattern::Window { left: w.left, right: w.right },
-            Some(Builtin::BlockSparse(b)) => GpuPattern::BlockSparse(b),
-            Some(Builtin::Dilated(d)) => GpuPattern::Dilated(d),
-            Some(Builtin::Expr(e)) => GpuPattern::Expr(e),
-            None => {
-                return Err(errors::value(
-                    "pattern",
-                    "dilated_expr patterns run in ringdil.reference only; the GPU kernels take dense, \
-                     sliding_window, block_sparse, dilated and expr patterns",
-                ));
-            }
-        })
+        match p.file.builtin().map_err(errors::pattern_file)? {
+            Some(b) => Ok(b.into()),
+            None => Err(errors::value(
+                "pattern",
+                "dilated_expr patterns run in ringdil.reference only; the GPU kernels take dense, \
+                 sliding_window, block_sparse, dilated and expr patterns",
+            )),
+        }
     }
 
     fn pattern(pattern: Option<&Self>) -> Arc<dyn Pattern> {

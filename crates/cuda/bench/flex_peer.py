@@ -8,7 +8,9 @@ Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
 - "dense causal": the same row with one document, the rate the packed row is held to;
 - "longnet (w, r)": one LongNet branch at n = 16384, 16 heads of d = 128 (segment w,
   dilation r, offset h mod r: a query attends the keys of its segment on its dilation
-  lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows.
+  lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows;
+- "window 512 causal" (k <= q < k + 512) and "block local 128" (|q // 128 - k // 128| <= 1)
+  at n = 16384, forward and forward + backward: the masks of gpu_bench's expression rows.
 
 The block masks are built once per mask, outside the timed region (FlexAttention's intended
 use: a mask is reused across layers and steps). Times as torch_peer.py takes them.
@@ -78,6 +80,14 @@ def main():
         mask = create_block_mask(branch, None, HEADS, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
         row = {"what": f"longnet ({w}, {r})", "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, False)}
+        rows.append(row)
+        print(row, flush=True)
+    masks = (("window 512 causal", lambda b, h, q, kv: (kv <= q) & (q - kv < 512)),
+             ("block local 128", lambda b, h, q, kv: (q // 128 - kv // 128).abs() <= 1))
+    for what, mask_mod in masks:
+        mask = create_block_mask(mask_mod, None, None, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
+        row = {"what": what, "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
+               "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, True)}
         rows.append(row)
         print(row, flush=True)
     json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "seq": seq,

@@ -1,0 +1,149 @@
+//! Mask expressions against the built-in patterns they equal (issue 21): n = 16384, 16
+//! heads of d = 128, bf16, forward and forward + backward, and FlexAttention with the same
+//! mask (`bench/flex_peer.py`, same run). Then the cost of the tile classification that
+//! builds an expression's plan, at n = 131072, against one forward there.
+//!
+//! Each expression's key sets are checked against its built-in's on sampled query rows of
+//! every head before anything is timed (a benchmark of two different masks would compare
+//! nothing). A LongNet branch written as a mask has no compact launch (that needs the
+//! `dilated_expr` kind on the GPU): it visits its block-diagonal tiles and tests each pair,
+//! which is what its row measures.
+
+use crate::{HostInputs, run};
+use ringdil_cuda::shape::Dtype;
+use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
+use ringdil_reference::pattern::expr::{Constants, ExprPattern};
+use ringdil_reference::pattern::{BlockSparse, Dilated, Pattern, SlidingWindow, key_counts};
+use serde_json::{Value, json};
+use std::fmt::Write;
+use std::time::Instant;
+
+const SEQ: usize = 16384;
+const HEADS: usize = 16;
+const DIM: usize = 128;
+/// The length at which the plan's classification is timed.
+const LONG_SEQ: usize = 131072;
+
+/// (name as flex_peer.py names it, built-in pattern, the expression that equals it, time
+/// the backward too).
+fn cases() -> Vec<(&'static str, GpuPattern, &'static str, bool)> {
+    vec![
+        ("window 512 causal", GpuPattern::Window { left: 511, right: 0 }, "k <= q && q - k < 512", true),
+        ("block local 128", GpuPattern::BlockSparse(BlockSparse::local(128, 1)), "abs(q / 128 - k / 128) <= 1", true),
+        (
+            "longnet (4096, 4)",
+            GpuPattern::Dilated(Dilated::longnet(&[(4096, 4)])),
+            "q / 4096 == k / 4096 && q % 4 == h % 4 && k % 4 == h % 4",
+            false,
+        ),
+    ]
+}
+
+/// The reference pattern of a built-in.
+fn reference(p: &GpuPattern) -> Box<dyn Pattern> {
+    match p {
+        GpuPattern::Window { left, right } => Box::new(SlidingWindow { left: *left, right: *right }),
+        GpuPattern::BlockSparse(b) => Box::new(b.clone()),
+        GpuPattern::Dilated(d) => Box::new(d.clone()),
+        other => panic!("no built-in case for {other:?}"),
+    }
+}
+
+fn expression(mask: &str) -> ExprPattern {
+    ExprPattern::new(mask, &Constants::new()).expect("the bench's expressions parse")
+}
+
+/// Panics unless `a` and `b` give every head the same key multiplicities on 67 query rows
+/// spread over the sequence (both ends included).
+fn assert_same_keys(name: &str, a: &dyn Pattern, b: &dyn Pattern) {
+    for i in 0..=66 {
+        let q = (i * (SEQ - 1)) / 66;
+        for h in 0..HEADS {
+            assert!(
+                key_counts(a, q, h, HEADS, SEQ) == key_counts(b, q, h, HEADS, SEQ),
+                "{name}: the expression's keys differ from the built-in's at query {q}, head {h}"
+            );
+        }
+    }
+}
+
+/// Time the rows, append their table to `md`, return them as JSON.
+pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Value {
+    let flex_ms = |what: &str, key: &str| -> Option<f64> {
+        flex["rows"].as_array()?.iter().find_map(|r| (r["what"] == what).then(|| r[key].as_f64()).flatten())
+    };
+    let shape = Shape::square(1, SEQ, HEADS, DIM);
+    writeln!(md, "\n### Mask expressions vs the built-ins they equal, n = {SEQ}, {HEADS} heads, d = {DIM}, bf16\n")
+        .unwrap();
+    writeln!(
+        md,
+        "Each expression's key sets equal its built-in's (checked on 67 query rows of every head before timing). \
+         Flex: compiled flex_attention with the same mask (block mask built once, not timed), same run. \
+         The LongNet branch as a mask has no compact launch: it tests every pair of its block-diagonal tiles.\n"
+    )
+    .unwrap();
+    writeln!(md, "| mask | pass | built-in ms | expression ms | expression / built-in | Flex ms | Flex / expression |")
+        .unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|").unwrap();
+    let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
+    let mut out = Vec::new();
+    for (name, builtin, mask, backward) in cases() {
+        let expr = expression(mask);
+        assert_same_keys(name, &expr, reference(&builtin).as_ref());
+        let (bf, bb) = run(gpu, host, &shape, &GpuSpec::new(builtin), backward);
+        let (ef, eb) = run(gpu, host, &shape, &GpuSpec::new(GpuPattern::Expr(expr)), backward);
+        let passes = [("fwd", Some(bf), Some(ef), "fwd_ms"), ("fwd+bwd", bb, eb, "fwd_bwd_ms")];
+        for (pass, b_ms, e_ms, key) in passes {
+            let (Some(b_ms), Some(e_ms)) = (b_ms, e_ms) else { continue };
+            let f = flex_ms(name, key);
+            let over = f.map_or("-".into(), |f| format!("{:.2}", f / e_ms));
+            writeln!(md, "| `{mask}` | {pass} | {b_ms:.3} | {e_ms:.3} | {:.2} | {} | {over} |", e_ms / b_ms, fmt(f))
+                .unwrap();
+            println!("expression {name} {pass}: {e_ms:.3} ms, built-in {b_ms:.3} ms, flex {f:?}");
+            out.push(json!({"name": name, "mask": mask, "pass": pass, "builtin_ms": b_ms, "expr_ms": e_ms,
+                "expr_over_builtin": e_ms / b_ms, "flex_ms": f}));
+        }
+    }
+    let classification = classification_cost(gpu, host);
+    writeln!(
+        md,
+        "\nTile classification of `{}` at n = {LONG_SEQ} (`Gpu::prepare`, on the host, once per shape: a \
+         `Prepared` call is reused): {:.1} ms, against {:.3} ms for one forward there ({:.1}%).",
+        classification["mask"].as_str().unwrap_or(""),
+        classification["prepare_ms"].as_f64().unwrap_or(f64::NAN),
+        classification["forward_ms"].as_f64().unwrap_or(f64::NAN),
+        classification["percent"].as_f64().unwrap_or(f64::NAN)
+    )
+    .unwrap();
+    json!({"seq": SEQ, "heads": HEADS, "head_dim": DIM, "rows": out, "classification": classification})
+}
+
+/// `Gpu::prepare` (which classifies every tile) of the causal-window expression at
+/// n = LONG_SEQ, 16 heads of d = 128, against one forward with it. Its kernel module was
+/// compiled for the first row (same expression), so the time is the plan's.
+fn classification_cost(gpu: &Gpu, host: &HostInputs) -> Value {
+    let mask = "k <= q && q - k < 512";
+    let shape = Shape::square(1, LONG_SEQ, HEADS, DIM);
+    let spec = GpuSpec::new(GpuPattern::Expr(expression(mask)));
+    let start = Instant::now();
+    let prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).expect("prepare");
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    drop(prep);
+    let (forward_ms, _) = run(gpu, host, &shape, &spec, false);
+    println!("classification at n = {LONG_SEQ}: {prepare_ms:.1} ms, forward {forward_ms:.3} ms");
+    json!({"mask": mask, "seq": LONG_SEQ, "prepare_ms": prepare_ms, "forward_ms": forward_ms,
+        "percent": 100.0 * prepare_ms / forward_ms})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bench's premise, checked without a GPU: each expression is its built-in.
+    #[test]
+    fn each_expression_has_its_builtins_key_sets() {
+        for (name, builtin, mask, _) in cases() {
+            assert_same_keys(name, &expression(mask), reference(&builtin).as_ref());
+        }
+    }
+}

@@ -412,6 +412,8 @@ def time_variant(cfg, attend, *, batch, lr, seed, warmup, steps, device):
     q, k, v = (x.requires_grad_() for x in (q, k, v))
 
     def fwd_bwd():
+        for x in (q, k, v):
+            x.grad = None  # as a training step starts: no accumulation pass into the last gradients
         with autocast(device):
             out = attend(q, k, v)
         out.backward(d_out)

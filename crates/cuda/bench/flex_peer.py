@@ -27,7 +27,7 @@ HEADS, DIM = 16, 128
 LONGNET_SEQ = 16384
 LONGNET_BRANCHES = ((2048, 1), (4096, 4), (8192, 8), (16384, 16))
 
-from torch_peer import timed  # this folder's torch_peer.py: the same timing for every peer
+from torch_peer import timed, training_step  # this folder's torch_peer.py: the same timing for every peer
 
 flex = torch.compile(flex_attention, dynamic=False)
 
@@ -37,12 +37,8 @@ def time_mask(block_mask, seq, backward):
     q, k, v, do = (torch.randn(1, HEADS, seq, DIM, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     row = {"fwd_ms": timed(lambda: flex(q, k, v, block_mask=block_mask))}
     if backward:
-        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-
-        def fwd_bwd():
-            flex(qg, kg, vg, block_mask=block_mask).backward(do)
-
-        row["fwd_bwd_ms"] = timed(fwd_bwd)
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        row["fwd_bwd_ms"] = timed(training_step(lambda a, b, c: flex(a, b, c, block_mask=block_mask), leaves, do))
     return row
 
 

@@ -30,6 +30,18 @@ def timed(fn):
     return start.elapsed_time(end) / ITERS
 
 
+def training_step(attend, leaves, d_out):
+    """One training step's forward + backward of ``attend`` on ``leaves`` (tensors that
+    require grad), their gradients set to ``None`` first, as ``optimizer.zero_grad()``
+    leaves them: kept, autograd would add each call's gradients into the last ones, three
+    elementwise passes that are not attention's (and that no ringdil timing has)."""
+    def step():
+        for x in leaves:
+            x.grad = None
+        attend(*leaves).backward(d_out)
+    return step
+
+
 def main():
     rows = []
     for seq in (4096, 16384):
@@ -44,13 +56,9 @@ def main():
                     try:
                         with sdpa_kernel(backend):
                             row["fwd_ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-                            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-
-                            def fwd_bwd():
-                                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                                o.backward(do)
-
-                            row["fwd_bwd_ms"] = timed(fwd_bwd)
+                            leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+                            row["fwd_bwd_ms"] = timed(training_step(
+                                lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal), leaves, do))
                     except RuntimeError as e:  # backend unavailable for this shape
                         row["error"] = str(e).splitlines()[0]
                     rows.append(row)
@@ -74,8 +82,8 @@ def gqa(seq=16384, heads=16, d=128):
                     with sdpa_kernel(backend):
                         sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True)
                         row["fwd_ms"] = timed(lambda: sdpa(q, k, v))
-                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                        row["fwd_bwd_ms"] = timed(lambda: sdpa(qg, kg, vg).backward(do))
+                        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+                        row["fwd_bwd_ms"] = timed(training_step(sdpa, leaves, do))
                 except RuntimeError as e:  # backend unavailable for this shape
                     row["error"] = str(e).splitlines()[0]
                 rows.append(row)
@@ -97,8 +105,8 @@ def head_dims(seq=16384, heads=16):
                     with sdpa_kernel(backend):
                         sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal)
                         row["fwd_ms"] = timed(lambda: sdpa(q, k, v))
-                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                        row["fwd_bwd_ms"] = timed(lambda: sdpa(qg, kg, vg).backward(do))
+                        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+                        row["fwd_bwd_ms"] = timed(training_step(sdpa, leaves, do))
                 except RuntimeError as e:  # backend unavailable for this head dim
                     row["error"] = str(e).splitlines()[0]
                 rows.append(row)

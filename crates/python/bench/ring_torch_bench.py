@@ -38,6 +38,13 @@ def timed(fn, reps):
     return statistics.median(ts)
 
 
+def fresh(leaves):
+    """Set the gradients to None, as ``optimizer.zero_grad()`` leaves them before a training
+    step (kept, autograd would add each call's into the last: an extra pass per tensor)."""
+    for x in leaves:
+        x.grad = None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -66,6 +73,7 @@ def main():
 
         def single_both():
             if rank == 0:
+                fresh(whole)
                 ringdil.attention(*whole, causal=True).backward(dout)
 
         t1 = (timed(single_fwd, args.reps), timed(single_both, args.reps))
@@ -77,6 +85,7 @@ def main():
                 ringdil.ring_attention(*local_in, causal=True, schedule=schedule, seq_len=n)
 
             def both():
+                fresh(local_in)
                 ringdil.ring_attention(*local_in, causal=True, schedule=schedule, seq_len=n).backward(local_dout)
 
             tp = (timed(fwd, args.reps), timed(both, args.reps))

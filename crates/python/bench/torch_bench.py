@@ -8,13 +8,14 @@ passes that no other column has) as a PyTorch user calls them: argument checks, 
 allocated by PyTorch, 16-bit results.
 
 Three references:
-* **kernels**, in this process: the kernels the Rust benchmark launches for the same pass
-  (``attn_fwd``; for the backward also ``bwd_delta``, the dQ memset and ``attn_bwd``), their
-  device times summed per call by the PyTorch profiler. "Python / kernels" is what the
-  Python call adds: host work the GPU waits for, and the one pass rounding dQ to 16 bits.
-* **Rust**: ``gpu_bench``'s time of the same pass, read from its JSON (same session, another
-  process: its f32 results and its own clocks; the GPU's clock differs between processes by
-  a few percent, which is why the in-process column exists).
+* **kernels**, in this process: the kernels the Rust API launches for the same pass with
+  16-bit results (``attn_fwd``; for the backward also ``bwd_delta``, the dQ memset,
+  ``attn_bwd`` and the pass rounding dQ), their device times summed per call by the PyTorch
+  profiler. "Python / kernels" is what the Python layer adds: host work the GPU waits for.
+* **Rust**: ``gpu_bench``'s 16-bit rows (``Gpu::forward_half_into`` /
+  ``backward_half_into``, the results the Python call returns), read from its JSON (same
+  session, another process: the GPU's clock differs between processes by a few percent,
+  which is why the in-process column exists).
 * **cuDNN**: torch SDPA's cuDNN backend.
 
 Each time is the median of ROUNDS rounds, the rounds alternating ringdil and cuDNN; a
@@ -37,25 +38,19 @@ import ringdil
 
 # The timing of crates/cuda/bench/torch_peer.py, which times gpu_bench's torch peers.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cuda" / "bench"))
-from torch_peer import ITERS, timed  # noqa: E402
+from torch_peer import ITERS, timed, training_step  # noqa: E402
 
 SEQ, TOKENS, HIDDEN = 4096, 16384, 2048
 ROUNDS = 7
-# The kernels of a pass as the Rust benchmark launches them (names as the profiler gives
-# them: the attention kernels' variants start with these; the memset clears dQ).
-KERNELS = ("attn_fwd", "attn_bwd", "bwd_delta", "Memset")
+# The kernels of a pass as the Rust API launches them (names as the profiler gives them:
+# the attention kernels' variants start with these; the memset clears dQ, to_half rounds it).
+KERNELS = ("attn_fwd", "attn_bwd", "bwd_delta", "Memset", "to_half")
 
 
 def fwd_and_step(attend, q, k, v, d_out):
     """The forward call and one training step's forward + backward of ``attend``."""
-    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-
-    def step():
-        for x in (qg, kg, vg):
-            x.grad = None
-        attend(qg, kg, vg).backward(d_out)
-
-    return (lambda: attend(q, k, v)), step
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    return (lambda: attend(q, k, v)), training_step(attend, leaves, d_out)
 
 
 def kernel_ms(fn):
@@ -96,7 +91,7 @@ def main():
                         times["cudnn"].append(timed(cudnn[i]))
                 py, cu = statistics.median(times["python"]), statistics.median(times["cudnn"])
                 kernels = statistics.median(kernel_ms(ours[i]) for _ in range(3))
-                rust_ms = next(r["ms"] for r in rust["rows"]
+                rust_ms = next(r["ms"] for r in rust["half"]
                                if r["seq"] == SEQ and r["head_dim"] == d and r["causal"] == causal and r["pass"] == name)
                 row = {"seq": SEQ, "batch": b, "heads": h, "head_dim": d, "causal": causal, "pass": name,
                        "python_ms": py, "kernels_ms": kernels, "overhead": py / kernels, "rust_ms": rust_ms,

@@ -15,8 +15,9 @@
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
-//! packed sequences ([`packed`]), the other head dims ([`head_dims`]) and mask
-//! expressions against the built-ins they equal ([`expressions`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
+//! packed sequences ([`packed`]), the other head dims ([`head_dims`]), the dense rows
+//! with 16-bit results ([`half`]) and mask expressions against the built-ins they equal
+//! ([`expressions`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
@@ -31,6 +32,7 @@ use std::fmt::Write;
 
 mod expressions;
 mod gqa;
+mod half;
 mod head_dims;
 mod packed;
 
@@ -271,10 +273,12 @@ fn main() {
     let gqa_rows = gqa::rows(&gpu, &host, &torch, &mut md);
     let packed_rows = packed::rows(&gpu, &host, &flex, &mut md);
     let head_dim_rows = head_dims::rows(&gpu, &host, &torch, &mut md);
+    let half_rows = half::rows(&gpu, &host, &torch, &mut md);
     let expression_rows = expressions::rows(&gpu, &host, &flex, &mut md);
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
-        "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "expressions": expression_rows,
+        "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
+        "expressions": expression_rows,
         "flex": flex});
     if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");

@@ -10,7 +10,9 @@ Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
   dilation r, offset h mod r: a query attends the keys of its segment on its dilation
   lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows;
 - "window 512 causal" (k <= q < k + 512) and "block local 128" (|q // 128 - k // 128| <= 1)
-  at n = 16384, forward and forward + backward: the masks of gpu_bench's expression rows.
+  at n = 16384, forward and forward + backward: the masks of gpu_bench's expression rows;
+- "rotating offsets": notebook 01's rule (LongNet (2048, 1), (4096, 4), (8192, 8), causal,
+  head h keeping residue (h + s) mod r in segment s; gpu_bench's expressions.rs ROTATING).
 
 The block masks are built once per mask, outside the timed region (FlexAttention's intended
 use: a mask is reused across layers and steps). Times as torch_peer.py takes them.
@@ -78,10 +80,17 @@ def main():
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, False)}
         rows.append(row)
         print(row, flush=True)
-    masks = (("window 512 causal", lambda b, h, q, kv: (kv <= q) & (q - kv < 512)),
-             ("block local 128", lambda b, h, q, kv: (q // 128 - kv // 128).abs() <= 1))
-    for what, mask_mod in masks:
-        mask = create_block_mask(mask_mod, None, None, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
+    def rotating(b, h, q, kv):
+        def branch(w, r):
+            s = q // w
+            return (kv // w == s) & ((q % w) % r == (h + s) % r) & ((kv % w) % r == (h + s) % r)
+        return (kv <= q) & ((q // 2048 == kv // 2048) | branch(4096, 4) | branch(8192, 8))
+
+    masks = (("window 512 causal", lambda b, h, q, kv: (kv <= q) & (q - kv < 512), None),
+             ("block local 128", lambda b, h, q, kv: (q // 128 - kv // 128).abs() <= 1, None),
+             ("rotating offsets", rotating, HEADS))
+    for what, mask_mod, heads in masks:
+        mask = create_block_mask(mask_mod, None, heads, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
         row = {"what": what, "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, True)}
         rows.append(row)

@@ -8,6 +8,12 @@
 //! nothing). A LongNet branch written as a mask has no compact launch (that needs the
 //! `dilated_expr` kind on the GPU): it visits its block-diagonal tiles and tests each pair,
 //! which is what its row measures.
+//!
+//! Then a rule no built-in has, notebook 01's: LongNet branches (2048, 1), (4096, 4),
+//! (8192, 8), causal, whose offsets rotate per segment (head h keeps residue (h + s) mod r
+//! in segment s), as one boolean mask ([`ROTATING`]), against the built-in LongNet with
+//! fixed offsets h mod r (the same work, combined by softmax denominator rather than
+//! union) and FlexAttention with the same mask.
 
 use crate::{HostInputs, run};
 use ringdil_cuda::shape::Dtype;
@@ -21,6 +27,19 @@ use std::time::Instant;
 const SEQ: usize = 16384;
 const HEADS: usize = 16;
 const DIM: usize = 128;
+/// Notebook 01's rotating-offset rule (module docs), in the mask language; `w1`..`r3` are
+/// the file's constants ([`rotating`]).
+pub const ROTATING: &str = "k <= q && (q / w1 == k / w1 \
+    || (q / w2 == k / w2 && q % w2 % r2 == (h + q / w2) % r2 && k % w2 % r2 == (h + k / w2) % r2) \
+    || (q / w3 == k / w3 && q % w3 % r3 == (h + q / w3) % r3 && k % w3 % r3 == (h + k / w3) % r3))";
+
+/// [`ROTATING`] with the bench's branches.
+fn rotating() -> ExprPattern {
+    let constants: Constants =
+        [("w1", 2048), ("w2", 4096), ("r2", 4), ("w3", 8192), ("r3", 8)].map(|(n, v)| (n.to_string(), v)).into();
+    ExprPattern::new(ROTATING, &constants).expect("the rotating rule parses")
+}
+
 /// The length at which the plan's classification is timed.
 const LONG_SEQ: usize = 131072;
 
@@ -104,6 +123,29 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Valu
                 "expr_over_builtin": e_ms / b_ms, "flex_ms": f}));
         }
     }
+    let fixed = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(2048, 1), (4096, 4), (8192, 8)]))).causal(true);
+    let (ff, fb) = run(gpu, host, &shape, &fixed, true);
+    let (rf, rb) = run(gpu, host, &shape, &GpuSpec::new(GpuPattern::Expr(rotating())), true);
+    writeln!(
+        md,
+        "\nA new rule as a mask (notebook 01): LongNet (2048, 1), (4096, 4), (8192, 8), causal, offsets rotating per \
+         segment (`(h + s) mod r`), union of branches; against the built-in LongNet with fixed offsets `h mod r` \
+         (softmax-denominator combine, same work) and FlexAttention with the same mask.\n"
+    )
+    .unwrap();
+    writeln!(md, "| pass | rotating (expression) ms | fixed offsets (built-in) ms | Flex ms | Flex / expression |")
+        .unwrap();
+    writeln!(md, "|---|---|---|---|---|").unwrap();
+    let mut new_rule = Vec::new();
+    for (pass, r_ms, f_ms, key) in
+        [("fwd", rf, ff, "fwd_ms"), ("fwd+bwd", rb.expect("timed"), fb.expect("timed"), "fwd_bwd_ms")]
+    {
+        let f = flex_ms("rotating offsets", key);
+        let over = f.map_or("-".into(), |f| format!("{:.2}", f / r_ms));
+        writeln!(md, "| {pass} | {r_ms:.3} | {f_ms:.3} | {} | {over} |", fmt(f)).unwrap();
+        println!("rotating offsets {pass}: {r_ms:.3} ms, fixed built-in {f_ms:.3} ms, flex {f:?}");
+        new_rule.push(json!({"pass": pass, "expr_ms": r_ms, "fixed_builtin_ms": f_ms, "flex_ms": f}));
+    }
     let classification = classification_cost(gpu, host);
     writeln!(
         md,
@@ -115,7 +157,8 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Valu
         classification["percent"].as_f64().unwrap_or(f64::NAN)
     )
     .unwrap();
-    json!({"seq": SEQ, "heads": HEADS, "head_dim": DIM, "rows": out, "classification": classification})
+    json!({"seq": SEQ, "heads": HEADS, "head_dim": DIM, "rows": out, "rotating_offsets": new_rule,
+        "classification": classification})
 }
 
 /// `Gpu::prepare` (which classifies every tile) of the causal-window expression at
@@ -138,6 +181,29 @@ fn classification_cost(gpu: &Gpu, host: &HostInputs) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rotating rule is what its docs say: transcribed as a closure, on 300 positions
+    /// of 3 heads with small branches.
+    #[test]
+    fn the_rotating_rule_keeps_residue_h_plus_s_per_segment() {
+        let constants: Constants =
+            [("w1", 8), ("w2", 16), ("r2", 2), ("w3", 32), ("r3", 4)].map(|(n, v)| (n.to_string(), v)).into();
+        let p = ExprPattern::new(ROTATING, &constants).unwrap();
+        let branch = |q: usize, k: usize, h: usize, w: usize, r: usize| {
+            let s = q / w;
+            k / w == s && (q - s * w) % r == (h + s) % r && (k - s * w) % r == (h + s) % r
+        };
+        let (n, heads) = (300, 3);
+        for h in 0..heads {
+            for q in 0..n {
+                let counts = key_counts(&p, q, h, heads, n);
+                for (k, &c) in counts.iter().enumerate() {
+                    let want = k <= q && (q / 8 == k / 8 || branch(q, k, h, 16, 2) || branch(q, k, h, 32, 4));
+                    assert_eq!(c, u32::from(want), "q {q} k {k} h {h}");
+                }
+            }
+        }
+    }
 
     /// The bench's premise, checked without a GPU: each expression is its built-in.
     #[test]

@@ -454,7 +454,7 @@ fn attend_gpu_misuse_and_unrepresentable_inputs_are_errors() {
         ),
         (
             &["--device", "gpu", "--pattern", "docs/patterns/rotating_offsets.toml"],
-            "error: --pattern docs/patterns/rotating_offsets.toml: dilated_expr patterns run in the reference only",
+            "error: the pattern counts key 0 more than once for query 0 of head 0: a GPU mask table keeps each pair once",
         ),
         (
             &["--device", "gpu", "--dtype", "f16"],

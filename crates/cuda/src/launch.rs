@@ -5,9 +5,10 @@
 
 use crate::error::{CudaError, Result};
 use crate::family::{Family, TILE};
+use crate::mask_table;
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{IndexMap, TilePlan, documents, plan};
+use crate::plan::{IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
@@ -225,13 +226,21 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         total: chunk.pattern_heads(shape.heads),
         seq_len: chunk.seq_len,
     };
+    // A materialised pattern's table (built at its first use, then kept: mask_table::table)
+    // and the pattern heads of this launch.
+    let table = match &spec.pattern {
+        GpuPattern::Table(t) => Some(mask_table::table(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?),
+        _ => None,
+    };
+    let heads = chunk.first_head..chunk.first_head + shape.heads;
     let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
-        let tile_plan = |tiles| match &spec.pattern {
-            GpuPattern::Expr(e) => expression::plan(e, expr_scope, spec.causal, map, tiles),
-            pattern => plan(pattern, branch, spec.causal, map, tiles),
+        let tile_plan = |tiles| match (&spec.pattern, &table) {
+            (GpuPattern::Expr(e), _) => expression::plan(e, expr_scope, spec.causal, map, tiles),
+            (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, map, tiles),
+            (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
         };
         let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
@@ -278,6 +287,15 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             Ok(vec![build(params, None, identity)?])
         }
         GpuPattern::Expr(_) => Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, identity)?]),
+        GpuPattern::Table(_) => {
+            let tiles = table.as_ref().map_or(0, |t| t.tiles);
+            let params = Params {
+                pattern: PatternCode::Table as i32,
+                bs_mask_blocks: fits_i32("mask table tiles", tiles)?,
+                ..base
+            };
+            Ok(vec![build(params, None, identity)?])
+        }
         GpuPattern::Dilated(d) => d
             .branches
             .iter()
@@ -313,14 +331,17 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
 }
 
 /// Block-sparse user mask flattened row-major for the kernel (`blocks x blocks` bytes).
-pub fn block_mask_bytes(spec: &GpuSpec) -> Option<Vec<u8>> {
-    match &spec.pattern {
+pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<Option<Vec<u8>>> {
+    Ok(match &spec.pattern {
         GpuPattern::BlockSparse(bs) => bs.block_mask.as_ref().map(|m| {
             let n = m.len();
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
+        GpuPattern::Table(t) => {
+            Some(mask_table::table(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?.device_bytes())
+        }
         _ => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -519,8 +540,12 @@ mod tests {
     fn block_mask_is_flattened_row_major() {
         let m = vec![vec![true, false], vec![false, true]];
         let bs = BlockSparse { block_mask: Some(m), local_radius: None, ..BlockSparse::local(8, 0) };
-        assert_eq!(block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs))), Some(vec![1, 0, 0, 1]));
-        assert_eq!(block_mask_bytes(&dense()), None);
+        let (shape, whole) = (Shape::square(1, 16, 1, 64), Chunk::whole(&Shape::square(1, 16, 1, 64)));
+        assert_eq!(
+            block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs)), &shape, &whole).unwrap(),
+            Some(vec![1, 0, 0, 1])
+        );
+        assert_eq!(block_mask_bytes(&dense(), &shape, &whole).unwrap(), None);
     }
 
     /// A launch over a slice of heads carries the slice's first head and the pattern's

@@ -91,6 +91,8 @@ fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
             })
             .sum(),
         Pat::Expr(e) => u32::from(EXPRESSIONS[*e].1(h, i as i64, j as i64, case.n as i64, case.heads as i64)),
+        // Strided: the `stride` most recent keys and every `stride`-th before them.
+        Pat::Table(stride) => u32::from(j <= i && ((i - j) < *stride || (i - j) % stride == 0)),
     }
 }
 

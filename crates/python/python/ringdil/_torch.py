@@ -115,7 +115,8 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     :class:`ringdil.Pattern`, a dict of pattern-file fields or a pattern file's path, of a
     kind the kernels evaluate (dense, sliding_window, block_sparse, dilated with the
     softmax-denominator combine, and ``expr`` masks, compiled into a kernel module at their
-    first use; ``dilated_expr`` runs in ``ringdil.reference`` only);
+    first use; ``dilated_expr`` as a mask table built on the host at its first use, when
+    no key counts twice for a query);
     ``causal`` is OR-ed with the pattern's; ``scale`` defaults to the pattern's, else
     ``1 / sqrt(head_dim)``; ``key_lengths`` masks keys ``j >= key_lengths[b]``;
     ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list),

@@ -17,7 +17,8 @@
 //! dense-like pattern at n = 16384 and 16 heads is about 67 million word operations), so
 //! tables are built once and kept ([`table`]: per pattern object, head count and length,
 //! like FlexAttention's block mask). The kernels test a partial tile's pairs with two
-//! cached loads each; full tiles need no word.
+//! cached loads each; a kernel tile lying in full table tiles runs with no element test
+//! (`table_full` in `tile_full`).
 //!
 //! What a table cannot hold is refused with an error naming it: a key counted twice for
 //! one query (multiplicity, the softmax-denominator overlap of dilated branches: the

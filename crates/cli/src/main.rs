@@ -388,18 +388,18 @@ fn attend_gpu_options(
                     (the NCCL ring: ringdil.ring_attention, or ring_bench / ring_check under `ringdil launch`)"
             .into());
     }
-    // The built-in kinds as themselves; any other (dilated_expr) as a mask table, keyed by
-    // the file's contents.
+    // The built-in kinds as themselves; any other (dilated_expr) as mask tables (one per
+    // branch under the softmax-denominator combine), keyed by the file's contents.
     let gpu_pattern = match pattern {
         None => ringdil_cuda::GpuPattern::Dense,
         Some(path) => {
             let file = PatternFile::load(path)?;
             match file.builtin()? {
                 Some(b) => b.into(),
-                None => ringdil_cuda::GpuPattern::Table(ringdil_cuda::mask_table::TablePattern::keyed(
-                    file.pattern()?,
-                    format!("{file:?}"),
-                )),
+                None => ringdil_cuda::GpuPattern::Table(
+                    ringdil_cuda::mask_table::TablePattern::keyed(file.pattern()?, format!("{file:?}"))
+                        .with_parts(file.table_parts()?),
+                ),
             }
         }
     };

@@ -20,10 +20,12 @@
 //! cached loads each; a kernel tile lying in full table tiles runs with no element test
 //! (`table_full` in `tile_full`).
 //!
-//! What a table cannot hold is refused with an error naming it: a key counted twice for
-//! one query (multiplicity, the softmax-denominator overlap of dilated branches: the
-//! built-in `dilated` pattern has launches for that) and a pattern that scales a head's
-//! output (the head-group combine).
+//! A table holds each pair once. A pattern whose keys may count twice (the
+//! softmax-denominator overlap of dilated branches) runs as parts whose counts add up to
+//! its own ([`TablePattern::parts`]): one table and one launch each, merged into the
+//! output as a `dilated` pattern's branches are. What a table cannot hold is refused
+//! with an error naming it: a key counted twice within one part, and a pattern that
+//! scales a head's output (the head-group combine).
 
 use crate::error::{CudaError, Result};
 use ringdil_reference::pattern::{KeyRun, Pattern};
@@ -38,33 +40,45 @@ pub const TABLE_TILE: usize = 64;
 /// The most bytes a table may take on the device.
 pub const TABLE_MAX_BYTES: usize = 1 << 31;
 
-/// A reference pattern the GPU evaluates through a [`MaskTable`]: any `Pattern`. Two
-/// specs share a table when they hold the same object, or the same `key` (a pattern
-/// file's contents: the Python package and the CLI make a new object per call).
+/// A reference pattern the GPU evaluates through mask tables: any `Pattern`, as `parts`
+/// whose key counts add up to its own (the softmax-denominator combine; one part, the
+/// pattern itself, unless a key may count twice: [`TablePattern::with_parts`]). Each part
+/// is one table and one launch, merged as a `dilated` pattern's branches are. Two specs
+/// share tables when they hold the same objects, or the same `key` (a pattern file's
+/// contents: the Python package and the CLI make new objects per call).
 #[derive(Clone)]
 pub struct TablePattern {
+    /// What the reference evaluates.
     pub pattern: Arc<dyn Pattern>,
+    /// Parts whose multiplicities add up to `pattern`'s, each keeping a key at most once.
+    pub parts: Vec<Arc<dyn Pattern>>,
     /// What identifies the pattern by content, if anything does.
     pub key: Option<String>,
 }
 
 impl TablePattern {
-    /// `pattern`, identified by the object.
+    /// `pattern` as one part, identified by the object.
     pub fn new(pattern: Arc<dyn Pattern>) -> Self {
-        TablePattern { pattern, key: None }
+        TablePattern { parts: vec![pattern.clone()], pattern, key: None }
     }
 
-    /// `pattern`, identified by `key`: the caller promises that equal keys mean equal
-    /// patterns (a pattern file's `Debug` form does).
+    /// `pattern` as one part, identified by `key`: the caller promises that equal keys mean
+    /// equal patterns and parts (a pattern file's `Debug` form does).
     pub fn keyed(pattern: Arc<dyn Pattern>, key: String) -> Self {
-        TablePattern { pattern, key: Some(key) }
+        TablePattern { key: Some(key), ..TablePattern::new(pattern) }
     }
 
-    /// The identity tables are kept under (with the object held for an address).
-    fn identity(&self) -> Identity {
+    /// The same pattern evaluated as `parts`, whose key counts for every (head, query,
+    /// key) add up to the pattern's (the caller's promise: `PatternFile::table_parts`).
+    pub fn with_parts(self, parts: Vec<Arc<dyn Pattern>>) -> Self {
+        TablePattern { parts, ..self }
+    }
+
+    /// The identity part `i`'s table is kept under (with the part held for an address).
+    fn identity(&self, i: usize) -> Identity {
         match &self.key {
-            Some(k) => Identity::Key(k.clone()),
-            None => Identity::Object(Arc::as_ptr(&self.pattern) as *const u8 as usize),
+            Some(k) => Identity::Key(format!("{k}#{i}")),
+            None => Identity::Object(Arc::as_ptr(&self.parts[i]) as *const u8 as usize),
         }
     }
 }
@@ -76,19 +90,24 @@ enum Identity {
 }
 
 impl fmt::Debug for TablePattern {
-    /// The key, or the pattern and the object's address: a spec's `Debug` form is a cache
+    /// The key, or the pattern and its parts' addresses: a spec's `Debug` form is a cache
     /// key (the Python package's prepared calls), so it names the identity.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.key {
-            Some(k) => write!(f, "Table({k})"),
-            None => write!(f, "Table({:?} @ {:p})", self.pattern, Arc::as_ptr(&self.pattern) as *const u8),
+            Some(k) => write!(f, "Table({k}, {} parts)", self.parts.len()),
+            None => {
+                let at: Vec<String> = self.parts.iter().map(|p| format!("{:p}", Arc::as_ptr(p) as *const u8)).collect();
+                write!(f, "Table({:?} @ {})", self.pattern, at.join(", "))
+            }
         }
     }
 }
 
 impl PartialEq for TablePattern {
     fn eq(&self, other: &Self) -> bool {
-        self.identity() == other.identity()
+        self.parts.len() == other.parts.len()
+            && (0..self.parts.len()).all(|i| self.identity(i) == other.identity(i))
+            && (self.key.is_some() || Arc::ptr_eq(&self.pattern, &other.pattern))
     }
 }
 
@@ -172,6 +191,11 @@ impl MaskTable {
         Ok(MaskTable { tiles, heads, seq_len, entries, words })
     }
 
+    /// The bytes of [`MaskTable::device_bytes`].
+    pub fn device_len(&self) -> usize {
+        (self.entries.len() * 4).next_multiple_of(8) + self.words.len() * 8
+    }
+
     /// The device buffer: entries (padded to 8 bytes), then words, little-endian.
     pub fn device_bytes(&self) -> Vec<u8> {
         let mut out: Vec<u8> = self.entries.iter().flat_map(|e| e.to_le_bytes()).collect();
@@ -235,16 +259,16 @@ fn set_run(block: &mut [[u64; TABLE_TILE]], r: usize, run: &KeyRun, seq_len: usi
     Ok(())
 }
 
-/// The table of `pattern` for `heads` heads over `seq_len` positions, built at its first
-/// use and kept while the pattern object lives (at most [`KEPT`] tables: the oldest are
-/// dropped first).
-pub fn table(pattern: &TablePattern, heads: usize, seq_len: usize) -> Result<Arc<MaskTable>> {
+/// The table of part `part` of `pattern` for `heads` heads over `seq_len` positions,
+/// built at its first use and kept while the part lives (at most [`KEPT`] tables: the
+/// oldest are dropped first).
+pub fn table(pattern: &TablePattern, part: usize, heads: usize, seq_len: usize) -> Result<Arc<MaskTable>> {
     type Entry = (Identity, usize, usize, Arc<dyn Pattern>, Arc<MaskTable>);
     static TABLES: OnceLock<Mutex<Vec<Entry>>> = OnceLock::new();
-    let id = pattern.identity();
+    let id = pattern.identity(part);
     let tables = TABLES.get_or_init(Default::default);
-    // The pattern is held with its table, so an object's address cannot be reused by
-    // another while the entry exists.
+    // The part is held with its table, so an object's address cannot be reused by another
+    // while the entry exists.
     let found = tables
         .lock()
         .expect("mask table lock")
@@ -253,14 +277,46 @@ pub fn table(pattern: &TablePattern, heads: usize, seq_len: usize) -> Result<Arc
     if let Some(t) = found {
         return Ok(t);
     }
-    let built = Arc::new(MaskTable::build(pattern.pattern.as_ref(), heads, seq_len)?);
+    let built = Arc::new(MaskTable::build(pattern.parts[part].as_ref(), heads, seq_len)?);
     let mut tables = tables.lock().expect("mask table lock");
     if tables.len() >= KEPT {
         tables.remove(0);
     }
-    tables.push((id, heads, seq_len, pattern.pattern.clone(), built.clone()));
+    tables.push((id, heads, seq_len, pattern.parts[part].clone(), built.clone()));
     Ok(built)
 }
+
+/// Every part's table of `pattern` ([`table`]).
+pub fn tables(pattern: &TablePattern, heads: usize, seq_len: usize) -> Result<Vec<Arc<MaskTable>>> {
+    (0..pattern.parts.len()).map(|i| table(pattern, i, heads, seq_len)).collect()
+}
+
+/// Where each table starts in one device buffer holding them all, in bytes: each at a
+/// multiple of [`TABLE_ALIGN`].
+pub fn offsets(tables: &[Arc<MaskTable>]) -> Vec<usize> {
+    tables
+        .iter()
+        .scan(0, |at, t| {
+            let start = *at;
+            *at += t.device_len().next_multiple_of(TABLE_ALIGN);
+            Some(start)
+        })
+        .collect()
+}
+
+/// The device buffer of `tables`, each at its [`offsets`] entry.
+pub fn device_buffer(tables: &[Arc<MaskTable>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for t in tables {
+        out.extend(t.device_bytes());
+        out.resize(out.len().next_multiple_of(TABLE_ALIGN), 0);
+    }
+    out
+}
+
+/// The alignment of a table in a buffer of several (the entries are read as i32, the
+/// words as u64; 256 bytes is what the driver's allocations give).
+pub const TABLE_ALIGN: usize = 256;
 
 /// Tables kept by [`table`].
 pub const KEPT: usize = 16;

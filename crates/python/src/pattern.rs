@@ -43,14 +43,20 @@ impl PyPattern {
     }
 
     /// The GPU kernels' form of `pattern` (dense when `None`): the built-in kinds as
-    /// themselves; any other (`dilated_expr`) as a mask table the kernels read
-    /// (`ringdil_cuda::mask_table`), identified by the file's contents so that a new
-    /// object per call reuses the table.
+    /// themselves; any other (`dilated_expr`) as mask tables the kernels read
+    /// (`ringdil_cuda::mask_table`; one per branch when branches combine by softmax
+    /// denominator), identified by the file's contents so that a new object per call
+    /// reuses them.
     pub fn gpu_pattern(pattern: Option<&Self>) -> PyResult<GpuPattern> {
         let Some(p) = pattern else { return Ok(GpuPattern::Dense) };
         Ok(match p.file.builtin().map_err(errors::pattern_file)? {
             Some(b) => b.into(),
-            None => GpuPattern::Table(TablePattern::keyed(p.spec.pattern.clone(), format!("{:?}", p.file))),
+            None => {
+                let parts = p.file.table_parts().map_err(errors::pattern_file)?;
+                GpuPattern::Table(
+                    TablePattern::keyed(p.spec.pattern.clone(), format!("{:?}", p.file)).with_parts(parts),
+                )
+            }
         })
     }
 

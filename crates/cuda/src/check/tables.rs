@@ -4,12 +4,14 @@
 //!
 //! The patterns: Sparse Transformer's strided pattern written as a Rust `Pattern` impl
 //! outside the crate's built-ins (as `reference/examples/custom_pattern.rs` writes it), a
-//! `dilated_expr` file whose offsets rotate per segment (branches combined by union), and
-//! a random mask with whole empty, whole full and partial 64 x 64 blocks. For each element
+//! `dilated_expr` file whose offsets rotate per segment (branches combined by union, one
+//! table; or by softmax denominator, one table and launch per branch, merged), and a
+//! random mask with whole empty, whole full and partial 64 x 64 blocks. For each element
 //! type and head dim: a forward, a backward, a ring step (pieces at offsets: the table is
 //! indexed by global positions) and a grouped-query forward.
 
 use super::cases::{Case, Kind, fit_spec, sizes};
+use crate::mask_table::TablePattern;
 use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_pattern_file::PatternFile;
@@ -50,6 +52,17 @@ pub fn rotating_union() -> Arc<dyn Pattern> {
     PatternFile::parse(text, false).expect("the check's file parses").pattern().expect("and builds")
 }
 
+/// The same branches combined by softmax denominator (a key two branches keep counts
+/// twice), as the GPU runs it: one table part per branch (`PatternFile::table_parts`).
+pub fn rotating_softmax() -> TablePattern {
+    let text = r#"{"kind": "dilated_expr", "branches": [
+        {"segment": "32", "dilation": 1, "offset": 0},
+        {"segment": "96", "dilation": 3, "offset": "h + s"},
+        {"segment": "192", "dilation": 4, "offset": "h + 2 * s"}]}"#;
+    let file = PatternFile::parse(text, false).expect("the check's file parses");
+    TablePattern::new(file.pattern().expect("builds")).with_parts(file.table_parts().expect("splits"))
+}
+
 /// A random mask over `heads` heads and `seq` positions: each 64 x 64 block (per head) is
 /// empty, full or random pairs, one third each.
 pub fn random_blocks(heads: usize, seq: usize, seed: u64) -> Arc<dyn Pattern> {
@@ -75,18 +88,19 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
             let causal = rng.uniform() < 0.5;
             for (kind, what, causal, kv_group) in [
                 (Kind::Forward, "strided 7 (a Rust Pattern impl)", causal, 1),
-                (Kind::Backward, "rotating offsets (dilated_expr, union)", !causal, 1),
+                (Kind::Backward, "rotating offsets (dilated_expr, softmax denominator: 3 parts)", !causal, 1),
                 (Kind::RingStep, "random blocks", false, 1),
                 (Kind::Forward, "rotating offsets (dilated_expr, union)", true, 2),
             ] {
                 let (seq, batch, heads) = sizes(quick, rng);
                 let heads = heads * kv_group;
                 let pattern = match what {
-                    "random blocks" => random_blocks(heads, seq, rng.next_u64()),
-                    w if w.starts_with("strided") => Arc::new(Strided(7)),
-                    _ => rotating_union(),
+                    "random blocks" => GpuPattern::table(random_blocks(heads, seq, rng.next_u64())),
+                    w if w.starts_with("strided") => GpuPattern::table(Arc::new(Strided(7))),
+                    w if w.contains("softmax") => GpuPattern::Table(rotating_softmax()),
+                    _ => GpuPattern::table(rotating_union()),
                 };
-                let spec = fit_spec(GpuSpec::new(GpuPattern::table(pattern)).causal(causal), batch, seq, rng);
+                let spec = fit_spec(GpuSpec::new(pattern).causal(causal), batch, seq, rng);
                 let name = format!("table {what}{}", if kv_group > 1 { " (gqa)" } else { "" });
                 out.push(Case {
                     kv_heads: heads / kv_group,

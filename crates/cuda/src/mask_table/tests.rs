@@ -3,7 +3,7 @@
 //! tiles, the plan's soundness and what is refused.
 
 use super::*;
-use crate::check::tables::{Strided, random_blocks, rotating_union};
+use crate::check::tables::{Strided, random_blocks, rotating_softmax, rotating_union};
 use ringdil_pattern_file::PatternFile;
 use ringdil_reference::pattern::{Dilated, SlidingWindow, key_counts};
 use ringdil_reference::random::SplitMix64;
@@ -115,15 +115,51 @@ fn a_key_counted_twice_and_a_scaled_head_are_refused_naming_them() {
 #[test]
 fn tables_are_kept_per_pattern_object() {
     let p = TablePattern::new(Arc::new(Strided(5)));
-    let (a, b) = (table(&p, 2, 100).unwrap(), table(&p, 2, 100).unwrap());
+    let (a, b) = (table(&p, 0, 2, 100).unwrap(), table(&p, 0, 2, 100).unwrap());
     assert!(Arc::ptr_eq(&a, &b));
     let other = TablePattern::new(Arc::new(Strided(5)));
-    assert!(!Arc::ptr_eq(&a, &table(&other, 2, 100).unwrap()));
+    assert!(!Arc::ptr_eq(&a, &table(&other, 0, 2, 100).unwrap()));
     assert_ne!(p, other);
     assert_eq!(p, p.clone());
     // Keyed by content: two objects of one pattern file share the table.
     let (a, b) = (rotating_union(), rotating_union());
     let (a, b) = (TablePattern::keyed(a, "rotating".into()), TablePattern::keyed(b, "rotating".into()));
     assert_eq!(a, b);
-    assert!(Arc::ptr_eq(&table(&a, 2, 96).unwrap(), &table(&b, 2, 96).unwrap()));
+    assert!(Arc::ptr_eq(&table(&a, 0, 2, 96).unwrap(), &table(&b, 0, 2, 96).unwrap()));
+}
+
+/// A pattern whose branches overlap runs as parts: one launch per part, each with its own
+/// table at an aligned offset of one buffer, and the parts' tables together keep every
+/// pair as often as the pattern counts it.
+#[test]
+fn parts_are_launches_with_their_tables_side_by_side() {
+    use crate::launch::{block_mask_bytes, launches};
+    use crate::shape::{Chunk, Shape};
+    use crate::spec::{GpuPattern, GpuSpec};
+    let t = rotating_softmax();
+    assert_eq!(t.parts.len(), 3);
+    let (heads, n) = (3, 200);
+    let shape = Shape::square(1, n, heads, 64);
+    let spec = GpuSpec::new(GpuPattern::Table(t.clone()));
+    let whole = Chunk::whole(&shape);
+    let l = launches(&shape, &spec, &whole).unwrap();
+    let tables = tables(&t, heads, n).unwrap();
+    assert_eq!(l.len(), 3);
+    let buffer = block_mask_bytes(&spec, &shape, &whole).unwrap().unwrap();
+    let mut overlaps = 0;
+    for (i, (launch, table)) in l.iter().zip(&tables).enumerate() {
+        assert_eq!(launch.table_offset % TABLE_ALIGN, 0);
+        assert_eq!(launch.params.bs_mask_blocks as usize, table.tiles);
+        assert_eq!(&buffer[launch.table_offset..][..table.device_len()], table.device_bytes().as_slice(), "part {i}");
+    }
+    for h in 0..heads {
+        for q in 0..n {
+            let counts = key_counts(t.pattern.as_ref(), q, h, heads, n);
+            for (k, &c) in counts.iter().enumerate() {
+                assert_eq!(tables.iter().filter(|tb| tb.allowed(h, q, k)).count() as u32, c, "h {h} q {q} k {k}");
+                overlaps += usize::from(c > 1);
+            }
+        }
+    }
+    assert!(overlaps > 0);
 }

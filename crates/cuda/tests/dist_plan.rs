@@ -30,7 +30,7 @@
 //! seeded SplitMix64 streams (`PROPTEST_CASES` overrides the count, as in the proof
 //! crate), and a failure prints its case seed, the case and what went wrong.
 
-use ringdil_cuda::check::tables::Strided;
+use ringdil_cuda::check::tables::{Strided, rotating_softmax};
 use ringdil_cuda::dist::{DistPlan, Piece};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::expr::Constants;
@@ -76,6 +76,9 @@ enum Pat {
     /// Sparse Transformer's strided pattern of this stride, a Rust `Pattern` impl read
     /// from a mask table (`GpuPattern::Table`).
     Table(usize),
+    /// `check::tables::rotating_softmax`: a `dilated_expr` file with rotating offsets
+    /// under the softmax combine, one mask table and launch per branch.
+    TableParts,
 }
 
 /// One GPU plan to check.
@@ -108,6 +111,7 @@ impl Case {
                 GpuPattern::Expr(ExprPattern::new(source, &Constants::new()).expect("the test's masks parse"))
             }
             Pat::Table(stride) => GpuPattern::table(std::sync::Arc::new(Strided(*stride))),
+            Pat::TableParts => GpuPattern::Table(rotating_softmax()),
         };
         let spec = GpuSpec::new(pattern).causal(self.causal);
         match &self.key_lengths {
@@ -224,7 +228,8 @@ fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
             })
         }
         3 => Pat::Expr(rng.range(0, EXPRESSIONS.len() - 1)),
-        4 => Pat::Table(rng.range(2, 90)),
+        4 if chance(rng, 50) => Pat::Table(rng.range(2, 90)),
+        4 => Pat::TableParts,
         _ => {
             let count = rng.range(1, 3);
             Pat::Dilated(random_branches(rng, n + 16, count, 1))

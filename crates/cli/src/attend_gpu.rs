@@ -14,9 +14,10 @@
 //! difference a user of the GPU path sees.
 
 use crate::tensor_io;
-use ndarray::{Array3, Array4, ArrayView3, ArrayView4};
+use ndarray::{Array3, Array4, ArrayView3};
 use ringdil_cuda::check::{bound, inputs::round};
 use ringdil_cuda::{Chunk, Dtype, Gpu, GpuPattern, GpuSpec, Shape};
+use ringdil_reference::compare::{pointwise_err, rel_err};
 use ringdil_reference::{Spec, attention};
 use serde::Serialize;
 use std::error::Error;
@@ -31,8 +32,10 @@ pub struct GpuReport {
     pub check: Option<CheckReport>,
 }
 
-/// The GPU result against the reference (relative error `||x - ref|| / ||ref||` of the
-/// output; the LSE's largest absolute difference over rows that have a key).
+/// The GPU result against the reference, by the project's measures
+/// (`ringdil_reference::compare`): `rel_err` (`||x - ref|| / ||ref||`) of the output,
+/// `pointwise_err` (largest `|x - ref| / (1 + |ref|)`; `-inf` on both sides agrees) of the
+/// LSE.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckReport {
     /// Against the reference on the rounded inputs: the kernels' error.
@@ -105,13 +108,13 @@ pub fn run(
         true => {
             let on_rounded = attention(qr.view(), kr.view(), vr.view(), spec)?;
             let on_inputs = attention(q.view(), k.view(), v.view(), spec)?;
-            let (lse_err, empty_row_mismatches) = lse_error(lse.view(), on_rounded.lse.view());
+            let out64 = out.mapv(f64::from);
             Some(CheckReport {
-                out_vs_rounded_inputs: rel_err(out.view(), on_rounded.out.view()),
-                lse_vs_rounded_inputs: lse_err,
-                out_vs_inputs: rel_err(out.view(), on_inputs.out.view()),
+                out_vs_rounded_inputs: rel_err(out64.iter(), on_rounded.out.iter()),
+                lse_vs_rounded_inputs: pointwise_err(lse.mapv(f64::from).iter(), on_rounded.lse.iter()),
+                out_vs_inputs: rel_err(out64.iter(), on_inputs.out.iter()),
                 bound: bound(dtype),
-                empty_row_mismatches,
+                empty_row_mismatches: empty_row_mismatches(lse.view(), on_rounded.lse.view()),
             })
         }
     };
@@ -151,28 +154,9 @@ fn rounded(name: &str, x: &Array4<f64>, dtype: Dtype) -> Result<(Vec<u16>, Array
     Ok((bits, Array4::from_shape_vec(x.raw_dim(), exact).expect("same length as x")))
 }
 
-/// `||x - r|| / ||r||` (0 when both are zero).
-fn rel_err(x: ArrayView4<f32>, r: ArrayView4<f64>) -> f64 {
-    let (mut diff, mut norm) = (0.0, 0.0);
-    for (&a, &b) in x.iter().zip(r.iter()) {
-        diff += (f64::from(a) - b).powi(2);
-        norm += b * b;
-    }
-    if norm == 0.0 { diff.sqrt() } else { (diff / norm).sqrt() }
-}
-
-/// The largest `|lse - ref|` over rows where both are finite, and the number of rows
-/// where exactly one is -inf.
-fn lse_error(lse: ArrayView3<f32>, r: ArrayView3<f64>) -> (f64, usize) {
-    let (mut worst, mut mismatches) = (0.0f64, 0);
-    for (&a, &b) in lse.iter().zip(r.iter()) {
-        match (a.is_finite(), b.is_finite()) {
-            (true, true) => worst = worst.max((f64::from(a) - b).abs()),
-            (false, false) => {}
-            _ => mismatches += 1,
-        }
-    }
-    (worst, mismatches)
+/// The number of rows where exactly one of `lse` and `r` is -inf (no key).
+fn empty_row_mismatches(lse: ArrayView3<f32>, r: ArrayView3<f64>) -> usize {
+    lse.iter().zip(r.iter()).filter(|(a, b)| a.is_finite() != b.is_finite()).count()
 }
 
 /// Write the GPU's output (and LSE) as f32 `.npy`.
@@ -212,12 +196,10 @@ mod tests {
     }
 
     #[test]
-    fn errors_measure_what_they_say() {
-        let r = Array4::from_shape_vec((1, 1, 1, 2), vec![3.0, 4.0]).unwrap();
-        let x = Array4::from_shape_vec((1, 1, 1, 2), vec![3.0f32, 4.5]).unwrap();
-        assert!((rel_err(x.view(), r.view()) - 0.1).abs() < 1e-12);
-        let lse = Array3::from_shape_vec((1, 1, 3), vec![1.0f32, f32::NEG_INFINITY, 2.0]).unwrap();
-        let reference = Array3::from_shape_vec((1, 1, 3), vec![1.25, f64::NEG_INFINITY, f64::NEG_INFINITY]).unwrap();
-        assert_eq!(lse_error(lse.view(), reference.view()), (0.25, 1));
+    fn rows_empty_on_one_side_only_are_counted() {
+        let lse = Array3::from_shape_vec((1, 1, 4), vec![1.0f32, f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY]).unwrap();
+        let reference =
+            Array3::from_shape_vec((1, 1, 4), vec![1.25, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.5]).unwrap();
+        assert_eq!(empty_row_mismatches(lse.view(), reference.view()), 2);
     }
 }

@@ -416,7 +416,7 @@ fn print_gpu(gpu: &ringdil_cli::attend_gpu::GpuReport) {
     if let Some(c) = &gpu.check {
         println!(
             "against the f64 reference: output {:.2e} on the rounded inputs (the kernels' error; gpu_check's bound {:.0e}), \
-             {:.2e} on the inputs as read; LSE max |difference| {:.2e}; rows empty in one only: {}",
+             {:.2e} on the inputs as read; LSE pointwise {:.2e}; rows empty in one only: {}",
             c.out_vs_rounded_inputs, c.bound, c.out_vs_inputs, c.lse_vs_rounded_inputs, c.empty_row_mismatches
         );
     }

@@ -1,6 +1,6 @@
 //! The GPU tile plans on ring chunks: for any query and key axes (offset, stride, rows)
-//! of a sequence, any pattern the kernels mask (dense, window, one LongNet branch) and
-//! causality, every allowed (query, key, head) pair lies in a tile that the forward and
+//! of a sequence, any pattern the kernels mask (dense, window, one LongNet branch, a Rust
+//! `Pattern` impl read from a mask table) and causality, every allowed (query, key, head) pair lies in a tile that the forward and
 //! backward plans of both kernel families visit (at d = 64, where the wgmma forward plans
 //! over 192 x 128 tiles), at launch indices inside the launch (`IndexMap::index_of`, the
 //! inverse of the kernels' row map; compact bases per side for dilated branches). A
@@ -14,6 +14,7 @@ use ringdil_cuda::shape::{Chunk, Shape};
 use ringdil_cuda::family::Family;
 use ringdil_cuda::plan::Side;
 use ringdil_cuda::family::TILE;
+use ringdil_cuda::check::tables::Strided;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Dilated, key_counts};
 
@@ -36,15 +37,16 @@ fuzz_target!(|input: Input| {
         ((offset as usize) % (n + 2), (stride % 5) as usize, (rows as usize) % (n + 2))
     };
     let ((qo, qs, qr), (ko, ks, kr)) = (axis(input.q), axis(input.k));
-    let dilated = match input.pattern % 3 {
+    let dilated = match input.pattern % 4 {
         2 => {
             let w = (input.a as usize) % (2 * n) + 1;
             Some(Dilated::longnet(&[(w, (input.b as usize) % w.min(16) + 1)]))
         }
         _ => None,
     };
-    let pattern = match (input.pattern % 3, &dilated) {
+    let pattern = match (input.pattern % 4, &dilated) {
         (1, _) => GpuPattern::Window { left: input.a as usize % 300, right: input.b as usize % 100 },
+        (3, _) => GpuPattern::table(std::sync::Arc::new(Strided((input.a as usize) % 100 + 1))),
         (_, Some(d)) => GpuPattern::Dilated(d.clone()),
         _ => GpuPattern::Dense,
     };

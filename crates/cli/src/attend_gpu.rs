@@ -78,6 +78,11 @@ pub fn run(
         )
         .into());
     }
+    // A materialised pattern's table is built on the host: what it cannot hold (a key
+    // counted twice) is an error here, on any machine.
+    if let GpuPattern::Table(t) = &pattern {
+        ringdil_cuda::mask_table::tables(t, heads, seq)?;
+    }
     let (qh, qr) = rounded("q", q, dtype)?;
     let (kh, kr) = rounded("k", k, dtype)?;
     let (vh, vr) = rounded("v", v, dtype)?;

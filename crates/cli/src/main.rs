@@ -367,8 +367,8 @@ fn run_attend(
 }
 
 /// `attend`'s GPU options as a [`attend::How`], or None on the CPU; their misuse (a GPU
-/// option without `--device gpu`, simulated ranks with it, a pattern with no GPU mask)
-/// is an error before any tensor is read.
+/// option without `--device gpu`, simulated ranks with it) is an error before any tensor
+/// is read.
 fn attend_gpu_options(
     pattern: Option<&std::path::Path>,
     device: &DeviceArgs,
@@ -388,19 +388,20 @@ fn attend_gpu_options(
                     (the NCCL ring: ringdil.ring_attention, or ring_bench / ring_check under `ringdil launch`)"
             .into());
     }
+    // The built-in kinds as themselves; any other (dilated_expr) as mask tables (one per
+    // branch under the softmax-denominator combine), keyed by the file's contents.
     let gpu_pattern = match pattern {
         None => ringdil_cuda::GpuPattern::Dense,
-        Some(path) => match PatternFile::load(path)?.builtin()? {
-            Some(b) => b.into(),
-            None => {
-                return Err(format!(
-                    "--pattern {}: dilated_expr patterns run in the reference only; the GPU kernels take dense, \
-                     sliding_window, block_sparse, dilated and expr patterns",
-                    path.display()
-                )
-                .into());
+        Some(path) => {
+            let file = PatternFile::load(path)?;
+            match file.builtin()? {
+                Some(b) => b.into(),
+                None => ringdil_cuda::GpuPattern::Table(
+                    ringdil_cuda::mask_table::TablePattern::keyed(file.pattern()?, format!("{file:?}"))
+                        .with_parts(file.table_parts()?),
+                ),
             }
-        },
+        }
     };
     let dtype = match device.dtype.unwrap_or(GpuDtype::Bf16) {
         GpuDtype::Bf16 => ringdil_cuda::Dtype::Bf16,

@@ -445,16 +445,12 @@ fn attend_gpu_misuse_and_unrepresentable_inputs_are_errors() {
     let paths = npy_files("gpu-errors", &[&q, &k, &v], &["o"]);
     let (a, b, c, o) = (paths[0].as_str(), paths[1].as_str(), paths[2].as_str(), paths[3].as_str());
     let base = ["attend", "--q", a, "--k", b, "--v", c, "--out", o];
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["--dtype", "f16"], "error: --dtype: the type the GPU's inputs are rounded to; it needs --device gpu"),
         (&["--check"], "error: --check: compares the GPU's result with the reference; it needs --device gpu"),
         (
             &["--device", "gpu", "--ring", "2"],
             "error: --ring: simulated ranks run the CPU reference; with --device gpu",
-        ),
-        (
-            &["--device", "gpu", "--pattern", "docs/patterns/rotating_offsets.toml"],
-            "error: --pattern docs/patterns/rotating_offsets.toml: dilated_expr patterns run in the reference only",
         ),
         (
             &["--device", "gpu", "--dtype", "f16"],

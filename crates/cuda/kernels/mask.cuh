@@ -5,6 +5,33 @@
 // bit mask; mask_scores (forward) and mask_scores_t (backward, transposed) apply it to a
 // warp's scores. A new GPU pattern's element rule goes in `allowed`.
 
+#if TABLE
+// PATTERN_TABLE: a pattern materialised on the host (crates/cuda/src/mask_table.rs).
+// block_mask holds, per (pattern head, query tile, key tile) of TABLE_TILE positions, an
+// i32 entry (0: no pair, 1: every pair, c >= 2: partial tile c - 2), padded to 8 bytes,
+// then TABLE_TILE 64-bit words per partial tile (one per query row, bit j for key j);
+// bs_mask_blocks is the tiles per side.
+__device__ __forceinline__ bool table_allowed(const Params& p, int h, int i, int j) {
+    const int t = p.bs_mask_blocks;
+    const int* entries = reinterpret_cast<const int*>(p.block_mask);
+    const int c = __ldg(entries + ((size_t)(p.head_base + h) * t + i / TABLE_TILE) * t + j / TABLE_TILE);
+    if (c < 2) return c == 1;
+    const size_t entry_bytes = ((size_t)p.pattern_heads * t * t * 4 + 7) & ~(size_t)7;
+    const unsigned long long* words = reinterpret_cast<const unsigned long long*>(p.block_mask + entry_bytes);
+    return (__ldg(words + (size_t)(c - 2) * TABLE_TILE + i % TABLE_TILE) >> (j % TABLE_TILE)) & 1ull;
+}
+// Does head h's table keep every pair of every table tile under query positions qf..ql
+// and key positions kf..kl (entries 1)? Then tile_full needs no element test.
+__device__ __forceinline__ bool table_full(const Params& p, int h, int qf, int ql, int kf, int kl) {
+    const int t = p.bs_mask_blocks;
+    const int* head = reinterpret_cast<const int*>(p.block_mask) + (size_t)(p.head_base + h) * t * t;
+    for (int a = qf / TABLE_TILE; a <= ql / TABLE_TILE; ++a)
+        for (int c = kf / TABLE_TILE; c <= kl / TABLE_TILE; ++c)
+            if (__ldg(head + (size_t)a * t + c) != 1) return false;
+    return true;
+}
+#endif
+
 // Does query position i see key position j (both global, valid)? Mirrors the reference's
 // patterns plus causality and padding (klimit = min(key length, seq_len)).
 __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, int klimit) {
@@ -27,6 +54,9 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
 #ifdef RINGDIL_EXPR
     // A pattern file's mask expression, compiled into this module (expr_source.rs).
     if (p.pattern == PATTERN_EXPR) return expr_allowed(p, h, i, j);
+#endif
+#if TABLE
+    if (p.pattern == PATTERN_TABLE) return table_allowed(p, h, i, j);
 #endif
     return true;
 }
@@ -67,6 +97,14 @@ __device__ __forceinline__ bool tile_full(const Params& p, int b, int h, int q0,
         return compact_tile_full(p, compact_key_seg(p, e, klimit), q0, qn, k1);
     }
     const int klast = ka.offset + k1 * ka.stride, qfirst = qa.offset + q0 * qa.stride;
+#if TABLE
+    // A table tile of entries 1 only: the span of the positions (a superset of a strided
+    // axis's rows) decides, with the launch's bounds, padding and causality as for dense.
+    if (p.pattern == PATTERN_TABLE)
+        return k1 < p.nk && klast < klimit && (!p.causal || klast <= qfirst) &&
+               table_full(p, h, qfirst, qa.offset + (min(q0 + qn, p.nq) - 1) * qa.stride, ka.offset + k0 * ka.stride,
+                          klast);
+#endif
     return p.pattern == PATTERN_DENSE && k1 < p.nk && klast < klimit && (!p.causal || klast <= qfirst) &&
            docs_cover(p, b, qfirst, qa.offset + (min(q0 + qn, p.nq) - 1) * qa.stride, ka.offset + k0 * ka.stride, klast);
 }

@@ -17,7 +17,7 @@ struct Params {
     const int* key_len;        // per batch row, null: no padding
     const int* plan_ptr;       // CSR of the tile plan: row tile -> visited column tiles
     const int* plan_idx;
-    const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2, or null
+    const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2; or the mask table (PATTERN_TABLE); or null
     const int* doc_first;      // packed sequences: per (batch row, position), the first and
     const int* doc_last;       // last position of its document; null: no documents
     int batch, heads;

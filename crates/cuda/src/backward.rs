@@ -190,7 +190,7 @@ impl Gpu {
                 dk: dkp,
                 dv: dvp,
                 key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
-                block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0),
+                block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64),
                 doc_first: prep.doc_spans.as_ref().map_or(0, |x| x.0.device_ptr(st).0),
                 doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
                 plan_rows: l.cols.rows_per_batch(),

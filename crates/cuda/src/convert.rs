@@ -106,9 +106,35 @@ impl Gpu {
     /// dQ, dK, dV in the inputs' 16-bit type, from the 16-bit forward output `out` and its
     /// LSE ([`Gpu::forward_half_into`]) for the upstream gradient `dout`. dK, dV come from
     /// the epilogue when each row is written once, else from f32 sums and a pass; dQ
-    /// always from f32 reductions and a pass (module docs).
+    /// always from f32 reductions and a pass (module docs). The f32 sums are allocated
+    /// here, on the stream; [`Gpu::backward_half_with`] takes them from the caller.
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass
     pub fn backward_half_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        saved: (&DeviceTensor, &CudaSlice<f32>),
+        dout: &DeviceTensor,
+        grads: [&mut DeviceTensor; 3],
+    ) -> Result<()> {
+        let [dq_len, kv_len] = half_scratch_lens(prep);
+        // SAFETY: the backward clears every f32 sum before its reductions.
+        let mut dq32 = unsafe { self.stream.alloc::<f32>(dq_len)? };
+        let mut kv32 = match kv_len {
+            0 => None,
+            n => Some(unsafe { (self.stream.alloc::<f32>(n)?, self.stream.alloc::<f32>(n)?) }),
+        };
+        let kv = kv32.as_mut().map(|(a, b)| (a, b));
+        self.backward_half_with(prep, q, k, v, saved, dout, grads, HalfScratch { dq: &mut dq32, kv })
+    }
+
+    /// [`Gpu::backward_half_into`] with the f32 sums in the caller's memory, of
+    /// [`half_scratch_lens`] (a caller with its own allocator, as PyTorch has, keeps the
+    /// memory in its accounts and its cache).
+    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass
+    pub fn backward_half_with(
         &self,
         prep: &mut Prepared,
         q: &DeviceTensor,
@@ -117,21 +143,47 @@ impl Gpu {
         (out, lse): (&DeviceTensor, &CudaSlice<f32>),
         dout: &DeviceTensor,
         [dq, dk, dv]: [&mut DeviceTensor; 3],
+        scratch: HalfScratch<'_>,
     ) -> Result<()> {
         let s = prep.shape;
-        // SAFETY: the backward clears dq before its reductions.
-        let mut dq32 = unsafe { self.stream.alloc::<f32>(s.q_len().max(1))? };
-        if kv_accumulates(prep, false) {
-            // SAFETY: cleared by the backward (it accumulates into them).
-            let (mut dk32, mut dv32) =
-                unsafe { (self.stream.alloc::<f32>(s.k_len().max(1))?, self.stream.alloc::<f32>(s.k_len().max(1))?) };
-            let kv = KvDest::F32(&mut dk32, &mut dv32);
-            self.backward(prep, q, k, v, Saved::Half(out, lse), dout, &mut dq32, kv, false)?;
-            self.to_half_into(prep.dtype, s.head_dim, &dk32, dk)?;
-            self.to_half_into(prep.dtype, s.head_dim, &dv32, dv)?;
-        } else {
-            self.backward(prep, q, k, v, Saved::Half(out, lse), dout, &mut dq32, KvDest::Half(dk, dv), false)?;
+        let [dq_len, kv_len] = half_scratch_lens(prep);
+        let lens = [
+            scratch.dq.len(),
+            scratch.kv.as_ref().map_or(0, |(a, _)| a.len()),
+            scratch.kv.as_ref().map_or(0, |(_, b)| b.len()),
+        ];
+        if lens != [dq_len, kv_len, kv_len] {
+            return Err(CudaError::ShapeMismatch {
+                what: "f32 backward sums (dq, dk, dv)",
+                expected: vec![dq_len, kv_len, kv_len],
+                got: lens.to_vec(),
+            });
         }
-        self.to_half_into(prep.dtype, s.head_dim, &dq32, dq)
+        match scratch.kv {
+            Some((dk32, dv32)) => {
+                let kv = KvDest::F32(dk32, dv32);
+                self.backward(prep, q, k, v, Saved::Half(out, lse), dout, scratch.dq, kv, false)?;
+                self.to_half_into(prep.dtype, s.head_dim, dk32, dk)?;
+                self.to_half_into(prep.dtype, s.head_dim, dv32, dv)?;
+            }
+            None => {
+                self.backward(prep, q, k, v, Saved::Half(out, lse), dout, scratch.dq, KvDest::Half(dk, dv), false)?
+            }
+        }
+        self.to_half_into(prep.dtype, s.head_dim, scratch.dq, dq)
     }
+}
+
+/// The f32 sums of a 16-bit backward ([`Gpu::backward_half_with`]): dQ's, and dK's and
+/// dV's where rows are added into (several launches, grouped-query heads, compact rows).
+pub struct HalfScratch<'a> {
+    pub dq: &'a mut CudaSlice<f32>,
+    pub kv: Option<(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>)>,
+}
+
+/// Elements of the f32 sums a 16-bit backward of `prep` needs: `[dQ, each of dK and dV]`
+/// (0 for dK, dV when the epilogue writes them in 16 bits).
+pub fn half_scratch_lens(prep: &Prepared) -> [usize; 2] {
+    let s = prep.shape;
+    [s.q_len().max(1), if kv_accumulates(prep, false) { s.k_len().max(1) } else { 0 }]
 }

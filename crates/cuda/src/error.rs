@@ -24,6 +24,9 @@ pub enum CudaError {
     HeadSliceOutOfRange { first: usize, heads: usize, all_heads: usize },
     /// Batch rows `start..end` that are empty or not inside a batch of `batch` rows.
     BatchRows { start: usize, end: usize, batch: usize },
+    /// A pattern materialised as a GPU table ([`crate::mask_table`]) that counts `key`
+    /// more than once for `query` of `head` (a table holds each pair once).
+    Multiplicity { query: usize, key: usize, head: usize },
     /// Memory from another library that does not start on a 16-byte boundary: the
     /// kernels load 16-byte words (TMA, cp.async, vector loads).
     Misaligned { what: &'static str, address: u64 },
@@ -70,6 +73,12 @@ impl fmt::Display for CudaError {
             CudaError::BatchRows { start, end, batch } => {
                 write!(f, "batch rows {start}..{end} are empty or not inside the batch of {batch} rows")
             }
+            CudaError::Multiplicity { query, key, head } => write!(
+                f,
+                "the pattern counts key {key} more than once for query {query} of head {head}: a GPU mask table keeps \
+                 each pair once (the built-in dilated pattern runs overlapping branches; a dilated_expr file can \
+                 combine its branches by union)"
+            ),
             CudaError::Misaligned { what, address } => write!(
                 f,
                 "{what}: device address {address:#x} is not a multiple of 16 bytes; the kernels load 16-byte words (copy it to fresh memory)"

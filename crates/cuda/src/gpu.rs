@@ -236,7 +236,10 @@ impl Gpu {
             GpuPattern::Expr(e) => Some(crate::expr_source::register(e)),
             _ => None,
         };
-        let variant = Variant::new(dtype, shape.head_dim).with_documents(spec.documents.is_some()).with_expr(expr);
+        let variant = Variant::new(dtype, shape.head_dim)
+            .with_documents(spec.documents.is_some())
+            .with_expr(expr)
+            .with_table(matches!(spec.pattern, GpuPattern::Table(_)));
         let kernels = self.kernels(variant)?;
         let launches = specs
             .into_iter()
@@ -254,7 +257,7 @@ impl Gpu {
             Some(l) => Some(self.stream.clone_htod(&l.iter().map(|&x| x as i32).collect::<Vec<_>>())?),
             None => None,
         };
-        let block_mask = match launch::block_mask_bytes(spec) {
+        let block_mask = match launch::block_mask_bytes(spec, shape, chunk)? {
             Some(m) => Some(self.stream.clone_htod(&m)?),
             None => None,
         };

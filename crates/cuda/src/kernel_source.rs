@@ -13,6 +13,7 @@
 
 use crate::family::{FWD_Q_TILE, Family, MMA_THREADS, PRODUCER_THREADS, TILE};
 use crate::gpu::DELTA_LANES;
+use crate::mask_table::TABLE_TILE;
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::shape::Dtype;
 use crate::variant::Variant;
@@ -90,6 +91,8 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("IS_F16", (dtype == Dtype::F16) as usize, "16-bit inputs: f16 (1) or bf16 (0)"),
         d("WGMMA", (f == Family::Wgmma) as usize, "kernel family: wgmma + TMA (1) or mma.sync (0)"),
         d("DOCS", variant.documents as usize, "launches may carry packed documents (document cut compiled in)"),
+        d("TABLE", variant.table as usize, "launches may read a materialised mask table (PATTERN_TABLE)"),
+        d("TABLE_TILE", TABLE_TILE, "positions per mask-table tile side (one 64-bit word per row)"),
         d("BM", TILE, "query rows of a plan tile"),
         d("BN", TILE, "key rows of a plan tile"),
         d("NTHREADS", MMA_THREADS as usize, "threads of an mma-family block"),

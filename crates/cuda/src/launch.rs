@@ -5,9 +5,10 @@
 
 use crate::error::{CudaError, Result};
 use crate::family::{Family, TILE};
+use crate::mask_table::{self, MaskTable};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{IndexMap, TilePlan, documents, plan};
+use crate::plan::{IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Offset};
@@ -32,6 +33,9 @@ pub struct LaunchSpec {
     /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
     /// produces dK, dV and dQ from it).
     pub cols: TilePlan,
+    /// A table part's launch: where its mask table starts in the call's buffer
+    /// (`Prepared::block_mask`), in bytes; 0 otherwise.
+    pub table_offset: usize,
 }
 
 /// The attention kernels of a compiled module, by role.
@@ -225,13 +229,29 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         total: chunk.pattern_heads(shape.heads),
         seq_len: chunk.seq_len,
     };
-    let build = |params: Params, branch: Option<&Branch>, map: IndexMap| -> Result<LaunchSpec> {
+    // A materialised pattern's tables, one per part (built at their first use, then kept:
+    // mask_table::table), where each starts in the call's buffer, and the pattern heads of
+    // this launch.
+    let tables = match &spec.pattern {
+        GpuPattern::Table(t) => mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?,
+        _ => Vec::new(),
+    };
+    let table_offsets = mask_table::offsets(&tables);
+    let heads = chunk.first_head..chunk.first_head + shape.heads;
+    // A launch of `params` over `map`: a dilated branch's (`branch`), or a table part's
+    // (`part`: its table and where it starts in the buffer).
+    let build = |params: Params,
+                 branch: Option<&Branch>,
+                 part: Option<(&MaskTable, usize)>,
+                 map: IndexMap|
+     -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
-        let tile_plan = |tiles| match &spec.pattern {
-            GpuPattern::Expr(e) => expression::plan(e, expr_scope, spec.causal, map, tiles),
-            pattern => plan(pattern, branch, spec.causal, map, tiles),
+        let tile_plan = |tiles| match (&spec.pattern, part) {
+            (GpuPattern::Expr(e), _) => expression::plan(e, expr_scope, spec.causal, map, tiles),
+            (GpuPattern::Table(_), Some((t, _))) => table::plan(t, heads.clone(), spec.causal, map, tiles),
+            (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
         };
         let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
@@ -254,14 +274,26 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        Ok(LaunchSpec { params, map, family, head_dim: shape.head_dim, fwd_q_tile, fwd_k_tile, fwd, cols })
+        let table_offset = part.map_or(0, |(_, at)| at);
+        Ok(LaunchSpec {
+            params,
+            map,
+            family,
+            head_dim: shape.head_dim,
+            fwd_q_tile,
+            fwd_k_tile,
+            fwd,
+            cols,
+            table_offset,
+        })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
     match &spec.pattern {
-        GpuPattern::Dense => Ok(vec![build(base, None, identity)?]),
+        GpuPattern::Dense => Ok(vec![build(base, None, None, identity)?]),
         GpuPattern::Window { left, right } => Ok(vec![build(
             Params { pattern: PatternCode::Window as i32, win_left: clamp(*left), win_right: clamp(*right), ..base },
+            None,
             None,
             identity,
         )?]),
@@ -275,9 +307,24 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 bs_mask_blocks: bs.block_mask.as_ref().map_or(0, |m| m.len() as i32),
                 ..base
             };
-            Ok(vec![build(params, None, identity)?])
+            Ok(vec![build(params, None, None, identity)?])
         }
-        GpuPattern::Expr(_) => Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, identity)?]),
+        GpuPattern::Expr(_) => {
+            Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, identity)?])
+        }
+        // One launch per part; several merge as a dilated pattern's branches do.
+        GpuPattern::Table(_) => tables
+            .iter()
+            .zip(&table_offsets)
+            .map(|(t, &at)| {
+                let params = Params {
+                    pattern: PatternCode::Table as i32,
+                    bs_mask_blocks: fits_i32("mask table tiles", t.tiles)?,
+                    ..base
+                };
+                build(params, None, Some((t.as_ref(), at)), identity)
+            })
+            .collect(),
         GpuPattern::Dilated(d) => d
             .branches
             .iter()
@@ -303,24 +350,28 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 // starts); a strided (striped-layout) axis evaluates the branch mask in place.
                 if qa.stride == 1 && ka.stride == 1 {
                     let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
-                    build(Params { compact: 1, ..params }, Some(&branch), map)
+                    build(Params { compact: 1, ..params }, Some(&branch), None, map)
                 } else {
-                    build(params, Some(&branch), identity)
+                    build(params, Some(&branch), None, identity)
                 }
             })
             .collect(),
     }
 }
 
-/// Block-sparse user mask flattened row-major for the kernel (`blocks x blocks` bytes).
-pub fn block_mask_bytes(spec: &GpuSpec) -> Option<Vec<u8>> {
-    match &spec.pattern {
+/// The call's `block_mask` buffer: a block-sparse user mask flattened row-major for the
+/// kernel (`blocks x blocks` bytes), or a table pattern's tables ([`mask_table::device_buffer`]).
+pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<Option<Vec<u8>>> {
+    Ok(match &spec.pattern {
         GpuPattern::BlockSparse(bs) => bs.block_mask.as_ref().map(|m| {
             let n = m.len();
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
+        GpuPattern::Table(t) => {
+            Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
+        }
         _ => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -519,8 +570,12 @@ mod tests {
     fn block_mask_is_flattened_row_major() {
         let m = vec![vec![true, false], vec![false, true]];
         let bs = BlockSparse { block_mask: Some(m), local_radius: None, ..BlockSparse::local(8, 0) };
-        assert_eq!(block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs))), Some(vec![1, 0, 0, 1]));
-        assert_eq!(block_mask_bytes(&dense()), None);
+        let (shape, whole) = (Shape::square(1, 16, 1, 64), Chunk::whole(&Shape::square(1, 16, 1, 64)));
+        assert_eq!(
+            block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs)), &shape, &whole).unwrap(),
+            Some(vec![1, 0, 0, 1])
+        );
+        assert_eq!(block_mask_bytes(&dense(), &shape, &whole).unwrap(), None);
     }
 
     /// A launch over a slice of heads carries the slice's first head and the pattern's

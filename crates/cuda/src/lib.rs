@@ -47,6 +47,7 @@ pub mod forward;
 pub mod gpu;
 pub mod kernel_source;
 pub mod launch;
+pub mod mask_table;
 pub mod params;
 pub mod plan;
 pub mod pool;

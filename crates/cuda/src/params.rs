@@ -45,7 +45,8 @@ params! {
     /// CSR of the tile plan: row tile -> visited column tiles.
     plan_ptr: u64,
     plan_idx: u64,
-    /// Block-sparse user mask, `bs_mask_blocks^2` bytes, or 0.
+    /// Block-sparse user mask, `bs_mask_blocks^2` bytes; or (`PATTERN_TABLE`) the mask
+    /// table, `bs_mask_blocks` tiles per side (`crate::mask_table`); or 0.
     block_mask: u64,
     /// Packed sequences: per (batch row, position), the first and the last position of
     /// its document (`[batch, seq_len]` i32 each); 0: no documents.
@@ -126,6 +127,8 @@ pub enum PatternCode {
     Dilated = 3,
     /// A mask expression compiled into the module (`crate::expr_source`).
     Expr = 4,
+    /// A pattern materialised as a mask table (`crate::mask_table`).
+    Table = 5,
 }
 
 /// `Params::dil_rule`: a dilated branch's offset for head h (`OFFSET_*` in the kernels).
@@ -142,12 +145,13 @@ pub enum OffsetRule {
 
 impl PatternCode {
     /// Every code with its kernel-side name.
-    pub const ALL: [(&'static str, PatternCode); 5] = [
+    pub const ALL: [(&'static str, PatternCode); 6] = [
         ("PATTERN_DENSE", PatternCode::Dense),
         ("PATTERN_WINDOW", PatternCode::Window),
         ("PATTERN_BLOCK_SPARSE", PatternCode::BlockSparse),
         ("PATTERN_DILATED", PatternCode::Dilated),
         ("PATTERN_EXPR", PatternCode::Expr),
+        ("PATTERN_TABLE", PatternCode::Table),
     ];
 }
 

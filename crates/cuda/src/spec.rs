@@ -7,10 +7,12 @@
 //! ([`GpuSpec::to_reference`]), so that both sides are built from one value.
 
 use crate::error::{CudaError, Result};
+use crate::mask_table::TablePattern;
 use ringdil_pattern_file::Builtin;
-use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, ExprPattern, SlidingWindow};
+use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, ExprPattern, Pattern, SlidingWindow};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// The patterns with a GPU mask.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +31,16 @@ pub enum GpuPattern {
     /// ([`crate::expr_source`]); tiles the expression cannot reach are skipped (the tile
     /// plan classifies them with the reference's interval arithmetic).
     Expr(ExprPattern),
+    /// Any reference pattern (a Rust `Pattern` impl, a `dilated_expr` file), materialised
+    /// as a mask table the kernels read ([`crate::mask_table`]); each key at most once.
+    Table(TablePattern),
+}
+
+impl GpuPattern {
+    /// `pattern` on the GPU through a mask table ([`GpuPattern::Table`]).
+    pub fn table(pattern: Arc<dyn Pattern>) -> Self {
+        GpuPattern::Table(TablePattern::new(pattern))
+    }
 }
 
 /// A pattern file's built-in kind as the kernels evaluate it (a file of a kind with no
@@ -85,6 +97,7 @@ impl GpuSpec {
             GpuPattern::BlockSparse(b) => Spec::new(b.clone()),
             GpuPattern::Dilated(d) => Spec::new(d.clone()),
             GpuPattern::Expr(e) => Spec::new(e.clone()),
+            GpuPattern::Table(t) => Spec { pattern: t.pattern.clone(), ..Spec::dense() },
         };
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();

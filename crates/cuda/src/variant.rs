@@ -1,5 +1,6 @@
 //! What one kernel module is specialised for besides its NVRTC target: the element type,
-//! the head dim, and whether its launches carry packed documents.
+//! the head dim, whether its launches carry packed documents, the mask expression compiled
+//! into it and whether it reads mask tables.
 //!
 //! Documents are a property of the module, not a run-time switch, so that launches
 //! without documents run the kernels as they were before documents existed: in a module
@@ -20,12 +21,15 @@ pub struct Variant {
     pub documents: bool,
     /// The mask expression compiled into this module (`PATTERN_EXPR` launches), if any.
     pub expr: Option<ExprId>,
+    /// Launches of this module may read a materialised mask table (`PATTERN_TABLE`,
+    /// [`crate::mask_table`]); without it the table lookup compiles away.
+    pub table: bool,
 }
 
 impl Variant {
     /// The module for `dtype` and `head_dim`, without documents.
     pub fn new(dtype: Dtype, head_dim: usize) -> Self {
-        Variant { dtype, head_dim, documents: false, expr: None }
+        Variant { dtype, head_dim, documents: false, expr: None, table: false }
     }
 
     /// The same module with document support compiled in (or not).
@@ -38,11 +42,18 @@ impl Variant {
         Variant { expr, ..self }
     }
 
-    /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs` or `Bf16_d64_expr3`.
+    /// The same module with the mask-table lookup compiled in (or not).
+    pub fn with_table(self, table: bool) -> Self {
+        Variant { table, ..self }
+    }
+
+    /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs`, `Bf16_d64_expr3` or
+    /// `Bf16_d128_table`.
     pub fn tag(&self) -> String {
         let docs = if self.documents { "_docs" } else { "" };
         let expr = self.expr.map_or(String::new(), |e| format!("_expr{}", e.0));
-        format!("{:?}_d{}{docs}{expr}", self.dtype, self.head_dim)
+        let table = if self.table { "_table" } else { "" };
+        format!("{:?}_d{}{docs}{expr}{table}", self.dtype, self.head_dim)
     }
 }
 
@@ -58,5 +69,8 @@ mod tests {
         let expr = Variant::new(Dtype::Bf16, 64).with_expr(Some(ExprId(3)));
         assert_eq!(expr.tag(), "Bf16_d64_expr3");
         assert_ne!(expr, expr.with_expr(Some(ExprId(4))));
+        let table = Variant::new(Dtype::Bf16, 128).with_table(true);
+        assert_eq!(table.tag(), "Bf16_d128_table");
+        assert_ne!(table, table.with_table(false));
     }
 }

@@ -22,13 +22,15 @@
 //!   whole pieces for the other patterns. (The plan claims no minimality for whole
 //!   pieces: tile granularity may send a piece no query attends, see `layout.rs`.)
 //!
-//! Patterns: dense, window, block sparse, LongNet and mask expressions (whose rules
-//! `dist_plan/transcriptions.rs` writes out as closures).
+//! Patterns: dense, window, block sparse, LongNet, mask expressions and a Rust `Pattern`
+//! impl read from a mask table (whose rules `dist_plan/transcriptions.rs` writes out as
+//! closures).
 //!
 //! This crate has no `proptest`: each test runs a fixed number of cases drawn from
 //! seeded SplitMix64 streams (`PROPTEST_CASES` overrides the count, as in the proof
 //! crate), and a failure prints its case seed, the case and what went wrong.
 
+use ringdil_cuda::check::tables::{Strided, rotating_softmax};
 use ringdil_cuda::dist::{DistPlan, Piece};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::expr::Constants;
@@ -71,6 +73,12 @@ enum Pat {
     Dilated(Vec<(usize, usize, Offset)>),
     /// Mask expression `transcriptions::EXPRESSIONS[i]` (its source and its rule).
     Expr(usize),
+    /// Sparse Transformer's strided pattern of this stride, a Rust `Pattern` impl read
+    /// from a mask table (`GpuPattern::Table`).
+    Table(usize),
+    /// `check::tables::rotating_softmax`: a `dilated_expr` file with rotating offsets
+    /// under the softmax combine, one mask table and launch per branch.
+    TableParts,
 }
 
 /// One GPU plan to check.
@@ -102,6 +110,8 @@ impl Case {
                 let source = EXPRESSIONS[*i].0;
                 GpuPattern::Expr(ExprPattern::new(source, &Constants::new()).expect("the test's masks parse"))
             }
+            Pat::Table(stride) => GpuPattern::table(std::sync::Arc::new(Strided(*stride))),
+            Pat::TableParts => GpuPattern::Table(rotating_softmax()),
         };
         let spec = GpuSpec::new(pattern).causal(self.causal);
         match &self.key_lengths {
@@ -198,11 +208,11 @@ fn random_branches(rng: &mut SplitMix64, max_w: usize, count: usize, min_r: usiz
 }
 
 /// A pattern for `n` tokens: dense, window (reaching across 64-row tiles), block sparse
-/// (every rule, a user mask sometimes), a mask expression, or LongNet (a third of the
-/// draws; segments up to `n + 16`, so short last segments and whole-sequence segments
+/// (every rule, a user mask sometimes), a mask expression, a mask table, or LongNet (three
+/// eighths of the draws; segments up to `n + 16`, so short last segments and whole-sequence segments
 /// are common).
 fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
-    match rng.range(0, 6) {
+    match rng.range(0, 7) {
         0 => Pat::Dense,
         1 => Pat::Window { left: rng.range(0, 80), right: rng.range(0, 80) },
         2 => {
@@ -218,6 +228,8 @@ fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
             })
         }
         3 => Pat::Expr(rng.range(0, EXPRESSIONS.len() - 1)),
+        4 if chance(rng, 50) => Pat::Table(rng.range(2, 90)),
+        4 => Pat::TableParts,
         _ => {
             let count = rng.range(1, 3);
             Pat::Dilated(random_branches(rng, n + 16, count, 1))

@@ -144,6 +144,12 @@ fn main() {
     for (family, arch) in TARGETS {
         check(format!("{arch}: a module with a mask expression"), expression_module(family, arch));
     }
+    // The mask-table lookup (PATTERN_TABLE) compiled into a module of each family.
+    for (family, arch) in TARGETS {
+        let variant = Variant::new(Dtype::Bf16, 128).with_table(true);
+        let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+        check(format!("{arch}: a module with the mask-table lookup"), r);
+    }
     println!("{passed} passed, {} failed", failures.len());
     if !failures.is_empty() {
         std::process::exit(1);

@@ -206,6 +206,19 @@ pub enum Builtin {
     Expr(ExprPattern),
 }
 
+/// A `dilated_expr` file's branches, parsed; an error names the branch.
+fn expr_branches(branches: &[ExprBranchFile], constants: &Constants) -> Result<Vec<ExprBranch>, FileError> {
+    branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mask = b.mask.as_ref().map(|m| m.0.as_str());
+            ExprBranch::new(&b.segment.0, &b.dilation.0, &b.offset.0, mask, constants)
+                .map_err(|e| FileError::Expression(e.in_field(format!("branches[{i}]"))))
+        })
+        .collect()
+}
+
 /// A `dilated` file's branches: one per segment length, with its dilation and offset.
 fn dilated(
     segment_lengths: &[usize],
@@ -339,20 +352,31 @@ impl PatternFile {
         }))
     }
 
+    /// The pattern as parts whose multiplicities add (the softmax-denominator combine):
+    /// one per branch for a `dilated_expr` file that combines its branches that way (a key
+    /// two branches keep counts twice, which one GPU mask table cannot hold, while each
+    /// branch keeps a key at most once), else the whole pattern. The GPU runs one masked
+    /// launch per part and merges them, as it runs a `dilated` file's branches.
+    pub fn table_parts(&self) -> Result<Vec<Arc<dyn Pattern>>, FileError> {
+        match self {
+            PatternFile::DilatedExpr { branches, combine: ExprCombine::SoftmaxDenominator, constants, .. } => {
+                Ok(expr_branches(branches, constants)?
+                    .into_iter()
+                    .map(|b| {
+                        Arc::new(ExprDilated { branches: vec![b], combine: ExprCombine::SoftmaxDenominator })
+                            as Arc<dyn Pattern>
+                    })
+                    .collect())
+            }
+            _ => Ok(vec![self.pattern()?]),
+        }
+    }
+
     /// The pattern the file describes.
     pub fn pattern(&self) -> Result<Arc<dyn Pattern>, FileError> {
         Ok(match self {
             PatternFile::DilatedExpr { branches, combine, constants, .. } => {
-                let branches = branches
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| {
-                        let mask = b.mask.as_ref().map(|m| m.0.as_str());
-                        ExprBranch::new(&b.segment.0, &b.dilation.0, &b.offset.0, mask, constants)
-                            .map_err(|e| FileError::Expression(e.in_field(format!("branches[{i}]"))))
-                    })
-                    .collect::<Result<_, _>>()?;
-                Arc::new(ExprDilated { branches, combine: *combine })
+                Arc::new(ExprDilated { branches: expr_branches(branches, constants)?, combine: *combine })
             }
             PatternFile::Dense { .. }
             | PatternFile::Dilated { .. }
@@ -422,5 +446,38 @@ mod tests {
         let text = "kind = \"expr\"\nmask = \"q < k\"\nwindow = 3";
         let err = PatternFile::parse(text, true).unwrap_err();
         assert!(err.starts_with("field `window`: unknown field"), "{err}");
+    }
+
+    /// The parts of a softmax-denominator `dilated_expr` file add up to it: for every head
+    /// and query of a length no segment divides, the parts' key counts sum to the file's
+    /// (which reach 2 where branches overlap), and each part counts a key at most once.
+    /// Any other file is one part, itself.
+    #[test]
+    fn table_parts_add_up_to_the_pattern() {
+        use ringdil_reference::pattern::key_counts;
+        let file = example("rotating_offsets.toml");
+        let (whole, parts) = (file.pattern().unwrap(), file.table_parts().unwrap());
+        assert_eq!(parts.len(), 3);
+        let (n, heads) = (150, 3);
+        let mut overlaps = 0;
+        for h in 0..heads {
+            for q in 0..n {
+                let want = key_counts(whole.as_ref(), q, h, heads, n);
+                let counts: Vec<Vec<u32>> = parts.iter().map(|p| key_counts(p.as_ref(), q, h, heads, n)).collect();
+                for (k, &w) in want.iter().enumerate() {
+                    assert_eq!(counts.iter().map(|c| c[k]).sum::<u32>(), w, "head {h} query {q} key {k}");
+                    assert!(counts.iter().all(|c| c[k] <= 1));
+                    overlaps += usize::from(w > 1);
+                }
+            }
+        }
+        assert!(overlaps > 0, "the example's branches overlap somewhere");
+        let union = PatternFile::parse(
+            r#"{"kind": "dilated_expr", "combine": "union", "branches": [{"segment": "16"}, {"segment": "32", "dilation": 2}]}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(union.table_parts().unwrap().len(), 1);
+        assert_eq!(example("longnet.json").table_parts().unwrap().len(), 1);
     }
 }

@@ -9,6 +9,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use ringdil_cuda::convert::{HalfScratch, half_scratch_lens};
 use ringdil_cuda::{Chunk, CudaError, Dtype, Gpu, GpuSpec, Prepared, Shape};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -189,20 +190,44 @@ pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyRes
     })
 }
 
+/// The f32 sums the backward of `call` needs, in elements: `(dQ, each of dK and dV)`, 0
+/// for dK, dV when the kernels write them in 16 bits (`ringdil_cuda::convert::half_scratch_lens`).
+/// `ringdil/_torch.py` allocates them with PyTorch, so that they are in its accounts and
+/// its cache.
+#[pyfunction]
+pub fn cuda_backward_scratch(py: Python<'_>, call: CallArgs<'_>) -> PyResult<(usize, usize)> {
+    let mut lens = [0, 0];
+    Call::new(call)?.run(py, |_, _, prep| {
+        lens = half_scratch_lens(prep);
+        Ok(())
+    })?;
+    Ok((lens[0], lens[1]))
+}
+
 /// `dq`, `dk`, `dv` (16-bit, PyTorch-allocated, shaped like q, k, v) <- the gradients of
 /// `out` for the upstream gradient `dout` (16-bit, like q), from the forward's 16-bit
-/// `out` and f32 `lse` (`Gpu::backward_half_into`). `ptrs`: q, k, v, out, lse, dout, dq,
-/// dk, dv.
+/// `out` and f32 `lse` (`Gpu::backward_half_with`), summing in the f32 buffers `dq32`,
+/// `dk32`, `dv32` of [`cuda_backward_scratch`]'s lengths (`dk32`, `dv32` 0 when it says
+/// 0). `ptrs`: q, k, v, out, lse, dout, dq, dk, dv, dq32, dk32, dv32.
 #[pyfunction]
-pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 9]) -> PyResult<()> {
-    let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
+pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 12]) -> PyResult<()> {
+    let [q, k, v, out, lse, dout, dq, dk, dv, dq32, dk32, dv32] = ptrs;
     Call::new(call)?.run(py, |view, s, prep| {
-        // SAFETY: as in cuda_forward; dq, dk, dv are 16-bit tensors shaped like q, k, v.
+        // SAFETY: as in cuda_forward; dq, dk, dv are 16-bit tensors shaped like q, k, v,
+        // and the sums f32 tensors of the lengths half_scratch_lens gives for this call.
         let t = |what, p, dims| unsafe { view.borrow_tensor(what, p, dims) };
         let (q, k, v) = (t("q", q, s.q_dims())?, t("k", k, s.k_dims())?, t("v", v, s.k_dims())?);
         let (out, dout) = (t("out", out, s.q_dims())?, t("d_out", dout, s.q_dims())?);
         let (mut dq, mut dk, mut dv) = (t("dq", dq, s.q_dims())?, t("dk", dk, s.k_dims())?, t("dv", dv, s.k_dims())?);
         let lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
-        view.backward_half_into(prep, &q, &k, &v, (&out, &lse), &dout, [&mut dq, &mut dk, &mut dv])
+        let [dq_len, kv_len] = half_scratch_lens(prep);
+        let f32s = |what, p, n| unsafe { view.borrow_f32(what, p, n) };
+        let mut dq32 = f32s("dq sums", dq32, dq_len)?;
+        let mut kv32 = match kv_len {
+            0 => None,
+            n => Some((f32s("dk sums", dk32, n)?, f32s("dv sums", dv32, n)?)),
+        };
+        let scratch = HalfScratch { dq: &mut dq32, kv: kv32.as_mut().map(|(a, b)| (&mut **a, &mut **b)) };
+        view.backward_half_with(prep, &q, &k, &v, (&out, &lse), &dout, [&mut dq, &mut dk, &mut dv], scratch)
     })
 }

@@ -29,6 +29,7 @@ fn _ringdil(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layout::layout_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_forward, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_backward_scratch, m)?)?;
     m.add_class::<ring_group::RingGroup>()?;
     m.add_function(wrap_pyfunction!(ring_group::nccl_unique_id, m)?)?;
     m.add_function(wrap_pyfunction!(pattern::key_runs, m)?)?;

@@ -10,6 +10,7 @@ use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyRange};
 use ringdil_cuda::GpuPattern;
+use ringdil_cuda::mask_table::TablePattern;
 use ringdil_pattern_file::{FileError, PatternFile};
 use ringdil_reference::pattern::Dense;
 use ringdil_reference::{KeyRun, Pattern, Spec};
@@ -41,18 +42,22 @@ impl PyPattern {
         spec
     }
 
-    /// The GPU kernels' form of `pattern` (dense when `None`): the built-in kinds;
-    /// expression patterns run in the CPU reference only (`ValueError` naming `pattern`).
+    /// The GPU kernels' form of `pattern` (dense when `None`): the built-in kinds as
+    /// themselves; any other (`dilated_expr`) as mask tables the kernels read
+    /// (`ringdil_cuda::mask_table`; one per branch when branches combine by softmax
+    /// denominator), identified by the file's contents so that a new object per call
+    /// reuses them.
     pub fn gpu_pattern(pattern: Option<&Self>) -> PyResult<GpuPattern> {
         let Some(p) = pattern else { return Ok(GpuPattern::Dense) };
-        match p.file.builtin().map_err(errors::pattern_file)? {
-            Some(b) => Ok(b.into()),
-            None => Err(errors::value(
-                "pattern",
-                "dilated_expr patterns run in ringdil.reference only; the GPU kernels take dense, \
-                 sliding_window, block_sparse, dilated and expr patterns",
-            )),
-        }
+        Ok(match p.file.builtin().map_err(errors::pattern_file)? {
+            Some(b) => b.into(),
+            None => {
+                let parts = p.file.table_parts().map_err(errors::pattern_file)?;
+                GpuPattern::Table(
+                    TablePattern::keyed(p.spec.pattern.clone(), format!("{:?}", p.file)).with_parts(parts),
+                )
+            }
+        })
     }
 
     fn pattern(pattern: Option<&Self>) -> Arc<dyn Pattern> {

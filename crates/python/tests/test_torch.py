@@ -71,6 +71,13 @@ CASES = [
      [1, 300, 4, 2, 64]),
     ("expression: blocks and a lattice", {"pattern": {"kind": "expr", "mask": "q / 64 == k / 64 || (q - k) % 7 == 0"}},
      [2, 257, 2, 2, 128]),
+    ("dilated_expr, rotating offsets, union (mask table)",
+     {"pattern": {"kind": "dilated_expr", "combine": "union", "branches": [
+         {"segment": "32", "dilation": "1", "offset": "0"}, {"segment": "96", "dilation": "3", "offset": "h + s"},
+         {"segment": "192", "dilation": "4", "offset": "h + 2 * s"}]}, "causal": True},
+     [1, 300, 4, 2, 64]),
+    ("dilated_expr, rotating offsets, softmax denominator (a mask table per branch)",
+     {"pattern": str(PATTERNS / "rotating_offsets.toml")}, [2, 200, 4, 4, 128]),
 ]
 
 
@@ -193,9 +200,6 @@ def test_bad_arguments_are_errors_naming_them():
     with pytest.raises(ValueError, match="head_dim 32"):
         x = torch.zeros(1, 64, 2, 32, device="cuda", dtype=torch.bfloat16)
         ringdil.attention(x, x, x)
-    with pytest.raises(ValueError, match=r"^pattern: dilated_expr patterns run in ringdil.reference only"):
-        ringdil.attention(q, q, q, pattern={"kind": "dilated_expr", "branches": [
-            {"segment": "64", "dilation": "2", "offset": "h % r"}]})
     with pytest.raises(ValueError, match=r"^pattern: "):
         ringdil.attention(q, q, q, pattern={"kind": "dilated", "segment_lengths": [8], "dilation_rates": [1, 2]})
     with pytest.raises(ValueError, match="segment"):

@@ -109,6 +109,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::packed::cases(&mut rng, quick));
     out.extend(super::head_dims::cases(&mut rng, quick));
     out.extend(super::expressions::cases(&mut rng, quick));
+    out.extend(super::tables::cases(&mut rng, quick));
     out
 }
 
@@ -191,7 +192,7 @@ pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut Sp
 /// One line naming the case completely (enough to reproduce it with its seed).
 pub fn describe(c: &Case) -> String {
     format!(
-        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={:?} key_lengths={:?}{}",
+        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={} key_lengths={:?}{}",
         c.kind,
         c.name,
         c.dtype,
@@ -201,7 +202,11 @@ pub fn describe(c: &Case) -> String {
         if c.kv_heads == c.heads { String::new() } else { format!(" kv_heads={}", c.kv_heads) },
         c.seq,
         c.spec.causal,
-        c.spec.pattern,
+        // A table's pattern is named by the case (its Debug form can be a whole mask).
+        match &c.spec.pattern {
+            GpuPattern::Table(_) => "Table".to_string(),
+            p => format!("{p:?}"),
+        },
         c.spec.key_lengths,
         c.spec.documents.as_ref().map_or(String::new(), |d| format!(" documents={d:?}"))
     )
@@ -222,8 +227,9 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 191);
+        assert_eq!(c.len(), 207);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 16);
+        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 16);
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

@@ -132,6 +132,7 @@ pub mod packed;
 pub mod ring;
 pub mod ring_packed;
 pub mod sweep;
+pub mod tables;
 
 pub use cases::{Case, Kind, cases, describe};
 pub use inputs::{LARGE_LOGITS, Logits, OFFSET_LOGITS, round, rounded, rounded_bits};

@@ -66,6 +66,11 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
         // A mask expression (its own kernel module): a band whose width grows with the
         // head, plus global keys, at global positions on every rank's pieces.
         ("expr band per head + globals causal", expression("abs(q - k) <= 40 + 20 * h || k < 4").causal(true)),
+        // A reference pattern read from a mask table (indexed by global positions).
+        (
+            "table: rotating offsets (dilated_expr, union) causal",
+            GpuSpec::new(GpuPattern::table(super::tables::rotating_union())).causal(true),
+        ),
     ]
 }
 

@@ -14,6 +14,7 @@ use crate::spec::GpuPattern;
 
 pub mod documents;
 pub mod expression;
+pub mod table;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
@@ -301,9 +302,10 @@ fn ranges_may_attend(
             let w = branch.expect("a dilated launch names its branch").segment;
             (q.0 / w).max(k.0 / w) <= (q.1 / w).min(k.1 / w)
         }
-        // Expression launches are planned by `expression::plan`, which knows the heads
-        // and the sequence length; without them every tile is kept (sound).
-        GpuPattern::Expr(_) => true,
+        // Expression and table launches are planned by `expression::plan` and
+        // `table::plan`, which know the heads and the sequence length; without them every
+        // tile is kept (sound).
+        GpuPattern::Expr(_) | GpuPattern::Table(_) => true,
     }
 }
 

@@ -91,6 +91,18 @@ fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
             })
             .sum(),
         Pat::Expr(e) => u32::from(EXPRESSIONS[*e].1(h, i as i64, j as i64, case.n as i64, case.heads as i64)),
+        // Strided: the `stride` most recent keys and every `stride`-th before them.
+        Pat::Table(stride) => u32::from(j <= i && ((i - j) < *stride || (i - j) % stride == 0)),
+        // Branches (32, 1, 0), (96, 3, h + s), (192, 4, h + 2 s), s the segment index:
+        // each keeps the positions of its segment at residue offset mod r, counts add.
+        Pat::TableParts => [(32, 1, 0), (96, 3, 1), (192, 4, 2)]
+            .iter()
+            .map(|&(w, r, per_segment)| {
+                let s = i / w;
+                let o = (h + per_segment * s) % r;
+                u32::from(j / w == s && branch_keeps(w, r, o, i) && branch_keeps(w, r, o, j))
+            })
+            .sum(),
     }
 }
 

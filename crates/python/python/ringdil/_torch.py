@@ -10,7 +10,8 @@ backward's ``delta = rowsum(dO * O)`` is taken from the 16-bit output, as flash-
 does). The kernels accumulate in f32 and round each result once to the inputs' dtype:
 the output, and dK, dV where one launch writes each row, as they store it (no f32 copy
 exists); dQ (f32 reductions from every key tile) and the results of patterns with several
-launches by one pass after. ``gpu_check`` checks both ways word for word.
+launches by one pass after, from f32 sums that PyTorch allocates too. ``gpu_check`` checks
+both ways word for word.
 """
 
 import torch
@@ -96,7 +97,12 @@ class _Attention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         d_out = _dense(d_out.to(q.dtype))
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _ringdil.cuda_backward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv)])
+        # The kernels' f32 sums (dQ always; dK, dV where rows are added into), from
+        # PyTorch's allocator like every other buffer of the call.
+        dq_len, kv_len = _ringdil.cuda_backward_scratch(_where(q) + ctx.call)
+        sums = [torch.empty(n, dtype=torch.float32, device=q.device) for n in (dq_len, kv_len, kv_len) if n]
+        ptrs = [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv, *sums)]
+        _ringdil.cuda_backward(_where(q) + ctx.call, ptrs + [0] * (12 - len(ptrs)))
         return dq, dk, dv, None, None, None, None, None
 
 
@@ -115,7 +121,8 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     :class:`ringdil.Pattern`, a dict of pattern-file fields or a pattern file's path, of a
     kind the kernels evaluate (dense, sliding_window, block_sparse, dilated with the
     softmax-denominator combine, and ``expr`` masks, compiled into a kernel module at their
-    first use; ``dilated_expr`` runs in ``ringdil.reference`` only);
+    first use; ``dilated_expr`` as a mask table built on the host at its first use, when
+    no key counts twice for a query);
     ``causal`` is OR-ed with the pattern's; ``scale`` defaults to the pattern's, else
     ``1 / sqrt(head_dim)``; ``key_lengths`` masks keys ``j >= key_lengths[b]``;
     ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list),

@@ -3,8 +3,9 @@
 //! `Pattern` impl read from a mask table) and causality, every allowed (query, key, head) pair lies in a tile that the forward and
 //! backward plans of both kernel families visit (at d = 64, where the wgmma forward plans
 //! over 192 x 128 tiles), at launch indices inside the launch (`IndexMap::index_of`, the
-//! inverse of the kernels' row map; compact bases per side for dilated branches). A
-//! chunk outside the sequence is an error, never a panic.
+//! inverse of the kernels' row map; compact bases per side for dilated branches); and no
+//! pair that is not allowed lies in a tile the plans mark full (the kernels skip the
+//! element mask there). A chunk outside the sequence is an error, never a panic.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -12,11 +13,11 @@ use libfuzzer_sys::fuzz_target;
 use ringdil_cuda::launch::launches_for;
 use ringdil_cuda::shape::{Chunk, Shape};
 use ringdil_cuda::family::Family;
-use ringdil_cuda::plan::Side;
+use ringdil_cuda::plan::{IndexMap, Side, Visit};
 use ringdil_cuda::family::TILE;
 use ringdil_cuda::check::tables::Strided;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
-use ringdil_reference::pattern::{Dilated, key_counts};
+use ringdil_reference::pattern::{BlockSparse, Dilated, key_counts};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -37,15 +38,20 @@ fuzz_target!(|input: Input| {
         ((offset as usize) % (n + 2), (stride % 5) as usize, (rows as usize) % (n + 2))
     };
     let ((qo, qs, qr), (ko, ks, kr)) = (axis(input.q), axis(input.k));
-    let dilated = match input.pattern % 4 {
+    let dilated = match input.pattern % 5 {
         2 => {
             let w = (input.a as usize) % (2 * n) + 1;
             Some(Dilated::longnet(&[(w, (input.b as usize) % w.min(16) + 1)]))
         }
         _ => None,
     };
-    let pattern = match (input.pattern % 4, &dilated) {
+    let pattern = match (input.pattern % 5, &dilated) {
         (1, _) => GpuPattern::Window { left: input.a as usize % 300, right: input.b as usize % 100 },
+        (4, _) => GpuPattern::BlockSparse(BlockSparse {
+            dilated_stride: (input.b >= 128).then_some(input.b as usize % 4 + 1),
+            global_tokens: input.a as usize / 64 % 8,
+            ..BlockSparse::local(input.a as usize % 64 + 1, input.b as usize % 3)
+        }),
         (3, _) => GpuPattern::table(std::sync::Arc::new(Strided((input.a as usize) % 100 + 1))),
         (_, Some(d)) => GpuPattern::Dilated(d.clone()),
         _ => GpuPattern::Dense,
@@ -71,6 +77,14 @@ fuzz_target!(|input: Input| {
             for j in 0..kr {
                 let kpos = ko + j * ks;
                 if counts[kpos] == 0 || (input.causal && kpos > qpos) {
+                    for l in [&mma[0], &wgmma[0]] {
+                        if let IndexMap::Identity { .. } = l.map {
+                            let (qc, kc) = (i, j);
+                            let (qt, kt) = (l.fwd_q_tile, l.fwd_k_tile);
+                            assert!(l.fwd.visit(qc / qt, kc / kt) != Visit::Full, "q {qpos} k {kpos} h {h}: marked full");
+                            assert!(l.cols.visit(kc / TILE, qc / TILE) != Visit::Full, "q {qpos} k {kpos} h {h}: marked full");
+                        }
+                    }
                     continue;
                 }
                 for l in [&mma[0], &wgmma[0]] {

@@ -31,6 +31,10 @@ LONGNET_BRANCHES = ((2048, 1), (4096, 4), (8192, 8), (16384, 16))
 
 from torch_peer import timed, training_step  # this folder's torch_peer.py: the same timing for every peer
 
+# Each mask, length and requires_grad setting is its own compiled graph; past dynamo's default
+# limit of 8 it would fall back to the unfused eager path (full score matrix) without saying so.
+torch._dynamo.config.recompile_limit = 64
+torch._dynamo.config.accumulated_recompile_limit = 256
 flex = torch.compile(flex_attention, dynamic=False)
 
 

@@ -108,6 +108,20 @@ __device__ __forceinline__ bool tile_full(const Params& p, int b, int h, int q0,
     return p.pattern == PATTERN_DENSE && k1 < p.nk && klast < klimit && (!p.causal || klast <= qfirst) &&
            docs_cover(p, b, qfirst, qa.offset + (min(q0 + qn, p.nq) - 1) * qa.stride, ka.offset + k0 * ka.stride, klast);
 }
+// Plan entry `it` is marked full (plan_full): the host proved every pair of the plan tile
+// pair's position spans allowed by the pattern and causality, for every head of the launch.
+__device__ __forceinline__ bool plan_marked(const Params& p, int it) { return p.plan_full != 0 && p.plan_full[it]; }
+// A warp's part (queries q0..q0+qn-1, keys k0..k0+KROWS-1) of a tile the plan marks full
+// needs no per-element mask when what the host cannot know holds too: every key inside
+// the launch and before the padding limit, and (packed sequences) one document for all.
+template <int KROWS = BN>
+__device__ __forceinline__ bool marked_tile_full(const Params& p, int b, int q0, int qn, int k0, int klimit) {
+    const Axis qa = q_axis(p), ka = k_axis(p);
+    const int k1 = k0 + KROWS - 1, klast = ka.offset + k1 * ka.stride;
+    return k1 < p.nk && klast < klimit &&
+           docs_cover(p, b, qa.offset + q0 * qa.stride, qa.offset + (min(q0 + qn, p.nq) - 1) * qa.stride,
+                      ka.offset + k0 * ka.stride, klast);
+}
 // How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
 // MASK_AFFINE for the common case (pattern 0 = dense, not compact: causal and / or key padding
 // only), where positions are affine in the launch index and the mask is one integer compare

@@ -17,6 +17,8 @@ struct Params {
     const int* key_len;        // per batch row, null: no padding
     const int* plan_ptr;       // CSR of the tile plan: row tile -> visited column tiles
     const int* plan_idx;
+    const unsigned char* plan_full;  // per plan_idx entry: 1 = every pair of the tile pair allowed (causality
+                                     // included); launch end, padding and documents are the kernel's to test
     const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2; or the mask table (PATTERN_TABLE); or null
     const int* doc_first;      // packed sequences: per (batch row, position), the first and
     const int* doc_last;       // last position of its document; null: no documents

@@ -94,8 +94,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
-        mask_scores_t(p, b, h, mask_kind(p, tile_full(p, b, h, q0, BM, k0, klimit)), klimit, s, k0 + warp * 16 + g, kpos,
-                      kseg, q0, qs.pos(), t);
+        const bool full = (plan_marked(p, it) && marked_tile_full(p, b, q0, BM, k0, klimit)) ||
+                          tile_full(p, b, h, q0, BM, k0, klimit);
+        mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, k0 + warp * 16 + g, kpos, kseg, q0, qs.pos(), t);
         probs_t(p, s, qs.lse2(), t);
         dscores_t(dp, s, qs.delta(), t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register

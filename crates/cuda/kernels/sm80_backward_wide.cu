@@ -107,8 +107,9 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
-        mask_scores_t(p, b, h, mask_kind(p, tile_full(p, b, h, q0, BM, k0, klimit)), klimit, s, kw + g, kpos, kseg,
-                      q0 + sl * QW, qs.pos() + sl * QW, t);
+        const bool full = (plan_marked(p, it) && marked_tile_full(p, b, q0, BM, k0, klimit)) ||
+                          tile_full(p, b, h, q0, BM, k0, klimit);
+        mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, kw + g, kpos, kseg, q0 + sl * QW, qs.pos() + sl * QW, t);
         probs_t(p, s, qs.lse2() + sl * QW, t);
         dscores_t(dp, s, qs.delta() + sl * QW, t);
         // P^T and dS^T (16-bit) into sP, sS: register j of 16-query block kk holds key row

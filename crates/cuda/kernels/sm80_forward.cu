@@ -121,7 +121,9 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
         }
 
         // Mask, only where this warp's rows x the tile are not provably all visible.
-        mask_scores<WM>(p, b, h, mask_kind(p, tile_full(p, b, h, wq0, WM * 16, k0, klimit)), klimit, s, wq0 + g, k0, t);
+        const bool full = (plan_marked(p, it) && marked_tile_full(p, b, wq0, WM * 16, k0, klimit)) ||
+                          tile_full(p, b, h, wq0, WM * 16, k0, klimit);
+        mask_scores<WM>(p, b, h, mask_kind(p, full), klimit, s, wq0 + g, k0, t);
         float alpha[WM][2];
         if (softmax_step<WM>(p, s, m, l, alpha)) rescale<WM>(o, alpha);
 

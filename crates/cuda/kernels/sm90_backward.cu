@@ -94,6 +94,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
         // The plan tiles of this query tile that this warpgroup's keys visit (none: it
         // only helps with dQ).
         const u32 halves = ((u32)visit.y >> (WB_QSUB * wg)) & ((1u << WB_QSUB) - 1);
+        const bool marked = (((u32)visit.y >> (VIS_FULL + WB_QSUB * wg)) & ((1u << WB_QSUB) - 1)) == (1u << WB_QSUB) - 1;
         const bool mine = halves != 0;
 
         // This warp's dS^T rows (keys 64 wg + 16 warp + g + 8 (j & 1)) into its dS^T tile, for dQ:
@@ -120,8 +121,9 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             }
             wg_wait<1>();  // S^T is done; dP^T may still run
             fence_acc(s);
-            mask_scores_t(p, b, h, mask_kind(p, tile_full(p, b, h, q0, QB, kw, klimit)), klimit, s, kw + warp * 16 + g,
-                          kpos, kseg, q0, qs.pos(), t);
+            const bool full =
+                (marked && marked_tile_full(p, b, q0, QB, kw, klimit)) || tile_full(p, b, h, q0, QB, kw, klimit);
+            mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, kw + warp * 16 + g, kpos, kseg, q0, qs.pos(), t);
             if (WB_QSUB > 1 && halves != (1u << WB_QSUB) - 1) {
                 // A plan tile outside this warpgroup's plan row: every pair is masked.
                 #pragma unroll

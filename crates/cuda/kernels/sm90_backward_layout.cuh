@@ -139,7 +139,10 @@ __device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int b, 
 }
 // The next visited query tile (QB rows; -1: none left). Bit WB_QSUB i + j of `vis`:
 // warpgroup i's key tile visits plan tile j of it (its other plan tiles are masked: a
-// plan row lists every tile with a visible pair).
+// plan row lists every tile with a visible pair); bit VIS_FULL + WB_QSUB i + j: and the
+// plan marks that tile full.
+#define VIS_FULL 16
+static_assert(WB_QSUB * WB_WGS <= VIS_FULL, "the visit bits and their full marks fit 32 bits");
 __device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u32& vis) {
     int q = CUT_MAX;
     #pragma unroll
@@ -151,7 +154,8 @@ __device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u3
         #pragma unroll
         for (int j = 0; j < WB_QSUB; ++j)
             if (w.pos[i] < w.end[i] && p.plan_idx[w.pos[i]] / WB_QSUB == q) {
-                vis |= 1u << (WB_QSUB * i + p.plan_idx[w.pos[i]] % WB_QSUB);
+                const int bit = WB_QSUB * i + p.plan_idx[w.pos[i]] % WB_QSUB;
+                vis |= (1u | (u32)plan_marked(p, w.pos[i]) << VIS_FULL) << bit;
                 ++w.pos[i];
             }
     return q == CUT_MAX ? -1 : q;

@@ -53,7 +53,7 @@ static_assert(FwdBlock<FBM_NARROW / 64>::THREADS == FWD_THREADS_NARROW, "attn_fw
 //   slots    per Q tile, the item's 8 ints: number, first plan entry, key tiles, key
 //            limit, each consumer warpgroup's key tiles (WGS <= 3), the head's dilation
 //            offset (written by the producer's leader);
-//   keys     per stage, its tile's first key (launch index), then its key segment.
+//   keys     per stage, its tile's first key (launch index), then its stage_hint.
 // mbarriers: full(j) completes when tile j has landed (one arrival plus the TMA's bytes),
 // empty(j) when every consumer thread is done with it; q_full(u) when item u's slot is
 // written and its Q tile has landed, q_empty(u) when every consumer is past the item's
@@ -79,10 +79,11 @@ struct FwdSmem {
     // The consumers' mask needs tile j's first key: next to its stage, so that they do not
     // load the plan per tile (a global load per tile measured 1-2% slower at d = 128).
     __device__ volatile int& stage_key(int j) const { return slots[2 * SLOT_INTS + (unsigned)j % FWD_STAGES]; }
-    // A compact launch's tile j: its keys' segment where they all lie in one, without a
-    // hole, inside the padding limit (the key side of tile_full), else -1; written with
-    // stage_key, so that the consumers' per-tile mask decision needs no index arithmetic.
-    __device__ volatile int& stage_seg(int j) const {
+    // The key side of tile j's tile_full, written with stage_key so that the consumers'
+    // per-tile mask decision needs no index arithmetic: in a compact launch its keys'
+    // segment where they all lie in one, without a hole, inside the padding limit; in a
+    // plain one 1 where the plan marks the tile full (plan_marked); else -1.
+    __device__ volatile int& stage_hint(int j) const {
         return slots[2 * SLOT_INTS + FWD_STAGES + (unsigned)j % FWD_STAGES];
     }
 };

@@ -124,18 +124,18 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
             if (leader && j == claim_at) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
             if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // its previous tile
             const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
-            int row0 = k0, seg = -1;
+            int row0 = k0, hint = plan_marked(p, kbeg + j - j0) ? 1 : -1;
             bool box = true;
             if (p.compact) {  // the head's offset and the key limit from the item's slot
                 const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, sm.slot(u)[7]);
                 row0 = e.row0;
                 box = ends_are_box<FBN>(p, ka, e);
-                seg = compact_key_seg(p, e, sm.slot(u)[3]);
+                hint = compact_key_seg(p, e, sm.slot(u)[3]);
             }
             if (box) {
                 if (!leader) continue;
                 sm.stage_key(j) = k0;
-                sm.stage_seg(j) = seg;
+                sm.stage_hint(j) = hint;
                 mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
                 #pragma unroll
                 for (int cb = 0; cb < D / 64; ++cb)
@@ -153,7 +153,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                 bar_sync<1, WG_PRODUCERS>();  // producers only
                 if (leader) {
                     sm.stage_key(j) = k0;
-                    sm.stage_seg(j) = seg;
+                    sm.stage_hint(j) = hint;
                     mbar_arrive(sm.full(j));
                 }
             }

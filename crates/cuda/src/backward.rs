@@ -199,7 +199,12 @@ impl Gpu {
                 ..l.params
             };
             let cols =
-                Params { plan_ptr: plan.cols_ptr.device_ptr(st).0, plan_idx: plan.cols_idx.device_ptr(st).0, ..base };
+                Params {
+                    plan_ptr: plan.cols_ptr.device_ptr(st).0,
+                    plan_idx: plan.cols_idx.device_ptr(st).0,
+                    plan_full: plan.cols_full.device_ptr(st).0,
+                    ..base
+                };
             let dims = l.backward_dims();
             let maps = self.tile_maps(l, qp, dop, dout.dims)?;
             let dq_map = match maps {

@@ -93,6 +93,7 @@ impl Gpu {
         };
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
+        let (pf, _h) = plan.fwd_full.device_ptr(st);
         let params = Params {
             q: qp,
             k: kp,
@@ -101,6 +102,7 @@ impl Gpu {
             lse: lp,
             plan_ptr: pp,
             plan_idx: pi,
+            plan_full: pf,
             key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
             block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64),
             doc_first: prep.doc_spans.as_ref().map_or(0, |x| x.0.device_ptr(st).0),

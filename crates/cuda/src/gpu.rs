@@ -61,8 +61,8 @@ pub struct Gpu {
 
 /// A device copy of a plan array: cudarc cannot copy an empty slice, and a plan with no
 /// tile still needs a valid pointer.
-fn nonempty(v: &[i32]) -> &[i32] {
-    if v.is_empty() { &[0] } else { v }
+fn nonempty<T: Copy + Default>(v: &[T]) -> std::borrow::Cow<'_, [T]> {
+    if v.is_empty() { vec![T::default()].into() } else { v.into() }
 }
 
 impl Gpu {
@@ -246,9 +246,11 @@ impl Gpu {
             .map(|l| {
                 let plan = DevicePlan {
                     fwd_ptr: self.stream.clone_htod(&l.fwd.ptr)?,
-                    fwd_idx: self.stream.clone_htod(nonempty(&l.fwd.idx))?,
+                    fwd_idx: self.stream.clone_htod(nonempty(&l.fwd.idx).as_ref())?,
+                    fwd_full: self.stream.clone_htod(nonempty(&l.fwd.full).as_ref())?,
                     cols_ptr: self.stream.clone_htod(&l.cols.ptr)?,
-                    cols_idx: self.stream.clone_htod(nonempty(&l.cols.idx))?,
+                    cols_idx: self.stream.clone_htod(nonempty(&l.cols.idx).as_ref())?,
+                    cols_full: self.stream.clone_htod(nonempty(&l.cols.full).as_ref())?,
                 };
                 Ok((l, plan))
             })

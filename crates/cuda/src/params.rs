@@ -45,6 +45,9 @@ params! {
     /// CSR of the tile plan: row tile -> visited column tiles.
     plan_ptr: u64,
     plan_idx: u64,
+    /// Per entry of `plan_idx`, 1 where the planner proved every pair of the tile pair
+    /// allowed (`TilePlan::full`); 0: no marks.
+    plan_full: u64,
     /// Block-sparse user mask, `bs_mask_blocks^2` bytes; or (`PATTERN_TABLE`) the mask
     /// table, `bs_mask_blocks` tiles per side (`crate::mask_table`); or 0.
     block_mask: u64,
@@ -170,13 +173,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 17 pointers, 35 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 18 pointers, 35 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (17 * 8 + 35 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 17 + 35 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 35 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 18 + 35 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
-        assert_eq!(Params::LAYOUT[17], ("batch", 136));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 136 + 36 * 4)));
+        assert_eq!(Params::LAYOUT[18], ("batch", 144));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 36 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

@@ -64,8 +64,10 @@ pub struct Prepared {
 pub(crate) struct DevicePlan {
     pub(crate) fwd_ptr: CudaSlice<i32>,
     pub(crate) fwd_idx: CudaSlice<i32>,
+    pub(crate) fwd_full: CudaSlice<u8>,
     pub(crate) cols_ptr: CudaSlice<i32>,
     pub(crate) cols_idx: CudaSlice<i32>,
+    pub(crate) cols_full: CudaSlice<u8>,
 }
 impl Prepared {
     pub fn shape(&self) -> Shape {

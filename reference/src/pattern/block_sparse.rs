@@ -33,7 +33,8 @@ impl BlockSparse {
         BlockSparse { block, local_radius: Some(radius), dilated_stride: None, global_tokens: 0, block_mask: None }
     }
 
-    fn block_allowed(&self, a: usize, b: usize) -> bool {
+    /// Does the block rule keep block pair `(a, b)` (global tokens aside)?
+    pub fn block_allowed(&self, a: usize, b: usize) -> bool {
         self.local_radius.is_some_and(|w| a.abs_diff(b) <= w)
             || self.dilated_stride.is_some_and(|s| a.abs_diff(b) % s == 0)
             || self.block_mask.as_ref().is_some_and(|m| m[a][b])

@@ -9,7 +9,7 @@
 //! batch row, so a launch with documents has one plan per row ([`per_row`]; the kernels
 //! pick row `b`'s with `Params::plan_rows`): no row pays for another row's boundaries.
 
-use super::{IndexMap, TilePlan};
+use super::{IndexMap, TilePlan, Visit};
 use ringdil_reference::Documents;
 
 /// `plan` (one batch row's, query tiles of `q_tile` rows over key tiles of `k_tile`,
@@ -29,8 +29,11 @@ pub fn restrict(plan: &TilePlan, map: IndexMap, (q_tile, k_tile): (usize, usize)
         let (p0, p1) = super::positions(tile * size, (tile + 1) * size, axis).expect("a planned tile lies on its axis");
         Lattice { first: p0, last: p1, stride: axis.stride }
     };
-    TilePlan::build(plan.row_tiles, plan.col_tiles, |r, c| {
-        plan.contains(r, c) && share_document(row, span(r, q_tile, q), span(c, k_tile, k))
+    // A full tile stays marked: the kernels test the documents of a full tile themselves.
+    TilePlan::build(plan.row_tiles, plan.col_tiles, |r, c| match plan.visit(r, c) {
+        Visit::Skip => Visit::Skip,
+        v if share_document(row, span(r, q_tile, q), span(c, k_tile, k)) => v,
+        _ => Visit::Skip,
     })
 }
 

@@ -1,6 +1,8 @@
 //! The tile plan of a mask expression ([`GpuPattern::Expr`](crate::GpuPattern)): a tile
 //! pair is visited unless the reference's interval classification
-//! ([`classify`]) proves the mask false on every pair of it, for every head of the launch.
+//! ([`classify`]) proves the mask false on every pair of it, for every head of the launch,
+//! and marked full (no per-element evaluation in the kernel) where it proves the mask
+//! true on every pair for every head, causality included.
 //!
 //! Sound for any axis: a strided axis (a striped ring piece) hands the classification
 //! the interval from its first to its last position, a superset of its rows, and
@@ -10,7 +12,7 @@
 //! visited (the kernel's per-element test is exact). Head-independent masks are
 //! classified once per tile, not once per head.
 
-use super::{IndexMap, TilePlan, positions};
+use super::{IndexMap, TilePlan, Visit, causal_full, positions};
 use ringdil_reference::pattern::ExprPattern;
 use ringdil_reference::pattern::expr::{Env, Kind, Node, Tile, TileClass, Var, classify};
 
@@ -50,20 +52,30 @@ pub fn plan(
         let (Some(q), Some(k)) =
             (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
         else {
-            return false;
+            return Visit::Skip;
         };
         if causal && k.0 > q.1 {
-            return false;
+            return Visit::Skip;
         }
         let Ok(tile) = Tile::new(q.0..q.1 + 1, k.0..k.1 + 1, scope.seq_len) else {
-            return true;
+            return Visit::Partial;
         };
-        heads.iter().any(|&h| {
-            let mut at = Env::default();
-            at.set(Var::Head, h);
-            at.set(Var::Heads, scope.total);
-            at.set(Var::SeqLen, scope.seq_len);
-            classify(root, &at, &tile, PLAN_BUDGET) != TileClass::Empty
-        })
+        let classes: Vec<TileClass> = heads
+            .iter()
+            .map(|&h| {
+                let mut at = Env::default();
+                at.set(Var::Head, h);
+                at.set(Var::Heads, scope.total);
+                at.set(Var::SeqLen, scope.seq_len);
+                classify(root, &at, &tile, PLAN_BUDGET)
+            })
+            .collect();
+        if classes.iter().all(|&c| c == TileClass::Empty) {
+            Visit::Skip
+        } else if classes.iter().all(|&c| c == TileClass::Full) && causal_full(causal, q, k) {
+            Visit::Full
+        } else {
+            Visit::Partial
+        }
     })
 }

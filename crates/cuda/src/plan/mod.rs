@@ -9,6 +9,12 @@
 //! ones. It does not depend on the head. One plan serves every batch row, except with
 //! packed sequences ([`documents`]: one plan per row); key padding, which depends on the
 //! batch row, is cut in the kernel (the padded tail of a plan row).
+//!
+//! A visited tile is also marked *full* ([`Visit::Full`]) when the planner proves every
+//! pair of it allowed, for every head of the launch and under causality: the kernels then
+//! skip the per-element mask there (what remains is the launch's end, key padding and
+//! documents, checked in the kernel). Inside a window or a block-sparse band most visited
+//! tiles are full, and a mask expression's per-element test is its most expensive part.
 
 use crate::spec::GpuPattern;
 
@@ -132,6 +138,22 @@ pub enum Side {
     Key,
 }
 
+/// What a tile pair holds, as far as the planner can tell: no allowed pair (not
+/// visited), some (visited, masked per element), or every pair (visited unmasked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    Skip,
+    Partial,
+    Full,
+}
+
+impl From<bool> for Visit {
+    /// A planner that only decides "may hold a pair": visited tiles are partial.
+    fn from(visited: bool) -> Self {
+        if visited { Visit::Partial } else { Visit::Skip }
+    }
+}
+
 /// A CSR list: for each row tile, the ascending column tiles it visits; one list for
 /// every batch row, or one per batch row (`batches`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,50 +166,73 @@ pub struct TilePlan {
     /// `ptr[r]..ptr[r + 1]` indexes `idx` (i32: what the kernels read).
     pub ptr: Vec<i32>,
     pub idx: Vec<i32>,
+    /// Per entry of `idx`: 1 where every pair of the tile pair is allowed ([`Visit::Full`]).
+    pub full: Vec<u8>,
 }
 
 impl TilePlan {
-    pub(crate) fn build(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> bool) -> Self {
+    pub(crate) fn build<V: Into<Visit>>(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> V) -> Self {
         let mut ptr = Vec::with_capacity(row_tiles + 1);
-        let mut idx = Vec::new();
+        let (mut idx, mut full) = (Vec::new(), Vec::new());
         ptr.push(0);
         for r in 0..row_tiles {
-            idx.extend((0..col_tiles).filter(|&c| visit(r, c)).map(|c| c as i32));
+            for c in 0..col_tiles {
+                match visit(r, c).into() {
+                    Visit::Skip => continue,
+                    v => {
+                        idx.push(c as i32);
+                        full.push((v == Visit::Full) as u8);
+                    }
+                }
+            }
             ptr.push(idx.len() as i32);
         }
-        TilePlan { row_tiles, col_tiles, batches: 1, ptr, idx }
+        TilePlan { row_tiles, col_tiles, batches: 1, ptr, idx, full }
     }
 
     /// One plan per batch row, row `b` from `plans[b]` (single-row plans of one size).
     pub fn stack(plans: &[TilePlan]) -> TilePlan {
         let (row_tiles, col_tiles) = (plans[0].row_tiles, plans[0].col_tiles);
-        let (mut ptr, mut idx) = (vec![0], Vec::new());
+        let (mut ptr, mut idx, mut full) = (vec![0], Vec::new(), Vec::new());
         for p in plans {
             assert!(p.batches == 1 && (p.row_tiles, p.col_tiles) == (row_tiles, col_tiles), "stack: same sizes");
             ptr.extend(p.ptr[1..].iter().map(|&x| x + idx.len() as i32));
             idx.extend_from_slice(&p.idx);
+            full.extend_from_slice(&p.full);
         }
-        TilePlan { row_tiles, col_tiles, batches: plans.len(), ptr, idx }
+        TilePlan { row_tiles, col_tiles, batches: plans.len(), ptr, idx, full }
     }
 
     /// The same tiles seen from the columns (key tile -> query tiles), for dK/dV; per
-    /// batch row for a per-row plan.
+    /// batch row for a per-row plan. Full marks travel with their tiles.
     pub fn transpose(&self) -> TilePlan {
         let mut ptr = vec![0];
-        let mut idx = Vec::with_capacity(self.idx.len());
+        let (mut idx, mut full) = (Vec::with_capacity(self.idx.len()), Vec::with_capacity(self.idx.len()));
         for b in 0..self.batches {
-            let mut cols: Vec<Vec<i32>> = vec![Vec::new(); self.col_tiles];
+            let mut cols: Vec<Vec<(i32, u8)>> = vec![Vec::new(); self.col_tiles];
             for r in 0..self.row_tiles {
-                for &c in self.row(b * self.row_tiles + r) {
-                    cols[c as usize].push(r as i32);
+                let row = b * self.row_tiles + r;
+                let at = self.ptr[row] as usize;
+                for (i, &c) in self.row(row).iter().enumerate() {
+                    cols[c as usize].push((r as i32, self.full[at + i]));
                 }
             }
             for c in cols {
-                idx.extend(c);
+                idx.extend(c.iter().map(|e| e.0));
+                full.extend(c.iter().map(|e| e.1));
                 ptr.push(idx.len() as i32);
             }
         }
-        TilePlan { row_tiles: self.col_tiles, col_tiles: self.row_tiles, batches: self.batches, ptr, idx }
+        TilePlan { row_tiles: self.col_tiles, col_tiles: self.row_tiles, batches: self.batches, ptr, idx, full }
+    }
+
+    /// How row tile `r` visits column tile `c`.
+    pub fn visit(&self, r: usize, c: usize) -> Visit {
+        match self.row(r).binary_search(&(c as i32)) {
+            Ok(i) if self.full[self.ptr[r] as usize + i] == 1 => Visit::Full,
+            Ok(_) => Visit::Partial,
+            Err(_) => Visit::Skip,
+        }
     }
 
     /// `Params::plan_rows`: 0 for a plan that serves every batch row, else its rows per
@@ -270,43 +315,75 @@ pub fn plan(
             let (Some(q), Some(k)) =
                 (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
             else {
-                return false;
+                return Visit::Skip;
             };
-            ranges_may_attend(pattern, branch, causal, q, k)
+            ranges_visit(pattern, branch, causal, q, k)
         }),
     }
 }
 
-/// Can some query position in `q` (inclusive) see some key position in `k`?
-fn ranges_may_attend(
+/// Every pair of query range `q` and key range `k` (inclusive) passes causality: the last
+/// key is at or before the first query.
+pub(crate) fn causal_full(causal: bool, q: (usize, usize), k: (usize, usize)) -> bool {
+    !causal || k.1 <= q.0
+}
+
+/// How query positions `q` (inclusive) see key positions `k`: no pair, some, or (as far
+/// as the interval test decides) every pair.
+fn ranges_visit(
     pattern: &GpuPattern,
     branch: Option<&Branch>,
     causal: bool,
     q: (usize, usize),
     k: (usize, usize),
-) -> bool {
+) -> Visit {
     if causal && k.0 > q.1 {
-        return false;
+        return Visit::Skip;
     }
+    let full = |all: bool| if all && causal_full(causal, q, k) { Visit::Full } else { Visit::Partial };
     match pattern {
-        GpuPattern::Dense => true,
+        GpuPattern::Dense => full(true),
         // Keys seen by the tile's queries form the interval [q.0 - left, q.1 + right']
-        // (right' = 0 when causal): exact.
+        // (right' = 0 when causal): exact. Every pair when the nearest query's window
+        // reaches the farthest key on both sides: k.0 >= q.1 - left and k.1 <= q.0 + right.
         GpuPattern::Window { left, right } => {
             let hi = if causal { q.1 } else { q.1.saturating_add(*right) };
-            k.1.saturating_add(*left) >= q.0 && k.0 <= hi
+            if k.1.saturating_add(*left) < q.0 || k.0 > hi {
+                return Visit::Skip;
+            }
+            full(k.0.saturating_add(*left) >= q.1 && k.1 <= q.0.saturating_add(*right))
         }
-        GpuPattern::BlockSparse(bs) => block_sparse_may_attend(bs, causal, q, k),
+        GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => {
+            full(block_sparse_all(bs, q, k))
+        }
+        GpuPattern::BlockSparse(_) => Visit::Skip,
         // Same segment needed; residues are left to the element mask.
         GpuPattern::Dilated(_) => {
             let w = branch.expect("a dilated launch names its branch").segment;
-            (q.0 / w).max(k.0 / w) <= (q.1 / w).min(k.1 / w)
+            ((q.0 / w).max(k.0 / w) <= (q.1 / w).min(k.1 / w)).into()
         }
         // Expression and table launches are planned by `expression::plan` and
         // `table::plan`, which know the heads and the sequence length; without them every
         // tile is kept (sound).
-        GpuPattern::Expr(_) | GpuPattern::Table(_) => true,
+        GpuPattern::Expr(_) | GpuPattern::Table(_) => Visit::Partial,
     }
+}
+
+/// Block pairs one tile pair may span before [`block_sparse_all`] stops looking (and
+/// answers "not all": the element mask stays exact).
+const BLOCK_PAIRS_CHECKED: usize = 64;
+
+/// Does the block rule keep every pair of `q` x `k`? A pair with a global token is
+/// always kept; otherwise every block pair the ranges span must be kept (conservative
+/// where a range mixes global and plain positions).
+fn block_sparse_all(bs: &BlockSparse, q: (usize, usize), k: (usize, usize)) -> bool {
+    if q.1 < bs.global_tokens || k.1 < bs.global_tokens {
+        return true;
+    }
+    let b = bs.block;
+    let (qb, kb) = ((q.0 / b)..=(q.1 / b), (k.0 / b)..=(k.1 / b));
+    qb.clone().count() * kb.clone().count() <= BLOCK_PAIRS_CHECKED
+        && qb.into_iter().all(|qa| kb.clone().all(|ka| bs.block_allowed(qa, ka)))
 }
 
 fn block_sparse_may_attend(bs: &BlockSparse, causal: bool, q: (usize, usize), k: (usize, usize)) -> bool {
@@ -317,10 +394,7 @@ fn block_sparse_may_attend(bs: &BlockSparse, causal: bool, q: (usize, usize), k:
     ((q.0 / b)..=(q.1 / b)).any(|qa| {
         let q_hi = q.1.min(qa * b + b - 1);
         ((k.0 / b)..=(k.1 / b)).any(|kb| {
-            (!causal || kb * b <= q_hi)
-                && (bs.local_radius.is_some_and(|w| qa.abs_diff(kb) <= w)
-                    || bs.dilated_stride.is_some_and(|s| qa.abs_diff(kb) % s == 0)
-                    || bs.block_mask.as_ref().is_some_and(|m| m[qa][kb]))
+            (!causal || kb * b <= q_hi) && bs.block_allowed(qa, kb)
         })
     })
 }

@@ -41,6 +41,29 @@ fn planned(p: &TilePlan) -> Vec<(usize, usize)> {
     (0..p.row_tiles).flat_map(|r| p.row(r).iter().map(move |&c| (r, c as usize))).collect()
 }
 
+/// The planned tiles marked full.
+fn marked_full(p: &TilePlan) -> Vec<(usize, usize)> {
+    planned(p).into_iter().filter(|&(r, c)| p.visit(r, c) == Visit::Full).collect()
+}
+
+/// Tiles of a whole sequence of `n` whose every pair (positions below `n`) is allowed for
+/// every head, from the reference's key multiplicities with causality applied.
+fn full_tiles_of(spec: &GpuSpec, heads: usize, n: usize, (q_tile, k_tile): (usize, usize)) -> Vec<(usize, usize)> {
+    let reference = spec.to_reference();
+    let (rt, ct) = (n.div_ceil(q_tile), n.div_ceil(k_tile));
+    let mut full = vec![vec![true; ct]; rt];
+    for h in 0..heads {
+        for i in 0..n {
+            for (j, &c) in key_counts(reference.pattern.as_ref(), i, h, heads, n).iter().enumerate() {
+                if c == 0 || (spec.causal && j > i) {
+                    full[i / q_tile][j / k_tile] = false;
+                }
+            }
+        }
+    }
+    (0..rt).flat_map(|r| (0..ct).map(move |c| (r, c))).filter(|&(r, c)| full[r][c]).collect()
+}
+
 #[test]
 fn dense_causal_and_window_plans_are_exactly_the_needed_tiles() {
     for n in [1, 63, 64, 65, 257, 331] {
@@ -49,11 +72,15 @@ fn dense_causal_and_window_plans_are_exactly_the_needed_tiles() {
                 GpuPattern::Dense,
                 GpuPattern::Window { left: 70, right: 5 },
                 GpuPattern::Window { left: 0, right: 130 },
+                // Tile edges (multiples of 64) one position inside and at each window edge.
+                GpuPattern::Window { left: 126, right: 62 },
+                GpuPattern::Window { left: 127, right: 63 },
             ] {
                 let spec = GpuSpec::new(pattern).causal(causal);
                 for shape in SHAPES {
                     let p = plan(&spec.pattern, None, causal, IndexMap::whole(n), shape);
                     assert_eq!(planned(&p), needed_tiles_of(&spec, 1, n, shape), "{spec:?} n={n} {shape:?}");
+                    assert_eq!(marked_full(&p), full_tiles_of(&spec, 1, n, shape), "{spec:?} n={n} {shape:?}: marks");
                 }
             }
         }
@@ -84,6 +111,28 @@ fn block_sparse_plan_is_sound_and_skips_tiles() {
             assert!(p.contains(r, c), "{spec:?}: needed tile ({r}, {c}) not planned");
         }
         assert!(p.visits() < 25, "{spec:?}: {} of 25 tiles planned", p.visits());
+        let full = full_tiles_of(&spec, 1, n, (TILE, TILE));
+        assert!(marked_full(&p).iter().all(|t| full.contains(t)), "{spec:?}: a tile marked full is not");
+    }
+}
+
+/// Block-sparse marks are exact where tiles hold whole blocks and no global token: a
+/// local band of 128-token blocks (the benchmark's) and a strided one, every tile shape.
+#[test]
+fn block_sparse_marks_are_exact_on_whole_blocks() {
+    let n = 1000;
+    for (bs, causal) in [
+        (BlockSparse::local(128, 1), false),
+        (BlockSparse::local(128, 1), true),
+        (BlockSparse { dilated_stride: Some(3), ..BlockSparse::local(192, 0) }, false),
+    ] {
+        let spec = GpuSpec::new(GpuPattern::BlockSparse(bs)).causal(causal);
+        for shape in SHAPES {
+            let p = plan(&spec.pattern, None, causal, IndexMap::whole(n), shape);
+            let full = full_tiles_of(&spec, 1, n, shape);
+            assert_eq!(marked_full(&p), full, "{spec:?} {shape:?}");
+            assert!(!full.is_empty());
+        }
     }
 }
 
@@ -161,6 +210,11 @@ fn transpose_lists_query_tiles_per_key_tile() {
     assert_eq!(t.row(3), &[3]);
     assert_eq!(t.visits(), p.visits());
     assert_eq!(t.transpose(), p);
+    // Marks travel with their tiles: below the diagonal full, on it partial.
+    for (r, c) in planned(&p) {
+        assert_eq!(t.visit(c, r), p.visit(r, c));
+        assert_eq!(p.visit(r, c), if c < r { Visit::Full } else { Visit::Partial }, "({r}, {c})");
+    }
 }
 
 fn chunk(q_offset: usize, k_offset: usize, rows: usize) -> IndexMap {
@@ -186,6 +240,10 @@ fn assert_sound_with(
     let (qa, ka) = map.axes();
     for (q_tile, k_tile) in SHAPES {
         let p = plan_of((q_tile, k_tile));
+        // A full mark is sound when every pair of the marked tile is allowed; compact
+        // launches are never marked (the kernels decide their full tiles themselves).
+        let identity = matches!(map, IndexMap::Identity { .. });
+        assert!(identity || p.full.iter().all(|&f| f == 0), "{map:?}: a compact plan is marked");
         for h in 0..heads {
             for i in 0..qa.rows {
                 let qpos = qa.offset + i * qa.stride;
@@ -193,6 +251,10 @@ fn assert_sound_with(
                 for j in 0..ka.rows {
                     let kpos = ka.offset + j * ka.stride;
                     if counts[kpos] == 0 || (spec.causal && kpos > qpos) {
+                        assert!(
+                            !identity || p.visit(i / q_tile, j / k_tile) != Visit::Full,
+                            "{map:?} h {h}: q {qpos} k {kpos} is not allowed in a tile marked full"
+                        );
                         continue;
                     }
                     let o = d.map_or(0, |d| d.offset(&d.branches[0], h, heads));
@@ -302,8 +364,12 @@ fn expression_plans_are_sound_and_exact_where_one_evaluation_decides() {
                     let needed = needed_tiles_of(&spec, heads, n, shape);
                     let got = planned(&p);
                     assert!(needed.iter().all(|t| got.contains(t)), "{text} causal {causal} n {n} {shape:?}: unsound");
+                    let full = full_tiles_of(&spec, heads, n, shape);
+                    let marked = marked_full(&p);
+                    assert!(marked.iter().all(|t| full.contains(t)), "{text} causal {causal} n {n} {shape:?}: a mark");
                     if exact {
                         assert_eq!(got, needed, "{text} causal {causal} n {n} {shape:?}: not exact");
+                        assert_eq!(marked, full, "{text} causal {causal} n {n} {shape:?}: marks not exact");
                     }
                 }
             }

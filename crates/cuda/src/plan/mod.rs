@@ -353,7 +353,9 @@ fn ranges_visit(
             }
             full(k.0.saturating_add(*left) >= q.1 && k.1 <= q.0.saturating_add(*right))
         }
-        GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => full(block_sparse_all(bs, q, k)),
+        GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => {
+            full(block_sparse_all(bs, q, k))
+        }
         GpuPattern::BlockSparse(_) => Visit::Skip,
         // Same segment needed; residues are left to the element mask.
         GpuPattern::Dilated(_) => {
@@ -391,7 +393,9 @@ fn block_sparse_may_attend(bs: &BlockSparse, causal: bool, q: (usize, usize), k:
     let b = bs.block;
     ((q.0 / b)..=(q.1 / b)).any(|qa| {
         let q_hi = q.1.min(qa * b + b - 1);
-        ((k.0 / b)..=(k.1 / b)).any(|kb| (!causal || kb * b <= q_hi) && bs.block_allowed(qa, kb))
+        ((k.0 / b)..=(k.1 / b)).any(|kb| {
+            (!causal || kb * b <= q_hi) && bs.block_allowed(qa, kb)
+        })
     })
 }
 

@@ -198,13 +198,12 @@ impl Gpu {
                 half_out: half as i32,
                 ..l.params
             };
-            let cols =
-                Params {
-                    plan_ptr: plan.cols_ptr.device_ptr(st).0,
-                    plan_idx: plan.cols_idx.device_ptr(st).0,
-                    plan_full: plan.cols_full.device_ptr(st).0,
-                    ..base
-                };
+            let cols = Params {
+                plan_ptr: plan.cols_ptr.device_ptr(st).0,
+                plan_idx: plan.cols_idx.device_ptr(st).0,
+                plan_full: plan.cols_full.device_ptr(st).0,
+                ..base
+            };
             let dims = l.backward_dims();
             let maps = self.tile_maps(l, qp, dop, dout.dims)?;
             let dq_map = match maps {

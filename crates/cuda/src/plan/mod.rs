@@ -171,20 +171,41 @@ pub struct TilePlan {
 }
 
 impl TilePlan {
-    pub(crate) fn build<V: Into<Visit>>(row_tiles: usize, col_tiles: usize, visit: impl Fn(usize, usize) -> V) -> Self {
+    /// The plan of `visit(row tile, column tile)`.
+    pub(crate) fn build<V: Into<Visit>>(
+        row_tiles: usize,
+        col_tiles: usize,
+        visit: impl Fn(usize, usize) -> V + Sync,
+    ) -> Self {
+        Self::build_rows(row_tiles, col_tiles, |r, out| {
+            out.extend((0..col_tiles).map(|c| (c as i32, visit(r, c).into())).filter(|e| e.1 != Visit::Skip))
+        })
+    }
+
+    /// The plan whose row `r` is what `row(r, out)` appends to `out`: ascending column
+    /// tiles, each visited (not `Skip`). Rows are made in parallel (a mask expression's
+    /// plan over 131072 positions has thousands of rows).
+    pub(crate) fn build_rows(
+        row_tiles: usize,
+        col_tiles: usize,
+        row: impl Fn(usize, &mut Vec<(i32, Visit)>) + Sync,
+    ) -> Self {
+        use rayon::prelude::*;
+        let rows: Vec<Vec<(i32, Visit)>> = (0..row_tiles)
+            .into_par_iter()
+            .map(|r| {
+                let mut out = Vec::new();
+                row(r, &mut out);
+                out
+            })
+            .collect();
         let mut ptr = Vec::with_capacity(row_tiles + 1);
-        let (mut idx, mut full) = (Vec::new(), Vec::new());
         ptr.push(0);
-        for r in 0..row_tiles {
-            for c in 0..col_tiles {
-                match visit(r, c).into() {
-                    Visit::Skip => continue,
-                    v => {
-                        idx.push(c as i32);
-                        full.push((v == Visit::Full) as u8);
-                    }
-                }
-            }
+        let (mut idx, mut full) = (Vec::new(), Vec::new());
+        for row in rows {
+            debug_assert!(row.windows(2).all(|w| w[0].0 < w[1].0) && row.iter().all(|e| e.1 != Visit::Skip));
+            idx.extend(row.iter().map(|e| e.0));
+            full.extend(row.iter().map(|e| (e.1 == Visit::Full) as u8));
             ptr.push(idx.len() as i32);
         }
         TilePlan { row_tiles, col_tiles, batches: 1, ptr, idx, full }
@@ -353,9 +374,7 @@ fn ranges_visit(
             }
             full(k.0.saturating_add(*left) >= q.1 && k.1 <= q.0.saturating_add(*right))
         }
-        GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => {
-            full(block_sparse_all(bs, q, k))
-        }
+        GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => full(block_sparse_all(bs, q, k)),
         GpuPattern::BlockSparse(_) => Visit::Skip,
         // Same segment needed; residues are left to the element mask.
         GpuPattern::Dilated(_) => {
@@ -393,9 +412,7 @@ fn block_sparse_may_attend(bs: &BlockSparse, causal: bool, q: (usize, usize), k:
     let b = bs.block;
     ((q.0 / b)..=(q.1 / b)).any(|qa| {
         let q_hi = q.1.min(qa * b + b - 1);
-        ((k.0 / b)..=(k.1 / b)).any(|kb| {
-            (!causal || kb * b <= q_hi) && bs.block_allowed(qa, kb)
-        })
+        ((k.0 / b)..=(k.1 / b)).any(|kb| (!causal || kb * b <= q_hi) && bs.block_allowed(qa, kb))
     })
 }
 

@@ -12,7 +12,7 @@
 //! visited (the kernel's per-element test is exact). Head-independent masks are
 //! classified once per tile, not once per head.
 
-use super::{IndexMap, TilePlan, Visit, causal_full, positions};
+use super::{IndexMap, TilePlan, Visit, causal_full};
 use ringdil_reference::pattern::ExprPattern;
 use ringdil_reference::pattern::expr::{Env, Kind, Node, Tile, TileClass, Var, classify};
 
@@ -35,25 +35,12 @@ fn reads(node: &Node, var: Var) -> bool {
 }
 
 /// The tile plan of `pattern` under `map` (identity: expression launches are never
-/// compacted), query indices in tiles of `q_tile`, key indices in tiles of `k_tile`.
-pub fn plan(
-    pattern: &ExprPattern,
-    scope: ExprScope,
-    causal: bool,
-    map: IndexMap,
-    (q_tile, k_tile): (usize, usize),
-) -> TilePlan {
-    let (nq, nk) = map.extents();
-    let (qa, ka) = map.axes();
+/// compacted), query and key indices in tiles of `tiles`.
+pub fn plan(pattern: &ExprPattern, scope: ExprScope, causal: bool, map: IndexMap, tiles: (usize, usize)) -> TilePlan {
     let root = pattern.mask().root();
     let heads: Vec<usize> =
         if reads(root, Var::Head) { (scope.first..scope.first + scope.count).collect() } else { vec![scope.first] };
-    TilePlan::build(nq.div_ceil(q_tile), nk.div_ceil(k_tile), |r, c| {
-        let (Some(q), Some(k)) =
-            (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
-        else {
-            return Visit::Skip;
-        };
+    TilePlan::build_spans(map, tiles, |q, k| {
         if causal && k.0 > q.1 {
             return Visit::Skip;
         }

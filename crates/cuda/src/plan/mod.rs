@@ -182,6 +182,23 @@ impl TilePlan {
         })
     }
 
+    /// The plan of `visit(query span, key span)` under an identity map: the inclusive
+    /// global positions of each tile pair's rows ([`positions`]); a tile past its axis is
+    /// not visited.
+    pub(crate) fn build_spans<V: Into<Visit>>(
+        map: IndexMap,
+        (q_tile, k_tile): (usize, usize),
+        visit: impl Fn((usize, usize), (usize, usize)) -> V + Sync,
+    ) -> Self {
+        let ((nq, nk), (qa, ka)) = (map.extents(), map.axes());
+        Self::build(nq.div_ceil(q_tile), nk.div_ceil(k_tile), |r, c| {
+            match (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka)) {
+                (Some(q), Some(k)) => visit(q, k).into(),
+                _ => Visit::Skip,
+            }
+        })
+    }
+
     /// The plan whose row `r` is what `row(r, out)` appends to `out`: ascending column
     /// tiles, each visited (not `Skip`). Rows are made in parallel (a mask expression's
     /// plan over 131072 positions has thousands of rows).
@@ -332,14 +349,9 @@ pub fn plan(
                 })
             })
         }
-        IndexMap::Identity { .. } => TilePlan::build(rt, ct, |r, c| {
-            let (Some(q), Some(k)) =
-                (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
-            else {
-                return Visit::Skip;
-            };
-            ranges_visit(pattern, branch, causal, q, k)
-        }),
+        IndexMap::Identity { .. } => {
+            TilePlan::build_spans(map, (q_tile, k_tile), |q, k| ranges_visit(pattern, branch, causal, q, k))
+        }
     }
 }
 

@@ -6,28 +6,13 @@
 //! last position, a superset of its rows. The element test is the table itself, so a
 //! visited tile with no kept pair costs its loads and nothing else.
 
-use super::{IndexMap, TilePlan, positions};
+use super::{IndexMap, TilePlan};
 use crate::mask_table::MaskTable;
 use std::ops::Range;
 
 /// The tile plan of `table` for pattern heads `heads` under `map` (identity: table
-/// launches are never compacted), query indices in tiles of `q_tile`, key indices in
-/// tiles of `k_tile`.
-pub fn plan(
-    table: &MaskTable,
-    heads: Range<usize>,
-    causal: bool,
-    map: IndexMap,
-    (q_tile, k_tile): (usize, usize),
-) -> TilePlan {
-    let (nq, nk) = map.extents();
-    let (qa, ka) = map.axes();
-    TilePlan::build(nq.div_ceil(q_tile), nk.div_ceil(k_tile), |r, c| {
-        let (Some(q), Some(k)) =
-            (positions(r * q_tile, (r + 1) * q_tile, qa), positions(c * k_tile, (c + 1) * k_tile, ka))
-        else {
-            return false;
-        };
-        !(causal && k.0 > q.1) && table.may_attend(heads.clone(), q, k)
-    })
+/// launches are never compacted), query and key indices in tiles of
+/// `tiles`.
+pub fn plan(table: &MaskTable, heads: Range<usize>, causal: bool, map: IndexMap, tiles: (usize, usize)) -> TilePlan {
+    TilePlan::build_spans(map, tiles, |q, k| !(causal && k.0 > q.1) && table.may_attend(heads.clone(), q, k))
 }

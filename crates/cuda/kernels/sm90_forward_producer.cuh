@@ -93,6 +93,15 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
     if (leader) fwd_claim<WGS>(p, sm, 0, tiles, items);
     for (int u = 0, j0 = 0;; ++u) {
         bar_sync<1, WG_PRODUCERS>();  // slot(u) is written
+        // Q buffer u & 1 is free: every consumer is past item u - 2's last S (or holds its Q
+        // in registers), so every consumer has waited for that item's phase of q_full(u).
+        // Only then may this item's arrivals, the end-of-run slot's included, complete the
+        // buffer's next phase: a consumer waits by phase parity, and two phases completed
+        // before it waits look like none (it would wait forever). Without this wait the
+        // end-of-run slot completed its phase at once: with few key tiles per item (a sparse
+        // mask) and Q in registers (released as soon as loaded), a consumer still finishing
+        // item u - 1 missed item u's phase and hung.
+        if (u >= 2) mbar_wait(sm.q_empty(u), ((u - 2) >> 1) & 1);
         if (leader) mbar_arrive(sm.q_full(u));  // for the consumers too
         const unsigned item = (unsigned)sm.slot(u)[0];
         if (item >= items) {
@@ -105,8 +114,6 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
         }
         const Coords c = coords_of(p, item, tiles, true);
         const int kbeg = sm.slot(u)[1], n = sm.slot(u)[2], kvh = c.h / p.kv_group;  // the item's K/V head
-        // The Q tile of item u - 2 is free: every consumer is past its last S.
-        if (u >= 2) mbar_wait(sm.q_empty(u), ((u - 2) >> 1) & 1);
         if (n > 0)
             fwd_load_q<WGS>(p, sm, q_map, u, c, leader, R);
         else

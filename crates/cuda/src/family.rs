@@ -116,25 +116,31 @@ impl Family {
     }
 
     /// The wgmma forward's second instantiation (`FBM_NARROW`, kernel `attn_fwd_128`): two
-    /// consumer warpgroups, for compact launches ([`Family::forward_q_tile_for`]).
+    /// consumer warpgroups, for compact and masked launches ([`Family::forward_q_tile_for`]).
     pub fn forward_q_tile_narrow(self) -> usize {
         2 * TILE
     }
 
     /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
-    /// the wgmma family runs a compact dilated launch whose segments keep `m` rows, `m` not
-    /// a multiple of its 192, with [`Family::forward_q_tile_narrow`] rows. Compact launch
-    /// indices start at a segment boundary, so such a tile never straddles two segments
-    /// when `m` is a multiple of 128 (LongNet's powers of two); a 192-row tile would, every
-    /// few tiles, and visit both segments' keys under the generic mask (a LongNet branch
-    /// (8192, 8) took 3.4x as long that way).
-    pub fn forward_q_tile_for(self, map: &IndexMap) -> usize {
+    /// the wgmma family runs with [`Family::forward_q_tile_narrow`] rows
+    /// * a compact dilated launch whose segments keep `m` rows, `m` not a multiple of its
+    ///   192. Compact launch indices start at a segment boundary, so such a tile never
+    ///   straddles two segments when `m` is a multiple of 128 (LongNet's powers of two); a
+    ///   192-row tile would, every few tiles, and visit both segments' keys under the
+    ///   generic mask (a LongNet branch (8192, 8) took 3.4x as long that way);
+    /// * a launch whose mask has structure inside the sequence (`masked`: a window, blocks,
+    ///   an expression or a table; `launch::launches_for` decides). A key tile is full for a block only if
+    ///   it is for all of the block's rows: the taller the block, the more tiles at a
+    ///   band's edges are masked per element, and a 192-row block straddles 128-token
+    ///   blocks that a 128-row one covers exactly.
+    pub fn forward_q_tile_for(self, map: &IndexMap, masked: bool) -> usize {
         match *map {
             IndexMap::Compact { segment, dilation, .. }
                 if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
             {
                 self.forward_q_tile_narrow()
             }
+            IndexMap::Identity { .. } if self == Family::Wgmma && masked => self.forward_q_tile_narrow(),
             _ => self.forward_q_tile(),
         }
     }
@@ -371,6 +377,31 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_grid((3, 2, 1), 132), (6, 1, 1));
         assert_eq!(Family::Wgmma.forward_grid((u32::MAX, 65535, 65535), 132), (132, 1, 1));
         assert_eq!(Family::Mma.forward_grid((22, 16, 4), 132), (22, 16, 4));
+    }
+
+    /// The wgmma family's forward blocks: 192 rows for dense and causal launches, 128 for
+    /// masked ones and for compact branches whose segments keep a multiple of 128 rows
+    /// but not of 192; the mma family keeps its one size.
+    #[test]
+    fn forward_rows_per_launch() {
+        use crate::plan::Axis;
+        let whole = IndexMap::whole(4096);
+        let compact = |w, r| IndexMap::Compact {
+            segment: w,
+            dilation: r,
+            q: Axis::contiguous(0, 4096),
+            k: Axis::contiguous(0, 4096),
+        };
+        let w = Family::Wgmma;
+        assert_eq!((w.forward_q_tile_for(&whole, false), w.forward_q_tile_for(&whole, true)), (192, 128));
+        assert_eq!(
+            (w.forward_q_tile_for(&compact(2048, 1), false), w.forward_q_tile_for(&compact(1536, 1), false)),
+            (128, 192)
+        );
+        assert_eq!(
+            (Family::Mma.forward_q_tile_for(&whole, true), Family::Mma.forward_q_tile_for(&compact(2048, 1), false)),
+            (FWD_Q_TILE, FWD_Q_TILE)
+        );
     }
 
     #[test]

@@ -246,7 +246,15 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                  map: IndexMap|
      -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
-        let (fwd_q_tile, fwd_k_tile) = (family.forward_q_tile_for(&map), family.forward_key_tile(shape.head_dim));
+        // 128-row blocks for a mask with structure inside the sequence
+        // (`Family::forward_q_tile_for`); packed dense documents keep 192 (their partial
+        // tiles are few, and 128-row blocks measured slower there).
+        let masked = matches!(
+            spec.pattern,
+            GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
+        );
+        let (fwd_q_tile, fwd_k_tile) =
+            (family.forward_q_tile_for(&map, masked), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
             (GpuPattern::Expr(e), _) => expression::plan(e, expr_scope, spec.causal, map, tiles),

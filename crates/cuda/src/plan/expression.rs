@@ -35,12 +35,14 @@ fn reads(node: &Node, var: Var) -> bool {
 }
 
 /// The tile plan of `pattern` under `map` (identity: expression launches are never
-/// compacted), query and key indices in tiles of `tiles`.
+/// compacted), query and key indices in tiles of `tiles`. Key tiles are classified as
+/// runs ([`TilePlan::build_runs`]): the interval classification decides a window's or a
+/// block band's inside and outside for a whole run at once.
 pub fn plan(pattern: &ExprPattern, scope: ExprScope, causal: bool, map: IndexMap, tiles: (usize, usize)) -> TilePlan {
     let root = pattern.mask().root();
     let heads: Vec<usize> =
         if reads(root, Var::Head) { (scope.first..scope.first + scope.count).collect() } else { vec![scope.first] };
-    TilePlan::build_spans(map, tiles, |q, k| {
+    TilePlan::build_runs(map, tiles, |q, k| {
         if causal && k.0 > q.1 {
             return Visit::Skip;
         }

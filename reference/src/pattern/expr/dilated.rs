@@ -37,10 +37,10 @@ use serde::{Deserialize, Serialize};
 /// optional extra mask on its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExprBranch {
-    segment: Expression,
-    dilation: Expression,
-    offset: Expression,
-    mask: Option<Expression>,
+    pub(super) segment: Expression,
+    pub(super) dilation: Expression,
+    pub(super) offset: Expression,
+    pub(super) mask: Option<Expression>,
 }
 
 impl ExprBranch {
@@ -71,7 +71,7 @@ impl ExprBranch {
     }
 
     /// The environment of head `head` with `w` set (`H`, `n` too).
-    fn head_env(&self, head: usize, heads: usize, seq_len: usize) -> (Env, i64) {
+    pub(super) fn head_env(&self, head: usize, heads: usize, seq_len: usize) -> (Env, i64) {
         let mut env = Env::default();
         env.set(Var::Head, head);
         env.set(Var::Heads, heads);

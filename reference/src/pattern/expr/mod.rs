@@ -34,6 +34,7 @@
 mod ast;
 mod c_source;
 mod check;
+mod compact;
 mod dilated;
 mod error;
 mod eval;
@@ -50,6 +51,7 @@ mod tiles;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
 pub use c_source::{PRELUDE as C_PRELUDE, c_function};
+pub use compact::CompactBranch;
 pub use dilated::{ExprBranch, ExprCombine, ExprDilated};
 pub use error::{ExprError, Pos};
 pub use eval::{Env, binary, div_floor, eval, mod_floor, unary};
@@ -106,6 +108,11 @@ impl Expression {
     /// The value under `env` (a boolean expression gives 0 or 1).
     pub fn eval(&self, env: &Env) -> i64 {
         eval(&self.root, env)
+    }
+
+    /// Does the expression read `var`?
+    pub fn reads(&self, var: Var) -> bool {
+        self.position_of(var).is_some()
     }
 
     /// The position of the first use of `var`, for messages.

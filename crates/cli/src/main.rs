@@ -388,20 +388,11 @@ fn attend_gpu_options(
                     (the NCCL ring: ringdil.ring_attention, or ring_bench / ring_check under `ringdil launch`)"
             .into());
     }
-    // The built-in kinds as themselves; any other (dilated_expr) as mask tables (one per
-    // branch under the softmax-denominator combine), keyed by the file's contents.
+    // The built-in kinds as themselves; a dilated_expr file as compact launches with
+    // offset tables where its branches allow, else as mask tables.
     let gpu_pattern = match pattern {
         None => ringdil_cuda::GpuPattern::Dense,
-        Some(path) => {
-            let file = PatternFile::load(path)?;
-            match file.builtin()? {
-                Some(b) => b.into(),
-                None => ringdil_cuda::GpuPattern::Table(
-                    ringdil_cuda::mask_table::TablePattern::keyed(file.pattern()?, format!("{file:?}"))
-                        .with_parts(file.table_parts()?),
-                ),
-            }
-        }
+        Some(path) => ringdil_cuda::GpuPattern::from_file(&PatternFile::load(path)?)?,
     };
     let dtype = match device.dtype.unwrap_or(GpuDtype::Bf16) {
         GpuDtype::Bf16 => ringdil_cuda::Dtype::Bf16,

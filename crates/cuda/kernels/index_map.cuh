@@ -3,14 +3,27 @@
 // c + cbase, i.e. kept position t of segment s (row_of). The padding limit and the ends
 // of compact tiles are here too; docs/gpu.md ("Dilated attention") has the math.
 
-// The head's offset o(h) of a dilated branch (Params::dil_rule), from the head's index in
-// the whole pattern (a launch over a slice of heads starts at head_base).
-__device__ __forceinline__ int dil_offset(const Params& p, int h) {
+// A dilated branch's offsets for launch head h, as one int: the offset itself (>= 0) where
+// the rule gives every segment the same (OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED: o(h), from
+// the head's index in the whole pattern, head_base + h), else -(global head + 1): the head's
+// row of the offset table (OFFSET_TABLE, o(h, s)). Computed once per head; seg_offset
+// resolves it per segment.
+__device__ __forceinline__ int offset_code(const Params& p, int h) {
     const int g = p.head_base + h;
     if (p.dil_rule == OFFSET_HEAD_MOD) return g % p.dil_rate;
     if (p.dil_rule == OFFSET_HEAD_BLOCK) return g / ((p.pattern_heads + p.dil_rate - 1) / p.dil_rate);
+    if (p.dil_rule == OFFSET_TABLE) return -(g + 1);
     return p.dil_fixed;
 }
+// The offset in segment s of the head whose offset_code is `code`. A segment past the table
+// (the index of a hole past the launch) reads 0: its rows are rejected by the caller.
+__device__ __forceinline__ int seg_offset(const Params& p, int code, int s) {
+    if (code >= 0) return code;
+    if (s < 0 || s >= p.dil_segments) return 0;
+    return __ldg(reinterpret_cast<const int*>(p.block_mask) + (size_t)(-code - 1) * p.dil_segments + s);
+}
+// o(h, s) of launch head h.
+__device__ __forceinline__ int dil_offset(const Params& p, int h, int s) { return seg_offset(p, offset_code(p, h), s); }
 
 // One side of a launch: `n` launch indices over `rows` tensor rows; row i sits at global
 // position offset + i * stride; in compact mode launch index c is global compact index
@@ -29,13 +42,13 @@ __device__ __forceinline__ Axis k_axis(const Params& p) {
 
 // Tensor row of launch index c on axis a, or -1. In compact mode (contiguous axes) global
 // compact index G = c + cbase is kept position t = G mod m of segment s = G div m
-// (m = dil_per_seg): position s*w + o(h) + t*r, a hole (-1) past the segment's end or
+// (m = dil_per_seg): position s*w + o(h, s) + t*r, a hole (-1) past the segment's end or
 // outside the axis's rows (a ring chunk that starts or ends inside a segment).
 __device__ __forceinline__ int row_of(const Params& p, const Axis& a, int c, int h) {
     if (c >= a.n) return -1;
     if (!p.compact) return c;
     const int g = c + a.cbase, s = g / p.dil_per_seg, t = g - s * p.dil_per_seg;
-    const int pos = s * p.dil_segment + dil_offset(p, h) + t * p.dil_rate;
+    const int pos = s * p.dil_segment + dil_offset(p, h, s) + t * p.dil_rate;
     const int row = pos - a.offset;
     return pos < (s + 1) * p.dil_segment && row >= 0 && row < a.rows ? row : -1;
 }
@@ -49,7 +62,7 @@ __device__ __forceinline__ int seg_of(const Params& p, const Axis& a, int c) {
 
 // The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
 // and last index (row_of's, -1 for a hole or an index past the launch) and their compact
-// segments. `o` is the head's offset, dil_offset(p, h). One integer division while the
+// segments. `code` is the head's offset_code. One integer division while the
 // tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
 // forward's producer evaluates this per K/V tile, on the path that keeps the stages filled,
 // and hands the key side of tile_full to the consumers (with the divisions on both paths
@@ -58,7 +71,7 @@ struct TileEnds {
     int row0, last, s0, s1;
 };
 template <int ROWS>
-__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int o) {
+__device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axis& a, int c0, int code) {
     const int m = p.dil_per_seg, g0 = c0 + a.cbase, s0 = g0 / m, t0 = g0 - s0 * m;
     int s1 = s0, t1 = t0 + ROWS - 1;
     if (t1 >= m) {
@@ -66,7 +79,7 @@ __device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axi
         t1 = g0 + ROWS - 1 - s1 * m;
     }
     auto row = [&](int c, int s, int t) {
-        const int pos = s * p.dil_segment + o + t * p.dil_rate, r = pos - a.offset;
+        const int pos = s * p.dil_segment + seg_offset(p, code, s) + t * p.dil_rate, r = pos - a.offset;
         return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
     };
     return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};

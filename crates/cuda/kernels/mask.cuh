@@ -48,7 +48,7 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
     if (p.pattern == PATTERN_DILATED) {
         int w = p.dil_segment, s = i / w;
         if (j / w != s) return false;
-        int o = dil_offset(p, h);
+        int o = dil_offset(p, h, s);
         return (i - s * w) % p.dil_rate == o && (j - s * w) % p.dil_rate == o;
     }
 #ifdef RINGDIL_EXPR
@@ -93,7 +93,7 @@ __device__ __forceinline__ bool tile_full(const Params& p, int b, int h, int q0,
         // One segment for the whole tile, no key hole (within a segment rows grow with the
         // index and the valid ones are an interval: the first and last key decide), inside
         // the padding, the queries in it and below the diagonal.
-        const TileEnds e = compact_tile_ends<KROWS>(p, ka, k0, dil_offset(p, h));
+        const TileEnds e = compact_tile_ends<KROWS>(p, ka, k0, offset_code(p, h));
         return compact_tile_full(p, compact_key_seg(p, e, klimit), q0, qn, k1);
     }
     const int klast = ka.offset + k1 * ka.stride, qfirst = qa.offset + q0 * qa.stride;

@@ -19,7 +19,8 @@ struct Params {
     const int* plan_idx;
     const unsigned char* plan_full;  // per plan_idx entry: 1 = every pair of the tile pair allowed (causality
                                      // included); launch end, padding and documents are the kernel's to test
-    const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2; or the mask table (PATTERN_TABLE); or null
+    const unsigned char* block_mask;  // block-sparse user mask, bs_mask_blocks^2; or the mask table (PATTERN_TABLE); or the
+                                      // offsets (int, OFFSET_TABLE); or null
     const int* doc_first;      // packed sequences: per (batch row, position), the first and
     const int* doc_last;       // last position of its document; null: no documents
     int batch, heads;
@@ -33,7 +34,8 @@ struct Params {
     int pattern;               // PATTERN_DENSE, _WINDOW, _BLOCK_SPARSE, _DILATED (one branch)
     int win_left, win_right;
     int bs_block, bs_radius, bs_stride, bs_global, bs_mask_blocks;
-    int dil_segment, dil_rate, dil_rule, dil_fixed;  // dil_rule: OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED
+    int dil_segment, dil_rate, dil_rule, dil_fixed;  // dil_rule: OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED, _TABLE
+    int dil_segments;          // OFFSET_TABLE: segments per head of the offset table
     int compact;               // 1: index c -> row of the dilated branch (see row_of)
     int dil_per_seg;           // ceil(dil_segment / dil_rate)
     int q_stride, k_stride;    // row i is at global position offset + i * stride

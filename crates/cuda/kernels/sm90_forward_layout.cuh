@@ -52,7 +52,7 @@ static_assert(FwdBlock<FBM_NARROW / 64>::THREADS == FWD_THREADS_NARROW, "attn_fw
 //            per Q tile;
 //   slots    per Q tile, the item's 8 ints: number, first plan entry, key tiles, key
 //            limit, each consumer warpgroup's key tiles (WGS <= 3), the head's dilation
-//            offset (written by the producer's leader);
+//            offset_code (written by the producer's leader);
 //   keys     per stage, its tile's first key (launch index), then its stage_hint.
 // mbarriers: full(j) completes when tile j has landed (one arrival plus the TMA's bytes),
 // empty(j) when every consumer thread is done with it; q_full(u) when item u's slot is

@@ -47,7 +47,7 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
         }
         sl[4 + w] = nw;
     }
-    sl[7] = p.compact ? dil_offset(p, c.h) : 0;
+    sl[7] = p.compact ? offset_code(p, c.h) : 0;
 }
 
 // Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts is evenly spaced
@@ -133,7 +133,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
             const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
             int row0 = k0, hint = plan_marked(p, kbeg + j - j0) ? 1 : -1;
             bool box = true;
-            if (p.compact) {  // the head's offset and the key limit from the item's slot
+            if (p.compact) {  // the head's offset code and the key limit from the item's slot
                 const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, sm.slot(u)[7]);
                 row0 = e.row0;
                 box = ends_are_box<FBN>(p, ka, e);

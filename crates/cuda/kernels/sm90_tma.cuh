@@ -59,7 +59,7 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
         row0 = k0;
         return true;
     }
-    const TileEnds e = compact_tile_ends<ROWS>(p, a, k0, dil_offset(p, h));
+    const TileEnds e = compact_tile_ends<ROWS>(p, a, k0, offset_code(p, h));
     row0 = e.row0;
     return ends_are_box<ROWS>(p, a, e);
 }

@@ -3,6 +3,7 @@
 //! block, shared memory) derived from the family table ([`crate::family`]). Pure host code
 //! (no CUDA), so it is tested on machines without a GPU.
 
+use crate::dilated_expr;
 use crate::error::{CudaError, Result};
 use crate::family::{Family, TILE};
 use crate::mask_table::{self, MaskTable};
@@ -237,12 +238,19 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         _ => Vec::new(),
     };
     let table_offsets = mask_table::offsets(&tables);
+    let offset_tables = match &spec.pattern {
+        GpuPattern::DilatedExpr(e) => {
+            Some(dilated_expr::offset_tables(e, chunk.pattern_heads(shape.heads), chunk.seq_len)?)
+        }
+        _ => None,
+    };
     let heads = chunk.first_head..chunk.first_head + shape.heads;
     // A launch of `params` over `map`: a dilated branch's (`branch`), or a table part's
-    // (`part`: its table and where it starts in the buffer).
+    // (`part`: its table); `at`: where its table (mask or offsets) starts in the buffer.
     let build = |params: Params,
                  branch: Option<&Branch>,
-                 part: Option<(&MaskTable, usize)>,
+                 part: Option<&MaskTable>,
+                 at: usize,
                  map: IndexMap|
      -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
@@ -258,7 +266,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
             (GpuPattern::Expr(e), _) => expression::plan(e, expr_scope, spec.causal, map, tiles),
-            (GpuPattern::Table(_), Some((t, _))) => table::plan(t, heads.clone(), spec.causal, map, tiles),
+            (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, map, tiles),
             (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
         };
         let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
@@ -282,7 +290,6 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             k_cbase: fits_i32("key compact base", kb)?,
             ..params
         };
-        let table_offset = part.map_or(0, |(_, at)| at);
         Ok(LaunchSpec {
             params,
             map,
@@ -292,17 +299,39 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             fwd_k_tile,
             fwd,
             cols,
-            table_offset,
+            table_offset: at,
         })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
+    // One launch of dilated branch (w, r) with `params`' offset rule, its table at `at`.
+    let dilated = |(segment, dilation): (usize, usize), params: Params, at: usize| {
+        // A segment longer than the sequence is the whole sequence (same segment starts),
+        // so clamping changes no mask and keeps compact rows tight.
+        let branch = Branch { segment: segment.min(chunk.seq_len), dilation, offset: Offset::Fixed(0) };
+        let params = Params {
+            pattern: PatternCode::Dilated as i32,
+            dil_segment: branch.segment as i32,
+            dil_rate: fits_i32("dilation", branch.dilation)?,
+            dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
+            ..params
+        };
+        // Compaction needs contiguous rows (kept positions are found from segment starts);
+        // a strided (striped-layout) axis evaluates the branch mask in place.
+        if qa.stride == 1 && ka.stride == 1 {
+            let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
+            build(Params { compact: 1, ..params }, Some(&branch), None, at, map)
+        } else {
+            build(params, Some(&branch), None, at, identity)
+        }
+    };
     match &spec.pattern {
-        GpuPattern::Dense => Ok(vec![build(base, None, None, identity)?]),
+        GpuPattern::Dense => Ok(vec![build(base, None, None, 0, identity)?]),
         GpuPattern::Window { left, right } => Ok(vec![build(
             Params { pattern: PatternCode::Window as i32, win_left: clamp(*left), win_right: clamp(*right), ..base },
             None,
             None,
+            0,
             identity,
         )?]),
         GpuPattern::BlockSparse(bs) => {
@@ -315,10 +344,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 bs_mask_blocks: bs.block_mask.as_ref().map_or(0, |m| m.len() as i32),
                 ..base
             };
-            Ok(vec![build(params, None, None, identity)?])
+            Ok(vec![build(params, None, None, 0, identity)?])
         }
         GpuPattern::Expr(_) => {
-            Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, identity)?])
+            Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, 0, identity)?])
         }
         // One launch per part; several merge as a dilated pattern's branches do.
         GpuPattern::Table(_) => tables
@@ -330,40 +359,36 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                     bs_mask_blocks: fits_i32("mask table tiles", t.tiles)?,
                     ..base
                 };
-                build(params, None, Some((t.as_ref(), at)), identity)
+                build(params, None, Some(t.as_ref()), at, identity)
             })
             .collect(),
         GpuPattern::Dilated(d) => d
             .branches
             .iter()
             .map(|b| {
-                // A segment longer than the sequence is the whole sequence (same segment
-                // starts), so clamping changes no mask and keeps compact rows tight.
-                let branch = Branch { segment: b.segment.min(chunk.seq_len), ..*b };
                 let (rule, fixed) = match b.offset {
                     Offset::HeadMod => (OffsetRule::HeadMod, 0),
                     Offset::HeadBlock => (OffsetRule::HeadBlock, 0),
                     Offset::Fixed(o) => (OffsetRule::Fixed, o as i32),
                 };
-                let params = Params {
-                    pattern: PatternCode::Dilated as i32,
-                    dil_segment: branch.segment as i32,
-                    dil_rate: fits_i32("dilation", branch.dilation)?,
-                    dil_rule: rule as i32,
-                    dil_fixed: fixed,
-                    dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
-                    ..base
-                };
-                // Compaction needs contiguous rows (kept positions are found from segment
-                // starts); a strided (striped-layout) axis evaluates the branch mask in place.
-                if qa.stride == 1 && ka.stride == 1 {
-                    let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
-                    build(Params { compact: 1, ..params }, Some(&branch), None, map)
-                } else {
-                    build(params, Some(&branch), None, identity)
-                }
+                dilated((b.segment, b.dilation), Params { dil_rule: rule as i32, dil_fixed: fixed, ..base }, 0)
             })
             .collect(),
+        GpuPattern::DilatedExpr(_) => {
+            let t = offset_tables.as_ref().expect("made above for this pattern");
+            t.branches
+                .iter()
+                .zip(&t.starts)
+                .map(|(b, &at)| {
+                    let params = Params {
+                        dil_rule: OffsetRule::Table as i32,
+                        dil_segments: fits_i32("dilated_expr segments", b.segments)?,
+                        ..base
+                    };
+                    dilated((b.segment, b.dilation), params, at)
+                })
+                .collect()
+        }
     }
 }
 
@@ -375,6 +400,9 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             let n = m.len();
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
+        GpuPattern::DilatedExpr(e) => {
+            Some(dilated_expr::offset_tables(e, chunk.pattern_heads(shape.heads), chunk.seq_len)?.bytes)
+        }
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
         }
@@ -480,6 +508,50 @@ mod tests {
         assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_stride == 2 && l.params.k_stride == 2));
         let e = launches(&Shape { q_rows: 2049, k_rows: 2048, ..shape }, &spec, &striped).unwrap_err();
         assert_eq!(e.to_string(), "query chunk: 2049 rows at positions 1 + i * 2 pass the global sequence length 4096");
+    }
+
+    #[test]
+    fn dilated_expr_branches_are_compact_launches_reading_offset_tables() {
+        use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated};
+        let c = Constants::new();
+        let pattern = ExprDilated {
+            branches: vec![
+                ExprBranch::new("64", "4", "h + s", None, &c).unwrap(),
+                ExprBranch::new("n / 10", "2", "h * s", None, &c).unwrap(),
+            ],
+            combine: ExprCombine::SoftmaxDenominator,
+        };
+        let spec = GpuSpec::new(GpuPattern::dilated_expr(pattern.clone(), "test".into())).causal(true);
+        assert!(matches!(spec.pattern, GpuPattern::DilatedExpr(_)));
+        // Heads 2..5 of 6 (a head slice): the tables cover all 6 pattern heads.
+        let shape = Shape::square(1, 1000, 3, 64);
+        let chunk = Chunk::whole(&shape).heads_of(2, 6);
+        let l = launches(&shape, &spec, &chunk).unwrap();
+        assert_eq!(l.len(), 2);
+        // 1000 / 64 -> 16 segments of 16 kept rows; 1000 / 100 -> 10 segments of 50.
+        let per_branch = [(64, 4, 16, 16), (100, 2, 10, 50)];
+        for (l, (w, r, segments, per_seg)) in l.iter().zip(per_branch) {
+            let p = l.params;
+            assert_eq!((p.pattern, p.compact, p.dil_rule), (PatternCode::Dilated as i32, 1, OffsetRule::Table as i32));
+            assert_eq!((p.dil_segment, p.dil_rate, p.dil_segments, p.dil_per_seg), (w, r, segments, per_seg));
+            assert_eq!((p.head_base, p.pattern_heads), (2, 6));
+        }
+        let bytes = block_mask_bytes(&spec, &shape, &chunk).unwrap().unwrap();
+        let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        // Branch 0's table: 6 heads x 16 segments (384 bytes); branch 1's starts after it.
+        assert_eq!((l[0].table_offset, l[1].table_offset), (0, 384));
+        assert_eq!(bytes.len(), 384 + 6 * 10 * 4);
+        for h in 0..6 {
+            for s in 0..16 {
+                assert_eq!(int(4 * (h * 16 + s)), ((h + s) % 4) as i32);
+            }
+            for s in 0..10 {
+                assert_eq!(int(384 + 4 * (h * 10 + s)), ((h * s) % 2) as i32);
+            }
+        }
+        // A union of several branches has no compact form: mask tables.
+        let union = ExprDilated { combine: ExprCombine::Union, ..pattern };
+        assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod backward;
 pub mod check;
 pub mod compile;
 pub mod convert;
+pub mod dilated_expr;
 pub mod dist;
 pub mod error;
 pub mod expr_source;

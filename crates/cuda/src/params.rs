@@ -90,6 +90,9 @@ params! {
     /// An [`OffsetRule`].
     dil_rule: i32,
     dil_fixed: i32,
+    /// [`OffsetRule::Table`]: segments per head of the offset table, `ceil(seq_len /
+    /// dil_segment)`.
+    dil_segments: i32,
     /// 1: launch index c -> row of the dilated branch (compact index space).
     compact: i32,
     /// ceil(dil_segment / dil_rate).
@@ -144,6 +147,9 @@ pub enum OffsetRule {
     HeadBlock = 1,
     /// `Params::dil_fixed`.
     Fixed = 2,
+    /// Per head and segment, `o(h, s)`: the `i32` at `block_mask + 4 (h dil_segments + s)`
+    /// (a `dilated_expr` branch's offset expression, `crate::dilated_expr`).
+    Table = 3,
 }
 
 impl PatternCode {
@@ -160,10 +166,11 @@ impl PatternCode {
 
 impl OffsetRule {
     /// Every rule with its kernel-side name.
-    pub const ALL: [(&'static str, OffsetRule); 3] = [
+    pub const ALL: [(&'static str, OffsetRule); 4] = [
         ("OFFSET_HEAD_MOD", OffsetRule::HeadMod),
         ("OFFSET_HEAD_BLOCK", OffsetRule::HeadBlock),
         ("OFFSET_FIXED", OffsetRule::Fixed),
+        ("OFFSET_TABLE", OffsetRule::Table),
     ];
 }
 
@@ -173,13 +180,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 18 pointers, 35 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 18 pointers, 36 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 35 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 18 + 35 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 36 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 18 + 36 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[18], ("batch", 144));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 36 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 37 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

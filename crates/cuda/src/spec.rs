@@ -8,8 +8,10 @@
 
 use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
-use ringdil_pattern_file::Builtin;
-use ringdil_reference::pattern::{BlockSparse, Combine, Dense, Dilated, ExprPattern, Pattern, SlidingWindow};
+use ringdil_pattern_file::{Builtin, FileError, PatternFile};
+use ringdil_reference::pattern::{
+    BlockSparse, Combine, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow,
+};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
 use std::sync::Arc;
@@ -34,12 +36,39 @@ pub enum GpuPattern {
     /// Any reference pattern (a Rust `Pattern` impl, a `dilated_expr` file), materialised
     /// as a mask table the kernels read ([`crate::mask_table`]); each key at most once.
     Table(TablePattern),
+    /// A `dilated_expr` pattern with a compact form (fixed segment and dilation per
+    /// branch, offsets per head and segment, softmax-denominator merge): one compact
+    /// launch per branch, offsets from a table ([`crate::dilated_expr`]). Build it with
+    /// [`GpuPattern::dilated_expr`], which falls back to mask tables.
+    DilatedExpr(ExprDilated),
 }
 
 impl GpuPattern {
     /// `pattern` on the GPU through a mask table ([`GpuPattern::Table`]).
     pub fn table(pattern: Arc<dyn Pattern>) -> Self {
         GpuPattern::Table(TablePattern::new(pattern))
+    }
+
+    /// A `dilated_expr` pattern on the GPU: compact launches where it has a compact form
+    /// ([`ExprDilated::is_compact`]), else mask tables (one per part,
+    /// [`ExprDilated::parts`]) identified by `key` (equal keys promise equal patterns: a
+    /// pattern file's contents).
+    pub fn dilated_expr(pattern: ExprDilated, key: String) -> Self {
+        if pattern.is_compact() {
+            return GpuPattern::DilatedExpr(pattern);
+        }
+        let parts = pattern.parts().into_iter().map(|p| Arc::new(p) as Arc<dyn Pattern>).collect();
+        GpuPattern::Table(TablePattern::keyed(Arc::new(pattern), key).with_parts(parts))
+    }
+
+    /// A pattern file's pattern on the GPU: the built-in kinds as themselves, a
+    /// `dilated_expr` file as [`GpuPattern::dilated_expr`] keyed by the file's contents.
+    pub fn from_file(file: &PatternFile) -> std::result::Result<Self, FileError> {
+        if let Some(b) = file.builtin()? {
+            return Ok(b.into());
+        }
+        let Some(p) = file.expr_dilated()? else { unreachable!("builtin() describes every kind but dilated_expr") };
+        Ok(GpuPattern::dilated_expr(p, format!("{file:?}")))
     }
 }
 
@@ -98,6 +127,7 @@ impl GpuSpec {
             GpuPattern::Dilated(d) => Spec::new(d.clone()),
             GpuPattern::Expr(e) => Spec::new(e.clone()),
             GpuPattern::Table(t) => Spec { pattern: t.pattern.clone(), ..Spec::dense() },
+            GpuPattern::DilatedExpr(e) => Spec::new(e.clone()),
         };
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();

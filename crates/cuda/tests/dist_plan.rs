@@ -33,6 +33,7 @@
 use ringdil_cuda::check::tables::{Strided, rotating_softmax};
 use ringdil_cuda::dist::{DistPlan, Piece};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
+use ringdil_pattern_file::PatternFile;
 use ringdil_reference::pattern::expr::Constants;
 use ringdil_reference::pattern::{BlockSparse, Branch, Combine, Dilated, ExprPattern, Offset};
 use ringdil_reference::random::SplitMix64;
@@ -43,9 +44,14 @@ use std::ops::Range;
 /// otherwise).
 #[path = "dist_plan/transcriptions.rs"]
 mod transcriptions;
-use transcriptions::{EXPRESSIONS, assigned, attends, branch_keeps, offset};
+use transcriptions::{EXPRESSIONS, ROTATING_BRANCHES, assigned, attends, branch_keeps, offset};
 
 const HEAD_DIM: usize = 64;
+
+/// [`Pat::Rotating`]'s file (its rule: [`ROTATING_BRANCHES`]).
+const ROTATING_SOFTMAX: &str = r#"{"kind": "dilated_expr", "branches": [
+    {"segment": "48", "dilation": 2, "offset": "h + s"},
+    {"segment": "96", "dilation": 4, "offset": "h + 3 * s"}]}"#;
 
 /// `Err(message)` from a check unless `cond`.
 macro_rules! ensure {
@@ -79,6 +85,9 @@ enum Pat {
     /// `check::tables::rotating_softmax`: a `dilated_expr` file with rotating offsets
     /// under the softmax combine, one mask table and launch per branch.
     TableParts,
+    /// A rotating-offset `dilated_expr` file as compact launches with offset tables
+    /// (`GpuPattern::DilatedExpr`).
+    Rotating,
 }
 
 /// One GPU plan to check.
@@ -112,6 +121,12 @@ impl Case {
             }
             Pat::Table(stride) => GpuPattern::table(std::sync::Arc::new(Strided(*stride))),
             Pat::TableParts => GpuPattern::Table(rotating_softmax()),
+            Pat::Rotating => {
+                let file = PatternFile::parse(ROTATING_SOFTMAX, false).expect("the test's file parses");
+                let pattern = GpuPattern::from_file(&file).expect("builds");
+                assert!(matches!(pattern, GpuPattern::DilatedExpr(_)), "compact launches");
+                pattern
+            }
         };
         let spec = GpuSpec::new(pattern).causal(self.causal);
         match &self.key_lengths {
@@ -229,7 +244,8 @@ fn random_pattern(rng: &mut SplitMix64, n: usize) -> Pat {
         }
         3 => Pat::Expr(rng.range(0, EXPRESSIONS.len() - 1)),
         4 if chance(rng, 50) => Pat::Table(rng.range(2, 90)),
-        4 => Pat::TableParts,
+        4 if chance(rng, 50) => Pat::TableParts,
+        4 => Pat::Rotating,
         _ => {
             let count = rng.range(1, 3);
             Pat::Dilated(random_branches(rng, n + 16, count, 1))
@@ -522,8 +538,24 @@ fn kept_rows_are_rows_a_branch_keeps() {
             for src in 0..case.ranks {
                 for (kj, p) in plan.pieces(src).iter().enumerate() {
                     let kept = plan.kept_rows(r, src, kj);
-                    let dilated = match &case.pat {
-                        Pat::Dilated(bs) if src != r => bs,
+                    let dilated: Vec<(usize, usize, Box<dyn Fn(usize, usize) -> usize>)> = match &case.pat {
+                        Pat::Dilated(bs) if src != r => bs
+                            .iter()
+                            .map(|&(w, rate, rule)| {
+                                let heads = case.heads;
+                                let o: Box<dyn Fn(usize, usize) -> usize> =
+                                    Box::new(move |h, _| offset(rule, rate, h, heads));
+                                (w, rate, o)
+                            })
+                            .collect(),
+                        Pat::Rotating if src != r => ROTATING_BRANCHES
+                            .iter()
+                            .map(|&(w, rate, per_segment)| {
+                                let o: Box<dyn Fn(usize, usize) -> usize> =
+                                    Box::new(move |h, s| (h + per_segment * s) % rate);
+                                (w, rate, o)
+                            })
+                            .collect(),
                         _ => {
                             ensure!(kept.is_none(), "kept_rows({r}, {src}, {kj}) is a list for {:?}", case.pat);
                             continue;
@@ -540,11 +572,8 @@ fn kept_rows_are_rows_a_branch_keeps() {
                         let t = p.start + i * p.stride;
                         // K/V head g serves query heads g * group .. (g + 1) * group.
                         let group = case.heads / hk;
-                        let kept_by_a_branch = (g * group..(g + 1) * group).any(|h| {
-                            dilated
-                                .iter()
-                                .any(|&(w, rate, rule)| branch_keeps(w, rate, offset(rule, rate, h, case.heads), t))
-                        });
+                        let kept_by_a_branch = (g * group..(g + 1) * group)
+                            .any(|h| dilated.iter().any(|(w, rate, o)| branch_keeps(*w, *rate, o(h, t / w), t)));
                         ensure!(
                             kept_by_a_branch,
                             "kept_rows({r}, {src}, {kj}) lists token {t} K/V head {g}, kept by no branch for its query heads"

@@ -358,18 +358,20 @@ impl PatternFile {
     /// branch keeps a key at most once), else the whole pattern. The GPU runs one masked
     /// launch per part and merges them, as it runs a `dilated` file's branches.
     pub fn table_parts(&self) -> Result<Vec<Arc<dyn Pattern>>, FileError> {
-        match self {
-            PatternFile::DilatedExpr { branches, combine: ExprCombine::SoftmaxDenominator, constants, .. } => {
-                Ok(expr_branches(branches, constants)?
-                    .into_iter()
-                    .map(|b| {
-                        Arc::new(ExprDilated { branches: vec![b], combine: ExprCombine::SoftmaxDenominator })
-                            as Arc<dyn Pattern>
-                    })
-                    .collect())
-            }
-            _ => Ok(vec![self.pattern()?]),
+        match self.expr_dilated()? {
+            Some(p) => Ok(p.parts().into_iter().map(|p| Arc::new(p) as Arc<dyn Pattern>).collect()),
+            None => Ok(vec![self.pattern()?]),
         }
+    }
+
+    /// A `dilated_expr` file's pattern (None for the other kinds).
+    pub fn expr_dilated(&self) -> Result<Option<ExprDilated>, FileError> {
+        Ok(match self {
+            PatternFile::DilatedExpr { branches, combine, constants, .. } => {
+                Some(ExprDilated { branches: expr_branches(branches, constants)?, combine: *combine })
+            }
+            _ => None,
+        })
     }
 
     /// The pattern the file describes.

@@ -10,7 +10,6 @@ use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyRange};
 use ringdil_cuda::GpuPattern;
-use ringdil_cuda::mask_table::TablePattern;
 use ringdil_pattern_file::{FileError, PatternFile};
 use ringdil_reference::pattern::Dense;
 use ringdil_reference::{KeyRun, Pattern, Spec};
@@ -43,21 +42,13 @@ impl PyPattern {
     }
 
     /// The GPU kernels' form of `pattern` (dense when `None`): the built-in kinds as
-    /// themselves; any other (`dilated_expr`) as mask tables the kernels read
-    /// (`ringdil_cuda::mask_table`; one per branch when branches combine by softmax
-    /// denominator), identified by the file's contents so that a new object per call
-    /// reuses them.
+    /// themselves; a `dilated_expr` file as compact launches with offset tables where its
+    /// branches allow (`ringdil_cuda::dilated_expr`), else as mask tables
+    /// (`ringdil_cuda::mask_table`), identified by the file's contents so that a new
+    /// object per call reuses them.
     pub fn gpu_pattern(pattern: Option<&Self>) -> PyResult<GpuPattern> {
         let Some(p) = pattern else { return Ok(GpuPattern::Dense) };
-        Ok(match p.file.builtin().map_err(errors::pattern_file)? {
-            Some(b) => b.into(),
-            None => {
-                let parts = p.file.table_parts().map_err(errors::pattern_file)?;
-                GpuPattern::Table(
-                    TablePattern::keyed(p.spec.pattern.clone(), format!("{:?}", p.file)).with_parts(parts),
-                )
-            }
-        })
+        GpuPattern::from_file(&p.file).map_err(errors::pattern_file)
     }
 
     fn pattern(pattern: Option<&Self>) -> Arc<dyn Pattern> {

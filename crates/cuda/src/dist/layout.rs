@@ -27,6 +27,7 @@ use crate::launch::launches;
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
+use ringdil_reference::pattern::expr::CompactBranch;
 use ringdil_reference::ring::ChunkPlan;
 use std::sync::OnceLock;
 
@@ -171,38 +172,52 @@ impl DistPlan {
     /// of `d`-vectors in the K/V piece tensor: `(b * rows + i) * kv_heads + g`, ascending.
     /// A K/V head's row is kept when a live branch keeps it for some query head of its
     /// group (offsets stay per query head). `None` when that is every head row, or the
-    /// pattern is not dilated, or a live branch has dilation 1 (it keeps every row).
+    /// pattern is not dilated (built-in, or `dilated_expr` in compact form), or a live
+    /// branch has dilation 1 (it keeps every row).
     /// With packed documents, [`DistPlan::document_entries`] for `dst`.
     fn kept_entries(&self, dst: usize, src: usize, kj: usize, live: &[bool]) -> Option<Vec<u32>> {
         if let Some(documents) = &self.spec.documents {
             // A piece no query piece needs never travels (and has no list to upload).
             return live.iter().any(|&l| l).then(|| self.document_entries(documents, dst, src, kj)).flatten();
         }
-        let GpuPattern::Dilated(d) = &self.spec.pattern else { return None };
-        let branches: Vec<_> = d.branches.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
+        let (n, piece, heads, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.heads, self.kv_heads);
+        // Each branch as a segment, a dilation and an offset per head and segment (a
+        // built-in branch's offset is the same in every segment).
+        let forms: Vec<CompactBranch> = match &self.spec.pattern {
+            GpuPattern::Dilated(d) => d
+                .branches
+                .iter()
+                .map(|b| {
+                    let segments = n.div_ceil(b.segment);
+                    let offsets = (0..heads).flat_map(|h| std::iter::repeat_n(d.offset(b, h, heads), segments));
+                    CompactBranch { segment: b.segment, dilation: b.dilation, segments, offsets: offsets.collect() }
+                })
+                .collect(),
+            GpuPattern::DilatedExpr(e) => e.compact_branches(heads, n)?,
+            _ => return None,
+        };
+        let branches: Vec<_> = forms.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
             return None;
         }
-        let (n, piece, heads, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.heads, self.kv_heads);
         if self.batch * piece.rows * kv_heads > u32::MAX as usize {
             return None;
         }
-        // Per K/V head, the (segment, dilation, offset) of each live branch for each query
-        // head of its group; segments clamped to the sequence as the launches clamp them.
+        // A K/V head's row at `pos` is kept when a live branch keeps it for a query head of
+        // the group: (pos mod w) mod r = o(h, floor(pos / w)).
         let group = self.kv_group();
-        let rules: Vec<Vec<(usize, usize, usize)>> = (0..kv_heads)
-            .map(|g| {
-                (g * group..(g + 1) * group)
-                    .flat_map(|h| branches.iter().map(move |b| (b.segment.min(n), b.dilation, d.offset(b, h, heads))))
-                    .collect()
+        let kept = |g: usize, pos: usize| {
+            branches.iter().any(|b| {
+                let (w, s) = (b.segment, pos / b.segment);
+                (g * group..(g + 1) * group).any(|h| (pos % w) % b.dilation == b.offset(h, s))
             })
-            .collect();
+        };
         let mut out = Vec::new();
         for bi in 0..self.batch {
             for i in 0..piece.rows {
                 let pos = piece.start + i * piece.stride;
-                for (g, rule) in rules.iter().enumerate() {
-                    if rule.iter().any(|&(w, r, o)| (pos % w) % r == o) {
+                for g in 0..kv_heads {
+                    if kept(g, pos) {
                         out.push(((bi * piece.rows + i) * kv_heads + g) as u32);
                     }
                 }

@@ -429,7 +429,7 @@ fn ranges_visit(
         GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => full(block_sparse_all(bs, q, k)),
         GpuPattern::BlockSparse(_) => Visit::Skip,
         // Same segment needed; residues are left to the element mask.
-        GpuPattern::Dilated(_) => {
+        GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) => {
             let w = branch.expect("a dilated launch names its branch").segment;
             ((q.0 / w).max(k.0 / w) <= (q.1 / w).min(k.1 / w)).into()
         }

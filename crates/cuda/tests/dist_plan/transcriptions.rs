@@ -68,6 +68,24 @@ pub(super) fn branch_keeps(w: usize, r: usize, o: usize, t: usize) -> bool {
     (t - t / w * w) % r == o
 }
 
+/// Rotating-offset `dilated_expr` branches `(w, r, c)`: in segment `s`, head `h` keeps
+/// residue `(h + c s) mod r`. `check::tables::rotating_softmax`'s file, and
+/// [`Pat::Rotating`]'s (no dilation 1, so that its K/V pieces travel as kept rows).
+pub(super) const TABLE_PARTS_BRANCHES: [(usize, usize, usize); 3] = [(32, 1, 0), (96, 3, 1), (192, 4, 2)];
+pub(super) const ROTATING_BRANCHES: [(usize, usize, usize); 2] = [(48, 2, 1), (96, 4, 3)];
+
+/// The count of key `j` for query `i` in head `h` under rotating branches (counts add).
+fn rotating_count(branches: &[(usize, usize, usize)], h: usize, i: usize, j: usize) -> u32 {
+    branches
+        .iter()
+        .map(|&(w, r, per_segment)| {
+            let s = i / w;
+            let o = (h + per_segment * s) % r;
+            u32::from(j / w == s && branch_keeps(w, r, o, i) && branch_keeps(w, r, o, j))
+        })
+        .sum()
+}
+
 /// The multiplicity of key `j` for query `i` in head `h` under the documented rules of
 /// the pattern alone (no causality, no padding).
 fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
@@ -93,16 +111,8 @@ fn pattern_count(case: &Case, h: usize, i: usize, j: usize) -> u32 {
         Pat::Expr(e) => u32::from(EXPRESSIONS[*e].1(h, i as i64, j as i64, case.n as i64, case.heads as i64)),
         // Strided: the `stride` most recent keys and every `stride`-th before them.
         Pat::Table(stride) => u32::from(j <= i && ((i - j) < *stride || (i - j) % stride == 0)),
-        // Branches (32, 1, 0), (96, 3, h + s), (192, 4, h + 2 s), s the segment index:
-        // each keeps the positions of its segment at residue offset mod r, counts add.
-        Pat::TableParts => [(32, 1, 0), (96, 3, 1), (192, 4, 2)]
-            .iter()
-            .map(|&(w, r, per_segment)| {
-                let s = i / w;
-                let o = (h + per_segment * s) % r;
-                u32::from(j / w == s && branch_keeps(w, r, o, i) && branch_keeps(w, r, o, j))
-            })
-            .sum(),
+        Pat::TableParts => rotating_count(&TABLE_PARTS_BRANCHES, h, i, j),
+        Pat::Rotating => rotating_count(&ROTATING_BRANCHES, h, i, j),
     }
 }
 

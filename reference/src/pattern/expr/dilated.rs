@@ -133,6 +133,22 @@ pub struct ExprDilated {
     pub combine: ExprCombine,
 }
 
+impl ExprDilated {
+    /// Patterns whose key counts add up to this one's, each keeping a key at most once:
+    /// one per branch under the softmax-denominator combine (a branch keeps a key once),
+    /// else the pattern itself.
+    pub fn parts(&self) -> Vec<ExprDilated> {
+        match self.combine {
+            ExprCombine::SoftmaxDenominator => self
+                .branches
+                .iter()
+                .map(|b| ExprDilated { branches: vec![b.clone()], combine: ExprCombine::SoftmaxDenominator })
+                .collect(),
+            ExprCombine::Union => vec![self.clone()],
+        }
+    }
+}
+
 impl Pattern for ExprDilated {
     /// Evaluates every branch's `w` for every head and its `r` for every segment:
     /// `O(H n / w)` evaluations. A value below 1 is `BranchValue` with the value, the

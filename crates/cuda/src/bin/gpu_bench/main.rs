@@ -16,8 +16,9 @@
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
 //! packed sequences ([`packed`]), the other head dims ([`head_dims`]), the dense rows
-//! with 16-bit results ([`half`]) and mask expressions against the built-ins they equal
-//! ([`expressions`]). TFLOP/s counts `4 * b * h * n^2 * d` for the
+//! with 16-bit results ([`half`]), mask expressions against the built-ins they equal
+//! ([`expressions`]) and a `dilated_expr` rule in compact launches ([`dilated_expr`]).
+//! TFLOP/s counts `4 * b * h * n^2 * d` for the
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
 
@@ -30,6 +31,7 @@ use ringdil_reference::random::SplitMix64;
 use serde_json::{Value, json};
 use std::fmt::Write;
 
+mod dilated_expr;
 mod expressions;
 mod gqa;
 mod half;
@@ -275,10 +277,11 @@ fn main() {
     let head_dim_rows = head_dims::rows(&gpu, &host, &torch, &mut md);
     let half_rows = half::rows(&gpu, &host, &torch, &mut md);
     let expression_rows = expressions::rows(&gpu, &host, &flex, &mut md);
+    let dilated_expr_rows = dilated_expr::rows(&gpu, &host, &flex, &mut md);
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
         "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
-        "expressions": expression_rows,
+        "expressions": expression_rows, "dilated_expr": dilated_expr_rows,
         "flex": flex});
     if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");

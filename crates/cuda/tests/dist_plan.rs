@@ -48,6 +48,9 @@ use transcriptions::{EXPRESSIONS, ROTATING_BRANCHES, assigned, attends, branch_k
 
 const HEAD_DIM: usize = 64;
 
+/// A dilated branch as `(w, r, o(h, s))`, the kept residue of head `h` in segment `s`.
+type BranchRule = (usize, usize, Box<dyn Fn(usize, usize) -> usize>);
+
 /// [`Pat::Rotating`]'s file (its rule: [`ROTATING_BRANCHES`]).
 const ROTATING_SOFTMAX: &str = r#"{"kind": "dilated_expr", "branches": [
     {"segment": "48", "dilation": 2, "offset": "h + s"},
@@ -538,7 +541,7 @@ fn kept_rows_are_rows_a_branch_keeps() {
             for src in 0..case.ranks {
                 for (kj, p) in plan.pieces(src).iter().enumerate() {
                     let kept = plan.kept_rows(r, src, kj);
-                    let dilated: Vec<(usize, usize, Box<dyn Fn(usize, usize) -> usize>)> = match &case.pat {
+                    let dilated: Vec<BranchRule> = match &case.pat {
                         Pat::Dilated(bs) if src != r => bs
                             .iter()
                             .map(|&(w, rate, rule)| {

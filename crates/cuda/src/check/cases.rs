@@ -2,9 +2,11 @@
 //! ring step, merge, backward) under every mask family, with sizes and pattern
 //! parameters drawn from the run's seed, then the large-score and all-masked cases of
 //! [`super::extreme`], the grouped-query cases of [`super::gqa`], the packed-sequence
-//! cases of [`super::packed`] and the cases of head dims 96, 192, 256 of
-//! [`super::head_dims`] (175 cases in all: 64 + 21 + 24 + 24 + 42). Lengths favour primes
-//! and lengths that are not multiples of the 64-row tile.
+//! cases of [`super::packed`], the cases of head dims 96, 192, 256 of
+//! [`super::head_dims`], the mask expressions of [`super::expressions`], the mask tables
+//! of [`super::tables`] and the compact `dilated_expr` patterns of
+//! [`super::dilated_expr`] (221 cases in all: 64 + 21 + 24 + 24 + 42 + 16 + 16 + 14).
+//! Lengths favour primes and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
 use crate::shape::Dtype;
@@ -110,6 +112,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::head_dims::cases(&mut rng, quick));
     out.extend(super::expressions::cases(&mut rng, quick));
     out.extend(super::tables::cases(&mut rng, quick));
+    out.extend(super::dilated_expr::cases(&mut rng, quick));
     out
 }
 
@@ -202,9 +205,11 @@ pub fn describe(c: &Case) -> String {
         if c.kv_heads == c.heads { String::new() } else { format!(" kv_heads={}", c.kv_heads) },
         c.seq,
         c.spec.causal,
-        // A table's pattern is named by the case (its Debug form can be a whole mask).
+        // A table's and a dilated_expr pattern are named by the case (their Debug forms
+        // are a whole mask, or expression trees).
         match &c.spec.pattern {
             GpuPattern::Table(_) => "Table".to_string(),
+            GpuPattern::DilatedExpr(_) => "DilatedExpr".to_string(),
             p => format!("{p:?}"),
         },
         c.spec.key_lengths,
@@ -227,9 +232,14 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 207);
+        assert_eq!(c.len(), 221);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 16);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 16);
+        // `dilated_expr` chose compact launches for every compact pattern (none fell back
+        // to a table: the 16 above are the table module's), in both lists.
+        let compact =
+            |list: &[Case]| list.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::DilatedExpr(_))).count();
+        assert_eq!((compact(&c), compact(&cases(7, true))), (14, 10));
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

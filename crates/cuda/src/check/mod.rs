@@ -120,6 +120,7 @@ macro_rules! quantity {
 }
 
 pub mod cases;
+pub mod dilated_expr;
 pub mod expressions;
 pub mod extreme;
 pub mod faults;

@@ -2,9 +2,10 @@
 //! against the f64 reference for every schedule the GPU runs, layout (contiguous,
 //! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
 //! (dense, causal, window, LongNet dilated, with segments inside one rank and across
-//! ranks), on lengths that do not divide evenly; grouped-query attention (8 query
-//! heads over 2 K/V heads, and multi-query), whose K/V pieces travel at K/V heads; and
-//! packed documents ([`super::ring_packed`], also on the work-balanced split).
+//! ranks; a mask expression, a mask table, and compact `dilated_expr` patterns whose
+//! offsets change per segment), on lengths that do not divide evenly; grouped-query
+//! attention (8 query heads over 2 K/V heads, and multi-query), whose K/V pieces travel
+//! at K/V heads; and packed documents ([`super::ring_packed`], also on the work-balanced split).
 //!
 //! Inputs are bf16-rounded normals ([`super::rounded`]). The ranks' output, LSE, dQ, dK
 //! and dV pieces are gathered into host arrays that start as NaN (a row nobody wrote
@@ -25,7 +26,7 @@ use crate::tensors::DevicePartial;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array3, Array4};
 use ringdil_reference::compare::rel_err;
-use ringdil_reference::pattern::{Dilated, ExprPattern};
+use ringdil_reference::pattern::{Dilated, ExprCombine, ExprPattern};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use ringdil_reference::{Attention, attention, attention_backward};
@@ -70,6 +71,27 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
         (
             "table: rotating offsets (dilated_expr, union) causal",
             GpuSpec::new(GpuPattern::table(super::tables::rotating_union())).causal(true),
+        ),
+        // Compact dilated_expr patterns (`GpuPattern::DilatedExpr`): the LongNet launches
+        // with an offset per head and segment from a table, so a rank's pieces must keep
+        // the rows of each segment's own offset. The longest segment is capped at `n` by
+        // its own expression.
+        (
+            "dilated_expr: rotating offsets h + s (64,1)(128,2)(512,4) causal",
+            GpuSpec::new(super::dilated_expr::pattern(
+                &[("64", "1", "h + s"), ("128", "2", "h + s"), ("min(512, n)", "4", "h + s")],
+                ExprCombine::SoftmaxDenominator,
+            ))
+            .causal(true),
+        ),
+        // Offsets quadratic in the segment and alternating per segment, on segments that
+        // follow the length (n / 3 + 1: boundaries that are no rank's).
+        (
+            "dilated_expr: offsets 3h - s^2, alternating (96,3)(n/3+1,2)",
+            GpuSpec::new(super::dilated_expr::pattern(
+                &[("96", "3", "3 * h - s * s"), ("n / 3 + 1", "2", "if s % 2 == 0 then h else h + 1")],
+                ExprCombine::SoftmaxDenominator,
+            )),
         ),
     ]
 }
@@ -117,10 +139,10 @@ const SIZES: [Size; 7] = [
     ((1000, 64, 1, 4, 4), &[]),
     ((777, 128, 2, 4, 4), &["window"]),
     ((1000, 128, 1, 8, 2), &["dense", "window"]),
-    ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64"]),
+    ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
     ((600, 96, 1, 2, 2), &["dense", "window"]),
-    ((500, 192, 2, 2, 2), &["dense", "window", "dilated (64"]),
-    ((400, 256, 1, 4, 2), &["dense", "window", "dilated (64"]),
+    ((500, 192, 2, 2, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+    ((400, 256, 1, 4, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
 ];
 
 /// The cases for `ranks` per ring and `rings` rings, the packed ones last; with several
@@ -439,6 +461,21 @@ mod tests {
         let c = case(1, 2, 1, Layout::Contiguous);
         let e = ring_parts(&c, &Grid::new(2, 2).unwrap()).err().unwrap();
         assert!(matches!(e, crate::dist::DistError::EmptyRing { batch: 1, rings: 2 }), "{e}");
+    }
+
+    /// The `dilated_expr` patterns run as compact launches (`GpuPattern::dilated_expr`
+    /// chose them, not mask tables) and plan on every ring size, layout and size they
+    /// run at.
+    #[test]
+    fn dilated_expr_patterns_are_compact_and_plan() {
+        let all = cases(&[2, 3, 4], 1);
+        let compact: Vec<&Case> = all.iter().filter(|c| c.pattern.0.starts_with("dilated_expr")).collect();
+        // Rotating offsets at all 7 sizes, the other formulas at 4; 4 layouts, 3 ring sizes.
+        assert_eq!(compact.len(), (7 + 4) * 4 * 3);
+        for c in compact {
+            assert!(matches!(c.pattern.1.pattern, GpuPattern::DilatedExpr(_)), "{}", describe(c));
+            ring_parts(c, &Grid::new(c.ranks, 1).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", describe(c)));
+        }
     }
 
     #[test]

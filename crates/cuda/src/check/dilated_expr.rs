@@ -1,0 +1,163 @@
+//! The compact `dilated_expr` cases of the kernel check: expression branches that run as
+//! the built-in dilated branches run (`GpuPattern::DilatedExpr`, [`crate::dilated_expr`]),
+//! one compacted launch per branch with the offset of each (head, segment) read from a
+//! table, against the reference evaluating the same `ExprDilated`.
+//!
+//! The built-in dilated cases already cover the compaction; what is new is where the
+//! offset comes from, so the offsets here change with the segment *and* the head
+//! ([`OFFSETS`]: rotating `h + s`, quadratic in `s`, alternating per segment, negative
+//! before the floor modulo, ...): a segment read with its neighbour's offset, or a head
+//! with another head's row of the table, changes the keys. Segments are drawn so that
+//! they rarely divide the length (one form follows it, `max(8, n / 3 + 1)`: a short
+//! last segment), dilations are 1 to 8 (one form an expression of the segment), and one to
+//! three branches merge by their softmax denominators (a single branch may also say
+//! `union`, which is the same pattern and compact too). Without a dilation-1 branch some
+//! queries take part in no branch: rows with no key, which must come back exactly empty.
+//!
+//! For each element type and head dim 64 and 128: a forward with key padding, a
+//! grouped-query backward (2 or 4 query heads per K/V head, whose heads read different
+//! rows of a table over the same K/V rows), and a ring step (pieces at offsets, and
+//! strided rows that evaluate the branch in place: the table is indexed by global
+//! segments); per element type, a grouped-query backward with key padding at a head dim
+//! of [`HEAD_DIMS`] (the mma family's wide kernels on every device). The `quick` list (the
+//! GPU test's) drops one of the three cases of each 64/128 combination, a different one
+//! each time, so that every kind stays in it. Every name starts with `dilated_expr`.
+
+use super::cases::{Case, Kind, fit_spec, sizes};
+use super::head_dims::HEAD_DIMS;
+use crate::shape::Dtype;
+use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated};
+use ringdil_reference::random::SplitMix64;
+
+/// Offset formulas of head `h` and segment `s` (the kept residue is their value mod `r`),
+/// each changing with both; the last two go negative (the floor modulo makes them
+/// residues), the last one reads `w` and `n` too.
+pub const OFFSETS: [&str; 6] =
+    ["h + s", "3 * h - s * s", "if s % 2 == 0 then h else h + 1", "h * s + 1", "s / 2 - h", "h + s * w - n"];
+
+/// A compact `dilated_expr` pattern of `branches`, each `(segment, dilation, offset)`
+/// expression text, through [`GpuPattern::dilated_expr`] (the pattern files' path, which
+/// chooses compact launches for it), keyed by its name [`name`]. Panics on a text that
+/// does not parse (the check's own).
+pub fn pattern(branches: &[(&str, &str, &str)], combine: ExprCombine) -> GpuPattern {
+    let c = Constants::new();
+    let parsed = branches
+        .iter()
+        .map(|&(w, r, o)| ExprBranch::new(w, r, o, None, &c).expect("the check's branches parse"))
+        .collect();
+    GpuPattern::dilated_expr(ExprDilated { branches: parsed, combine }, name(branches, combine))
+}
+
+/// `branches` and the combine as a case name: `(w, r, o)` per branch, then the combine.
+pub fn name(branches: &[(&str, &str, &str)], combine: ExprCombine) -> String {
+    let list: String = branches.iter().map(|(w, r, o)| format!("({w}, {r}, {o})")).collect();
+    let combine = match combine {
+        ExprCombine::SoftmaxDenominator => "softmax",
+        ExprCombine::Union => "union",
+    };
+    format!("{list} {combine}")
+}
+
+/// One to three branches, segments longer with each branch (LongNet's shape; the last
+/// one often past the length: a single segment), branch 0 with offset formula `first`
+/// (so that a list of cases covers [`OFFSETS`]), the others' drawn.
+fn draw_branches(first: &'static str, rng: &mut SplitMix64) -> (Vec<(String, String, &'static str)>, ExprCombine) {
+    let count = rng.range(1, 3);
+    let branches = (0..count)
+        .map(|i| {
+            let (lo, hi) = [(8, 96), (64, 400), (200, 1200)][i];
+            let segment = if rng.uniform() < 0.25 { "max(8, n / 3 + 1)".into() } else { rng.range(lo, hi).to_string() };
+            // At most 8, and every segment is at least 8: the dilation never exceeds it.
+            let dilation = if rng.uniform() < 0.25 { "min(8, w / 16 + 1)".into() } else { rng.range(1, 8).to_string() };
+            let offset = if i == 0 { first } else { OFFSETS[rng.range(0, OFFSETS.len() - 1)] };
+            (segment, dilation, offset)
+        })
+        .collect();
+    let combine = if count == 1 && rng.uniform() < 0.5 { ExprCombine::Union } else { ExprCombine::SoftmaxDenominator };
+    (branches, combine)
+}
+
+/// The compact `dilated_expr` cases, drawn from `rng` after every other case.
+pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
+    let mut out: Vec<Case> = Vec::new();
+    // One case: sizes, then a pattern whose first offset is the next of OFFSETS.
+    let mut add =
+        |kind: Kind, combo: (Dtype, usize), (causal, padded, group): (bool, bool, usize), rng: &mut SplitMix64| {
+            let (seq, batch, heads) = sizes(quick, rng);
+            let heads = heads * group;
+            let (branches, combine) = draw_branches(OFFSETS[out.len() % OFFSETS.len()], rng);
+            let texts: Vec<(&str, &str, &str)> =
+                branches.iter().map(|(w, r, o)| (w.as_str(), r.as_str(), *o)).collect();
+            let mut spec = GpuSpec::new(pattern(&texts, combine)).causal(causal);
+            if padded {
+                spec = spec.key_lengths(vec![]);
+            }
+            let spec = fit_spec(spec, batch, seq, rng);
+            let wide = if [64, 128].contains(&combo.1) { String::new() } else { format!(" d={}", combo.1) };
+            let name = format!(
+                "dilated_expr{wide} {}{}{}",
+                name(&texts, combine),
+                if padded { " + padding" } else { "" },
+                if group > 1 { " (gqa)" } else { "" }
+            );
+            out.push(Case { kv_heads: heads / group, ..Case::new(kind, &name, combo, [batch, seq, heads], spec) });
+        };
+    let combos = [(Dtype::Bf16, 64), (Dtype::Bf16, 128), (Dtype::F16, 64), (Dtype::F16, 128)];
+    for (c, combo) in combos.into_iter().enumerate() {
+        let causal = rng.uniform() < 0.5;
+        let group = [2, 4][rng.range(0, 1)];
+        let step_causal = rng.uniform() < 0.5;
+        // (kind, (causal, key padding, query heads per K/V head))
+        let kinds = [
+            (Kind::Forward, (causal, true, 1)),
+            (Kind::Backward, (!causal, false, group)),
+            (Kind::RingStep, (step_causal, false, 1)),
+        ];
+        for (i, (kind, how)) in kinds.into_iter().enumerate() {
+            if !(quick && i == c % kinds.len()) {
+                add(kind, combo, how, rng);
+            }
+        }
+    }
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        let head_dim = HEAD_DIMS[rng.range(0, HEAD_DIMS.len() - 1)];
+        let causal = rng.uniform() < 0.5;
+        add(Kind::Backward, (dtype, head_dim), (causal, true, 2), rng);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::launches;
+    use crate::shape::{Chunk, Shape};
+
+    /// Every case is compact (`dilated_expr` chose compact launches: one per branch, their
+    /// offset tables built), valid, and the lists hold what the module docs promise.
+    #[test]
+    fn every_case_runs_compact_launches() {
+        for (quick, count) in [(false, 14), (true, 10)] {
+            let c = cases(&mut SplitMix64::new(7), quick);
+            assert_eq!(c.len(), count, "quick = {quick}");
+            for x in &c {
+                let GpuPattern::DilatedExpr(p) = &x.spec.pattern else { panic!("{}: not compact", x.name) };
+                x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", x.name));
+                let shape = Shape::square(x.batch, x.seq, x.heads, x.head_dim).with_kv_heads(x.kv_heads);
+                let l = launches(&shape, &x.spec, &Chunk::whole(&shape)).unwrap();
+                assert_eq!(l.len(), p.branches.len(), "{}", x.name);
+                assert!(x.name.starts_with("dilated_expr"));
+            }
+            for kind in [Kind::Forward, Kind::Backward, Kind::RingStep] {
+                for dtype in [Dtype::Bf16, Dtype::F16] {
+                    assert!(c.iter().any(|x| x.kind == kind && x.dtype == dtype), "{kind:?} {dtype:?}");
+                }
+            }
+            assert!(c.iter().any(|x| x.kv_heads < x.heads && x.kind == Kind::Backward));
+            assert!(c.iter().any(|x| x.spec.key_lengths.is_some()));
+            assert!(c.iter().any(|x| HEAD_DIMS.contains(&x.head_dim)));
+            assert!(OFFSETS.iter().all(|o| c.iter().any(|x| x.name.contains(o))));
+        }
+    }
+}

@@ -61,7 +61,8 @@ __device__ __forceinline__ int seg_of(const Params& p, const Axis& a, int c) {
 }
 
 // The ends of a compact launch's index tile c0..c0+ROWS-1 on axis a: the rows of its first
-// and last index (row_of's, -1 for a hole or an index past the launch) and their compact
+// and last index (row_of's, -1 for a hole or an index past the launch, and the last -1 as
+// well where offsets per segment leave the rows between uneven) and their compact
 // segments. `code` is the head's offset_code. One integer division while the
 // tile stays in one segment, against row_of's one per index plus dil_offset's: the wgmma
 // forward's producer evaluates this per K/V tile, on the path that keeps the stages filled,
@@ -82,7 +83,12 @@ __device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axi
         const int pos = s * p.dil_segment + seg_offset(p, code, s) + t * p.dil_rate, r = pos - a.offset;
         return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
     };
-    return {row(c0, s0, t0), row(c0 + ROWS - 1, s1, t1), s0, s1};
+    // With offsets per segment (code < 0) a tile over three or more segments can have ends
+    // ROWS - 1 steps apart while its inner rows are not (uneven jumps that sum to even
+    // ones): its last row reads as -1, so it is gathered row by row and masked. One or two
+    // segments, and a per-head offset (every jump alike), are told by the ends alone.
+    const int last = code < 0 && s1 > s0 + 1 ? -1 : row(c0 + ROWS - 1, s1, t1);
+    return {row(c0, s0, t0), last, s0, s1};
 }
 __device__ __forceinline__ int key_limit(const Params& p, int b) {
     return p.key_len ? min(p.key_len[b], p.seq_len) : p.seq_len;

@@ -125,7 +125,21 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
         let causal = rng.uniform() < 0.5;
         add(Kind::Backward, (dtype, head_dim), (causal, true, 2), rng);
     }
+    out.extend(small_segments());
     out
+}
+
+/// Segments of 8 and 20 kept rows at d = 64, forward and backward: a 64- or 128-row tile
+/// spans three or more segments whose offsets differ, where rows evenly spaced at the
+/// tile's ends need not be inside it (the wgmma kernels must gather such tiles row by
+/// row instead of loading them as TMA boxes).
+fn small_segments() -> Vec<Case> {
+    let branches = [("24", "3", "3 * h - s * s"), ("40", "2", "if s % 2 == 0 then h else h + 1")];
+    let spec = GpuSpec::new(pattern(&branches, ExprCombine::SoftmaxDenominator));
+    let what = format!("dilated_expr small segments {}", name(&branches, ExprCombine::SoftmaxDenominator));
+    [Kind::Forward, Kind::Backward]
+        .map(|kind| Case::new(kind, &what, (Dtype::Bf16, 64), [1, 1000, 4], spec.clone()))
+        .into()
 }
 
 #[cfg(test)]
@@ -138,7 +152,7 @@ mod tests {
     /// offset tables built), valid, and the lists hold what the module docs promise.
     #[test]
     fn every_case_runs_compact_launches() {
-        for (quick, count) in [(false, 14), (true, 10)] {
+        for (quick, count) in [(false, 16), (true, 12)] {
             let c = cases(&mut SplitMix64::new(7), quick);
             assert_eq!(c.len(), count, "quick = {quick}");
             for x in &c {

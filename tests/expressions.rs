@@ -15,7 +15,9 @@
 //!   block-sparse local, a LongNet branch as a mask; `ExprDilated` with the offset rules
 //!   `h % r`, torchscale's head blocks and fixed offsets equals `Dilated`), the union
 //!   combine is the 0/1 clip of the multiset, and offsets rotating per segment match a
-//!   transcription of that rule;
+//!   transcription of that rule; random offset expressions in compact form (what the
+//!   GPU's compact `dilated_expr` launches read) hold `interp`'s offset for every head and
+//!   segment;
 //! * every kind of rejection has its message checked (line, column, token).
 //!
 //! Tolerance: f64 engine vs f64 naive oracle, `1e-12` relative; key sets exactly.
@@ -273,6 +275,18 @@ fn offset_text(rule: Offset) -> String {
     }
 }
 
+/// `e` with its variable names replaced per `pairs` (`(from, to)`).
+fn rename(e: &E, pairs: &[(&'static str, &'static str)]) -> E {
+    let r = |x: &E| Box::new(rename(x, pairs));
+    match e {
+        E::Name(n) => E::Name(pairs.iter().find(|p| p.0 == *n).map_or(*n, |p| p.1)),
+        E::Un(op, a) => E::Un(op, r(a)),
+        E::Bin(op, a, b) => E::Bin(op, r(a), r(b)),
+        E::If(c, a, b) => E::If(r(c), r(a), r(b)),
+        other => other.clone(),
+    }
+}
+
 /// Offsets rotating per segment, transcribed: in segment `s = floor(i / w)` of branch
 /// `(w, r)`, head `h` keeps the positions `a + t r + o` with `o = (h + s) mod r`; `i` and
 /// `j` pair up when both are kept in the same segment. Counts add over branches.
@@ -360,6 +374,54 @@ proptest! {
             prop_assert_eq!(pattern_counts(&pattern, heads, n), want.clone(), "{}", offset);
             assert_engine_matches(&Spec::new(pattern).causal(causal), &want, shape, seed);
         }
+    }
+
+    /// (g) Compact forms, what the GPU's compact `dilated_expr` launches read: branches
+    /// with constant `w`, `r` and a random offset expression of `h`, `s`, `w`, `n`, `H`
+    /// (a generated mask-language tree with `q`, `k` renamed `s`, `w`) are compact, their
+    /// offset tables hold `interp`'s value floor-mod `r` for every head and segment, and
+    /// the pattern's keys are those of the transcribed rule (in segment `s` head `h`
+    /// keeps residue `o(h, s)`; counts add over branches).
+    #[test]
+    fn compact_forms_hold_the_offsets_of_every_head_and_segment(
+        [_, n, heads, _] in shape(),
+        bs in two_branches(),
+        offsets in prop::collection::vec(int_e(3, false), 3),
+    ) {
+        let exprs: Vec<E> = offsets.iter().map(|e| rename(e, &[("q", "s"), ("k", "w")])).collect();
+        let parsed: Result<Vec<ExprBranch>, _> = bs
+            .iter()
+            .zip(&exprs)
+            .map(|(&(w, r), e)| ExprBranch::new(&w.to_string(), &r.to_string(), &print(e, false), None, &Constants::new()))
+            .collect();
+        // A constant part that divides by zero or overflows is rejected (checked in (a)).
+        prop_assume!(parsed.is_ok());
+        let pattern = ExprDilated { branches: parsed.unwrap(), combine: ExprCombine::SoftmaxDenominator };
+        let offset = |e: &E, (h, s, w, r): (usize, usize, usize, usize)| -> usize {
+            let env: HashMap<&str, i64> = [("h", h), ("s", s), ("w", w), ("n", n), ("H", heads)]
+                .into_iter()
+                .map(|(k, v)| (k, v as i64))
+                .collect();
+            interp(e, &env).rem_euclid(r as i64) as usize
+        };
+        let forms = pattern.compact_branches(heads, n).expect("constant segments and dilations are compact");
+        for (form, (&(w, r), e)) in forms.iter().zip(bs.iter().zip(&exprs)) {
+            prop_assert_eq!((form.segment, form.dilation, form.segments), (w, r, n.div_ceil(w)));
+            for h in 0..heads {
+                for s in 0..n.div_ceil(w) {
+                    prop_assert_eq!(form.offset(h, s), offset(e, (h, s, w, r)), "head {}, segment {}", h, s);
+                }
+            }
+        }
+        let want = Array3::from_shape_fn((heads, n, n), |(h, i, j)| {
+            let kept = |(&(w, r), e): (&(usize, usize), &E)| {
+                let (s, a) = (i / w, i / w * w);
+                let o = offset(e, (h, s, w, r));
+                j / w == s && (i - a) % r == o && (j - a) % r == o
+            };
+            bs.iter().zip(&exprs).filter(|&b| kept(b)).count() as u32
+        });
+        prop_assert_eq!(pattern_counts(&pattern, heads, n), want);
     }
 
     /// (f) A branch mask filters the branch's keys: LongNet branches with the mask

@@ -2,7 +2,8 @@
 //! and constant folder never panic or overflow the stack, every rejection's message
 //! names a position inside the input, and whatever is accepted evaluates without a
 //! panic (debug assertions on: no unchecked overflow) on extreme variable values and
-//! drives `ExprPattern` / `ExprDilated` on small shapes with every key in range.
+//! drives `ExprPattern` / `ExprDilated` on small shapes with every key in range, and
+//! compact forms keep exactly the pattern's keys.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,6 +13,39 @@ use ringdil_reference::pattern::{ExprBranch, ExprCombine, ExprDilated, ExprPatte
 
 /// Variable values at the edges of `i64` and around zero.
 const VALUES: [i64; 7] = [i64::MIN, i64::MIN + 1, -7, -1, 0, 3, i64::MAX];
+
+/// A pattern in compact form (what the GPU's compact launches read) keeps, in segment `s`
+/// of each branch, the residue `o(h, s) < r` of its table, and nothing else: its keys
+/// are the pattern's for every head and query (counts add over branches).
+fn check_compact(pattern: &ExprDilated, heads: usize, n: usize) {
+    let Some(forms) = pattern.compact_branches(heads, n) else {
+        assert!(!pattern.is_compact(), "a compact pattern without compact forms");
+        return;
+    };
+    let mut runs = Vec::new();
+    for f in &forms {
+        assert_eq!(f.offsets.len(), heads * n.div_ceil(f.segment));
+        assert!(f.offsets.iter().all(|&o| o < f.dilation));
+    }
+    for (q, h) in (0..n).flat_map(|q| (0..heads).map(move |h| (q, h))) {
+        let mut want = vec![0u32; n];
+        for f in &forms {
+            let (w, r) = (f.segment, f.dilation);
+            let (s, o) = (q / w, f.offset(h, q / w));
+            if (q - s * w) % r == o {
+                (s * w + o..(s * w + w).min(n)).step_by(r).for_each(|k| want[k] += 1);
+            }
+        }
+        runs.clear();
+        pattern.key_runs(q, h, heads, n, &mut runs);
+        let mut got = vec![0u32; n];
+        runs.iter().flat_map(|run| run.iter()).for_each(|k| got[k] += 1);
+        if pattern.combine == ExprCombine::Union {
+            want.iter_mut().for_each(|c| *c = (*c).min(1));
+        }
+        assert_eq!(got, want, "compact forms of {pattern:?}: head {h}, query {q}");
+    }
+}
 
 /// Check that a rejection's position (if it has one) lies inside `text` (column 1 past
 /// the last character is the end of input).
@@ -94,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
                     pattern.key_runs(q, h, heads, n, &mut runs);
                     check_runs(&runs, n);
                 }
+                check_compact(&pattern, heads, n);
             }
         }
     }

@@ -424,6 +424,37 @@ proptest! {
         prop_assert_eq!(pattern_counts(&pattern, heads, n), want);
     }
 
+    /// (h) A LongNet branch written as a mask (same segment, the query's and the key's
+    /// residue equal to an offset `X % r` of `h`, `H`, `n`: a random tree) is recognised
+    /// as that branch, in any order of its conjuncts and either residue spelling, and
+    /// keeps exactly the mask's keys (the form the GPU runs compacted).
+    #[test]
+    fn longnet_masks_are_recognised_as_their_branch(
+        [_, n, heads, _] in shape(),
+        (w, r) in (1..=12usize).prop_flat_map(|w| (Just(w), 1..=w)),
+        offset in int_e(2, false),
+        order in 0..6usize,
+        long_form: bool,
+    ) {
+        let o = format!("({}) % {r}", print(&rename(&offset, &[("q", "h"), ("k", "n")]), false));
+        let residue = |x: &str| if long_form || w % r != 0 { format!("{x} % {w} % {r}") } else { format!("{x} % {r}") };
+        let mut parts = vec![format!("q / {w} == k / {w}"), format!("{} == {o}", residue("q")), format!("{o} == {}", residue("k"))];
+        parts.rotate_left(order % 3);
+        if order >= 3 {
+            parts.swap(0, 1);
+        }
+        let text = parts.join(" && ");
+        let Ok(m) = ExprPattern::new(&text, &Constants::new()) else {
+            // A constant part that divides by zero or overflows is rejected (checked in (a)).
+            return Ok(());
+        };
+        let d = m.as_dilated();
+        prop_assert!(d.is_some(), "{} not recognised", text);
+        let d = d.unwrap();
+        prop_assert!(d.validate(heads, n).is_ok());
+        prop_assert_eq!(pattern_counts(&d, heads, n), pattern_counts(&m, heads, n), "{}", text);
+    }
+
     /// (f) A branch mask filters the branch's keys: LongNet branches with the mask
     /// `k <= q` are the causal clip of `Dilated::longnet`, and with a per-segment
     /// dilation `r = 1 + s % 2` and `w` depending on `H` the parameters are read per

@@ -16,10 +16,24 @@
 //! branch, in the call's `block_mask` buffer (the same slot a mask table uses), each
 //! starting at a multiple of 8 bytes. A pattern with no compact form (a segment per head,
 //! a dilation per segment, an extra branch mask, a union of several branches) runs
-//! through mask tables instead ([`crate::GpuPattern::dilated_expr`] chooses).
+//! through mask tables instead ([`crate::GpuPattern::dilated_expr`] chooses). A mask
+//! expression that is literally one LongNet branch (`ExprPattern::as_dilated`) runs as
+//! that branch too ([`compact_form`]).
 
 use crate::error::{CudaError, Result};
+use crate::spec::GpuPattern;
 use ringdil_reference::pattern::expr::{CompactBranch, ExprDilated};
+use std::borrow::Cow;
+
+/// The branches `pattern` runs as compact launches with offset tables: a compact
+/// `dilated_expr` pattern's, or the one branch a mask expression literally is.
+pub fn compact_form(pattern: &GpuPattern) -> Option<Cow<'_, ExprDilated>> {
+    match pattern {
+        GpuPattern::DilatedExpr(e) => Some(Cow::Borrowed(e)),
+        GpuPattern::Expr(e) => e.as_dilated().map(Cow::Owned),
+        _ => None,
+    }
+}
 
 /// Every branch's compact form for one shape and its offset table in the call's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -232,8 +232,10 @@ impl Gpu {
     /// [`Gpu::family_for`]) and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
+        // A mask expression runs compiled into the kernels, unless it is one LongNet
+        // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {
-            GpuPattern::Expr(e) => Some(crate::expr_source::register(e)),
+            GpuPattern::Expr(e) if e.as_dilated().is_none() => Some(crate::expr_source::register(e)),
             _ => None,
         };
         let variant = Variant::new(dtype, shape.head_dim)

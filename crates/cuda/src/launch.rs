@@ -238,12 +238,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         _ => Vec::new(),
     };
     let table_offsets = mask_table::offsets(&tables);
-    let offset_tables = match &spec.pattern {
-        GpuPattern::DilatedExpr(e) => {
-            Some(dilated_expr::offset_tables(e, chunk.pattern_heads(shape.heads), chunk.seq_len)?)
-        }
-        _ => None,
-    };
+    // Offset tables of the branches that run as compact launches reading them.
+    let offset_tables = dilated_expr::compact_form(&spec.pattern)
+        .map(|e| dilated_expr::offset_tables(&e, chunk.pattern_heads(shape.heads), chunk.seq_len))
+        .transpose()?;
     let heads = chunk.first_head..chunk.first_head + shape.heads;
     // A launch of `params` over `map`: a dilated branch's (`branch`), or a table part's
     // (`part`: its table); `at`: where its table (mask or offsets) starts in the buffer.
@@ -265,7 +263,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             (family.forward_q_tile_for(&map, masked), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
-            (GpuPattern::Expr(e), _) => expression::plan(e, expr_scope, spec.causal, map, tiles),
+            (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, map, tiles),
             (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, map, tiles),
             (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
         };
@@ -346,7 +344,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             };
             Ok(vec![build(params, None, None, 0, identity)?])
         }
-        GpuPattern::Expr(_) => {
+        GpuPattern::Expr(_) if offset_tables.is_none() => {
             Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, 0, identity)?])
         }
         // One launch per part; several merge as a dilated pattern's branches do.
@@ -374,8 +372,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 dilated((b.segment, b.dilation), Params { dil_rule: rule as i32, dil_fixed: fixed, ..base }, 0)
             })
             .collect(),
-        GpuPattern::DilatedExpr(_) => {
-            let t = offset_tables.as_ref().expect("made above for this pattern");
+        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
+            let t = offset_tables.as_ref().expect("made above for these patterns");
             t.branches
                 .iter()
                 .zip(&t.starts)
@@ -400,9 +398,10 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             let n = m.len();
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
-        GpuPattern::DilatedExpr(e) => {
-            Some(dilated_expr::offset_tables(e, chunk.pattern_heads(shape.heads), chunk.seq_len)?.bytes)
-        }
+        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => match dilated_expr::compact_form(&spec.pattern) {
+            Some(e) => Some(dilated_expr::offset_tables(&e, chunk.pattern_heads(shape.heads), chunk.seq_len)?.bytes),
+            None => None,
+        },
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
         }
@@ -552,6 +551,34 @@ mod tests {
         // A union of several branches has no compact form: mask tables.
         let union = ExprDilated { combine: ExprCombine::Union, ..pattern };
         assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));
+    }
+
+    #[test]
+    fn a_mask_that_is_one_longnet_branch_runs_as_its_compact_launch() {
+        use ringdil_reference::pattern::ExprPattern;
+        use ringdil_reference::pattern::expr::Constants;
+        let expr = |t: &str| GpuSpec::new(GpuPattern::Expr(ExprPattern::new(t, &Constants::new()).unwrap()));
+        let shape = Shape::square(1, 1000, 3, 64);
+        let whole = Chunk::whole(&shape);
+        let branch = expr("q / 64 == k / 64 && q % 4 == h % 4 && k % 4 == h % 4");
+        let l = launches(&shape, &branch, &whole).unwrap();
+        assert_eq!(l.len(), 1);
+        let p = l[0].params;
+        assert_eq!((p.pattern, p.compact, p.dil_rule), (PatternCode::Dilated as i32, 1, OffsetRule::Table as i32));
+        assert_eq!((p.dil_segment, p.dil_rate, p.dil_segments), (64, 4, 16));
+        let bytes = block_mask_bytes(&branch, &shape, &whole).unwrap().unwrap();
+        let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        for h in 0..3 {
+            assert!((0..16).all(|s| int(4 * (h * 16 + s)) == (h % 4) as i32), "head {h}");
+        }
+        // Same work as the built-in branch: the same forward tiles.
+        let builtin = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 4)])));
+        assert_eq!(l[0].fwd, launches(&shape, &builtin, &whole).unwrap()[0].fwd);
+        // Another mask stays a mask expression launch, with no buffer.
+        let other = expr("q / 64 == k / 64 && q % 4 == h % 4");
+        let l = launches(&shape, &other, &whole).unwrap();
+        assert_eq!((l.len(), l[0].params.pattern, l[0].params.compact), (1, PatternCode::Expr as i32, 0));
+        assert_eq!(block_mask_bytes(&other, &shape, &whole).unwrap(), None);
     }
 
     #[test]

@@ -44,7 +44,7 @@ use std::ops::Range;
 /// otherwise).
 #[path = "dist_plan/transcriptions.rs"]
 mod transcriptions;
-use transcriptions::{EXPRESSIONS, ROTATING_BRANCHES, assigned, attends, branch_keeps, offset};
+use transcriptions::{EXPRESSIONS, LONGNET_EXPRESSION, ROTATING_BRANCHES, assigned, attends, branch_keeps, offset};
 
 const HEAD_DIM: usize = 64;
 
@@ -551,6 +551,11 @@ fn kept_rows_are_rows_a_branch_keeps() {
                                 (w, rate, o)
                             })
                             .collect(),
+                        Pat::Expr(e) if src != r && *e == LONGNET_EXPRESSION.0 => {
+                            let ((w, rate), o) = (LONGNET_EXPRESSION.1, LONGNET_EXPRESSION.2);
+                            let o: Box<dyn Fn(usize, usize) -> usize> = Box::new(move |h, _| o(h));
+                            vec![(w, rate, o)]
+                        }
                         Pat::Rotating if src != r => ROTATING_BRANCHES
                             .iter()
                             .map(|&(w, rate, per_segment)| {

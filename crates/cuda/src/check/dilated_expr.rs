@@ -126,7 +126,22 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
         add(Kind::Backward, (dtype, head_dim), (causal, true, 2), rng);
     }
     out.extend(small_segments());
+    out.extend(mask_branch());
     out
+}
+
+/// A LongNet branch written as a mask expression, which runs as that branch (compact
+/// launches, `ExprPattern::as_dilated`), forward and backward, causal: the key's and
+/// the query's residues and the offset `(h + 1) mod 3` as the recogniser reads them.
+fn mask_branch() -> Vec<Case> {
+    let text = "q / 96 == k / 96 && q % 96 % 3 == (h + 1) % 3 && k % 96 % 3 == (h + 1) % 3";
+    let mask = ringdil_reference::pattern::ExprPattern::new(text, &Constants::new()).expect("the check's mask parses");
+    let spec = GpuSpec::new(GpuPattern::Expr(mask)).causal(true);
+    [Kind::Forward, Kind::Backward]
+        .map(|kind| {
+            Case::new(kind, &format!("dilated_expr as a mask: {text}"), (Dtype::Bf16, 128), [2, 700, 4], spec.clone())
+        })
+        .into()
 }
 
 /// Segments of 8 and 20 kept rows at d = 64, forward and backward: a 64- or 128-row tile
@@ -152,11 +167,13 @@ mod tests {
     /// offset tables built), valid, and the lists hold what the module docs promise.
     #[test]
     fn every_case_runs_compact_launches() {
-        for (quick, count) in [(false, 16), (true, 12)] {
+        for (quick, count) in [(false, 18), (true, 14)] {
             let c = cases(&mut SplitMix64::new(7), quick);
             assert_eq!(c.len(), count, "quick = {quick}");
             for x in &c {
-                let GpuPattern::DilatedExpr(p) = &x.spec.pattern else { panic!("{}: not compact", x.name) };
+                let Some(p) = crate::dilated_expr::compact_form(&x.spec.pattern) else {
+                    panic!("{}: not compact", x.name)
+                };
                 x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", x.name));
                 let shape = Shape::square(x.batch, x.seq, x.heads, x.head_dim).with_kv_heads(x.kv_heads);
                 let l = launches(&shape, &x.spec, &Chunk::whole(&shape)).unwrap();

@@ -193,8 +193,7 @@ impl DistPlan {
                     CompactBranch { segment: b.segment, dilation: b.dilation, segments, offsets: offsets.collect() }
                 })
                 .collect(),
-            GpuPattern::DilatedExpr(e) => e.compact_branches(heads, n)?,
-            _ => return None,
+            pattern => crate::dilated_expr::compact_form(pattern)?.compact_branches(heads, n)?,
         };
         let branches: Vec<_> = forms.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {

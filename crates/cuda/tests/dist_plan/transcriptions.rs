@@ -53,14 +53,24 @@ pub(super) fn offset(rule: Offset, r: usize, h: usize, heads: usize) -> usize {
 /// of the evaluator: floor division and modulo agree with Rust's on the signs used here
 /// (a difference `i - j` only meets `% 5 == 0`, which truncation and floor decide alike).
 #[allow(clippy::type_complexity)]
-pub(super) const EXPRESSIONS: [(&str, fn(usize, i64, i64, i64, i64) -> bool); 4] = [
+pub(super) const EXPRESSIONS: [(&str, fn(usize, i64, i64, i64, i64) -> bool); 5] = [
     ("abs(q - k) <= 50 || k < 3", |_, i, j, _, _| (i - j).abs() <= 50 || j < 3),
     ("q / 64 == k / 64 || (q - k) % 5 == 0", |_, i, j, _, _| i / 64 == j / 64 || (i - j) % 5 == 0),
     ("if h < H / 2 then q - k < 90 && k <= q + 5 else k >= n - 70", |h, i, j, n, heads| {
         if (h as i64) < heads / 2 { i - j < 90 && j <= i + 5 } else { j >= n - 70 }
     }),
     ("(q + h) % 3 == k % 3", |h, i, j, _, _| (i + h as i64) % 3 == j % 3),
+    // LongNet branch (40, 3) with offset (h + 1) mod 3, which runs as that branch
+    // (compact launches; its K/V pieces travel as kept rows): [`LONGNET_EXPRESSION`].
+    ("q / 40 == k / 40 && q % 40 % 3 == (h + 1) % 3 && k % 40 % 3 == (h + 1) % 3", |h, i, j, _, _| {
+        let o = (h as i64 + 1) % 3;
+        i / 40 == j / 40 && i % 40 % 3 == o && j % 40 % 3 == o
+    }),
 ];
+
+/// The index in [`EXPRESSIONS`] of the mask that is one LongNet branch, `(w, r)` and its
+/// offset of head `h`.
+pub(super) const LONGNET_EXPRESSION: (usize, (usize, usize), fn(usize) -> usize) = (4, (40, 3), |h| (h + 1) % 3);
 
 /// Whether LongNet branch `(w, r)` keeps position `t` in a head of offset `o`: segments
 /// `[s w, min((s + 1) w, n))`, kept positions `start + o + k r`.

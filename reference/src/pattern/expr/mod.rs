@@ -40,6 +40,7 @@ mod error;
 mod eval;
 mod fold;
 mod interval;
+mod lattice;
 mod lex;
 mod mask;
 mod parse;

@@ -5,9 +5,8 @@
 //!
 //! Each expression's key sets are checked against its built-in's on sampled query rows of
 //! every head before anything is timed (a benchmark of two different masks would compare
-//! nothing). A LongNet branch written as a mask has no compact launch (that needs the
-//! `dilated_expr` kind on the GPU): it visits its block-diagonal tiles and tests each pair,
-//! which is what its row measures.
+//! nothing). A LongNet branch written as a mask is recognised as that branch
+//! (`ExprPattern::as_dilated`) and runs as its compact launch.
 //!
 //! Then a rule no built-in has, notebook 01's: LongNet branches (2048, 1), (4096, 4),
 //! (8192, 8), causal, whose offsets rotate per segment (head h keeps residue (h + s) mod r
@@ -98,7 +97,7 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Valu
         md,
         "Each expression's key sets equal its built-in's (checked on 67 query rows of every head before timing). \
          Flex: compiled flex_attention with the same mask (block mask built once, not timed), same run. \
-         The LongNet branch as a mask has no compact launch: it tests every pair of its block-diagonal tiles.\n"
+         The LongNet branch as a mask is recognised as that branch and runs as its compact launch.\n"
     )
     .unwrap();
     writeln!(md, "| mask | pass | built-in ms | expression ms | expression / built-in | Flex ms | Flex / expression |")

@@ -1,0 +1,219 @@
+//! A mask expression that is literally one LongNet branch, recognised, so that it runs
+//! as one (the GPU's compact launches: `n w / r^2` work per head instead of the `n w` of
+//! a mask tested over every tile of a segment).
+//!
+//! The mask must be the conjunction, in any order and nesting, of exactly
+//!
+//! ```text
+//!   q / W == k / W            (same segment; either side first)
+//!   R(q) == O                 (the query's residue; either side first)
+//!   R(k) == O                 (the key's, with the same O)
+//! ```
+//!
+//! with literal integers `1 <= R <= W`, `R(x)` either `x % W % R` or `x % R` (the same
+//! when `R` divides `W`: only then is the short form accepted), and `O` an expression of
+//! `h`, `H`, `n` whose value is always in `0..R`: a literal `0 <= c < R`, or `X % R`
+//! (floor modulo, never outside `0..R`). Then `q % W % R == O(h)` is the branch's "the
+//! query is kept with offset `O(h)`", and the same for the key inside the query's
+//! segment: the mask's keys are exactly those of the `dilated_expr` branch
+//! `segment = W, dilation = R, offset = O`. Anything else (another conjunct, a residue
+//! that may fall outside `0..R`, `R > W`) is not recognised and stays a mask.
+
+use super::ast::{Binary, Kind, Node, Unary, Var};
+use super::dilated::{ExprBranch, ExprCombine, ExprDilated};
+use super::mask::ExprPattern;
+use super::scope::Constants;
+
+impl ExprPattern {
+    /// The mask as one dilated branch, if it is literally one (module docs).
+    pub fn as_dilated(&self) -> Option<ExprDilated> {
+        let mut parts = Vec::new();
+        conjuncts(self.mask().root(), &mut parts);
+        let [a, b, c] = parts[..] else { return None };
+        // The same-segment test may be any of the three; the residues are the other two.
+        [(a, b, c), (b, a, c), (c, a, b)].into_iter().find_map(|(seg, x, y)| {
+            let w = same_segment(seg)?;
+            let (qr, qo) = residue(x, w)?;
+            let (kr, ko) = residue(y, w)?;
+            let ((rq, oq), (rk, ok)) = match (qr.0, kr.0) {
+                (Var::Query, Var::Key) => ((qr.1, qo), (kr.1, ko)),
+                (Var::Key, Var::Query) => ((kr.1, ko), (qr.1, qo)),
+                _ => return None,
+            };
+            if rq != rk || !same(oq, ok) || !in_range(oq, rq) {
+                return None;
+            }
+            let branch = ExprBranch::new(&w.to_string(), &rq.to_string(), &print(oq), None, &Constants::new()).ok()?;
+            Some(ExprDilated { branches: vec![branch], combine: ExprCombine::SoftmaxDenominator })
+        })
+    }
+}
+
+/// The conjuncts of `node` (`a && b` flattened).
+fn conjuncts<'a>(node: &'a Node, out: &mut Vec<&'a Node>) {
+    match &node.kind {
+        Kind::Binary(Binary::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        _ => out.push(node),
+    }
+}
+
+fn int(node: &Node) -> Option<i64> {
+    match node.kind {
+        Kind::Int(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn var(node: &Node) -> Option<Var> {
+    match node.kind {
+        Kind::Var(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// `x / W` with `x` a variable: (x, W).
+fn div_of(node: &Node) -> Option<(Var, i64)> {
+    match &node.kind {
+        Kind::Binary(Binary::Div, x, w) => Some((var(x)?, int(w)?)),
+        _ => None,
+    }
+}
+
+/// `q / W == k / W` (either order, `W >= 1`): W.
+fn same_segment(node: &Node) -> Option<i64> {
+    let Kind::Binary(Binary::Eq, a, b) = &node.kind else { return None };
+    let ((va, wa), (vb, wb)) = (div_of(a)?, div_of(b)?);
+    let pair = matches!((va, vb), (Var::Query, Var::Key) | (Var::Key, Var::Query));
+    (pair && wa == wb && wa >= 1).then_some(wa)
+}
+
+/// `x % W % R` or (when `R` divides `W`) `x % R`, for `x` the query or the key and
+/// `1 <= R <= w`: (x, R).
+fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
+    let Kind::Binary(Binary::Mod, inner, r) = &node.kind else { return None };
+    let r = int(r)?;
+    if !(1..=w).contains(&r) {
+        return None;
+    }
+    let x = match &inner.kind {
+        Kind::Var(x) if w % r == 0 => *x,
+        Kind::Binary(Binary::Mod, x, ww) if int(ww)? == w => var(x)?,
+        _ => return None,
+    };
+    matches!(x, Var::Query | Var::Key).then_some((x, r))
+}
+
+/// `R(x) == O` or `O == R(x)`: ((x, R), O), O reading neither the query nor the key.
+fn residue(node: &Node, w: i64) -> Option<((Var, i64), &Node)> {
+    let Kind::Binary(Binary::Eq, a, b) = &node.kind else { return None };
+    let (r, o) = match (residue_of(a, w), residue_of(b, w)) {
+        (Some(r), _) => (r, b.as_ref()),
+        (None, Some(r)) => (r, a.as_ref()),
+        _ => return None,
+    };
+    (!reads(o, Var::Query) && !reads(o, Var::Key)).then_some((r, o))
+}
+
+fn reads(node: &Node, v: Var) -> bool {
+    node.kind == Kind::Var(v) || node.children().into_iter().any(|c| reads(c, v))
+}
+
+/// Is `o` in `0..r` for every value of its variables? A literal in range, or `X % r`.
+fn in_range(o: &Node, r: i64) -> bool {
+    match &o.kind {
+        Kind::Int(c) => (0..r).contains(c),
+        Kind::Binary(Binary::Mod, _, d) => int(d) == Some(r),
+        _ => false,
+    }
+}
+
+/// Equal trees, positions aside.
+fn same(a: &Node, b: &Node) -> bool {
+    match (&a.kind, &b.kind) {
+        (Kind::Unary(x, p), Kind::Unary(y, q)) => x == y && same(p, q),
+        (Kind::Binary(x, p, r), Kind::Binary(y, q, s)) => x == y && same(p, q) && same(r, s),
+        (Kind::If(c, p, r), Kind::If(d, q, s)) => same(c, d) && same(p, q) && same(r, s),
+        (x, y) => x == y,
+    }
+}
+
+/// `node` as source text, fully parenthesised (an offset expression: no `q`, `k`).
+fn print(node: &Node) -> String {
+    match &node.kind {
+        Kind::Int(v) => format!("({v})"),
+        Kind::Bool(v) => v.to_string(),
+        Kind::Var(v) => v.name().to_string(),
+        Kind::Unary(Unary::Neg, a) => format!("(-{})", print(a)),
+        Kind::Unary(Unary::Not, a) => format!("(!{})", print(a)),
+        Kind::Unary(Unary::Abs, a) => format!("abs({})", print(a)),
+        Kind::Binary(op @ (Binary::Min | Binary::Max), a, b) => format!("{}({}, {})", op.symbol(), print(a), print(b)),
+        Kind::Binary(op, a, b) => format!("({} {} {})", print(a), op.symbol(), print(b)),
+        Kind::If(c, a, b) => format!("(if {} then {} else {})", print(c), print(a), print(b)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::{Dilated, Pattern, key_counts};
+
+    fn mask(text: &str) -> ExprPattern {
+        ExprPattern::new(text, &Constants::new()).unwrap()
+    }
+
+    #[test]
+    fn longnet_branches_written_as_masks_are_recognised_with_the_same_keys() {
+        let cases = [
+            ("q / 16 == k / 16 && q % 4 == h % 4 && k % 4 == h % 4", Some((16, 4))),
+            ("k % 16 % 3 == (h + 1) % 3 && k / 16 == q / 16 && (h + 1) % 3 == q % 16 % 3", Some((16, 3))),
+            ("(q % 12 % 5 == 2 && q / 12 == k / 12) && k % 12 % 5 == 2", Some((12, 5))),
+            (
+                "q / 8 == k / 8 && q % 8 % 2 == (h / ((H + 1) / 2)) % 2 && k % 8 % 2 == (h / ((H + 1) / 2)) % 2",
+                Some((8, 2)),
+            ),
+            // Not one branch: R does not divide W in the short form, O may leave 0..R,
+            // offsets differ, an extra conjunct, R > W, the same variable twice.
+            ("q / 10 == k / 10 && q % 4 == h % 4 && k % 4 == h % 4", None),
+            ("q / 16 == k / 16 && q % 4 == h && k % 4 == h", None),
+            ("q / 16 == k / 16 && q % 4 == h % 4 && k % 4 == (h + 1) % 4", None),
+            ("q / 16 == k / 16 && q % 4 == h % 4 && k % 4 == h % 4 && k <= q", None),
+            ("q / 4 == k / 4 && q % 4 % 8 == h % 8 && k % 4 % 8 == h % 8", None),
+            ("q / 16 == k / 16 && q % 4 == h % 4 && q % 4 == h % 4", None),
+            ("q / 16 == q / 16 && q % 4 == h % 4 && k % 4 == h % 4", None),
+        ];
+        for (text, want) in cases {
+            let m = mask(text);
+            let got = m.as_dilated();
+            assert_eq!(
+                got.as_ref().map(|d| d.compact_branches(3, 40).unwrap()[0].segment),
+                want.map(|w| w.0),
+                "{text}"
+            );
+            let Some(d) = got else { continue };
+            assert_eq!(d.compact_branches(3, 40).unwrap()[0].dilation, want.unwrap().1, "{text}");
+            for (heads, n) in [(1, 1), (3, 40), (5, 53)] {
+                for h in 0..heads {
+                    for q in 0..n {
+                        assert_eq!(
+                            key_counts(&m, q, h, heads, n),
+                            key_counts(&d, q, h, heads, n),
+                            "{text}: h {h} q {q}"
+                        );
+                    }
+                }
+            }
+        }
+        // The bench's LongNet branch: the built-in's keys too.
+        let d = mask("q / 64 == k / 64 && q % 4 == h % 4 && k % 4 == h % 4").as_dilated().unwrap();
+        let builtin = Dilated::longnet(&[(64, 4)]);
+        for q in 0..200 {
+            for h in 0..6 {
+                assert_eq!(key_counts(&d, q, h, 6, 200), key_counts(&builtin, q, h, 6, 200));
+            }
+        }
+        assert!(d.validate(6, 200).is_ok());
+    }
+}

@@ -438,7 +438,7 @@ proptest! {
     ) {
         let o = format!("({}) % {r}", print(&rename(&offset, &[("q", "h"), ("k", "n")]), false));
         let residue = |x: &str| if long_form || w % r != 0 { format!("{x} % {w} % {r}") } else { format!("{x} % {r}") };
-        let mut parts = vec![format!("q / {w} == k / {w}"), format!("{} == {o}", residue("q")), format!("{o} == {}", residue("k"))];
+        let mut parts = [format!("q / {w} == k / {w}"), format!("{} == {o}", residue("q")), format!("{o} == {}", residue("k"))];
         parts.rotate_left(order % 3);
         if order >= 3 {
             parts.swap(0, 1);

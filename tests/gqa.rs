@@ -25,7 +25,7 @@ use ringdil_proofs::{assert_close_floor, config, fd_gradient, pattern_counts, ri
 use ringdil_reference::pattern::expr::Constants;
 use ringdil_reference::pattern::{Dilated, ExprBranch, ExprCombine, ExprDilated, ExprPattern};
 use ringdil_reference::random::normal_tensor;
-use ringdil_reference::ring::{ChunkPlan, Kind, Layout, Report, Schedule, Simulation, Tensor, simulate};
+use ringdil_reference::ring::{ChunkPlan, Kind, Layout, Report, Schedule, Simulation, Tensor, hybrid, simulate};
 use ringdil_reference::{
     Attention, Error, Heads, OutputGrad, Pattern, Spec, attend_chunk, attention, attention_backward,
     attention_low_precision, backward_chunk,
@@ -335,11 +335,42 @@ proptest! {
                 }
                 Kind::PatternRing => prop_assert_eq!(kv_sent, pattern_ring_kv_volume(&case, &plan)),
                 Kind::Ulysses => prop_assert_eq!(kv_sent, ulysses_kv_volume(&case, &schedule)),
+                Kind::Hybrid => unreachable!("not in Kind::ALL: hybrid_with_grouped_heads_is_exact checks it"),
             }
             // The cost read off the schedule alone is what the simulation measured.
             let [fwd, bwd] = schedule.sent_elements(case.batch, case.dim, case.dv);
             prop_assert_eq!(fwd, report.forward_sent.clone());
             prop_assert_eq!(bwd, report.backward_sent.clone());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    /// The Ulysses x ring hybrid with grouped-query heads, for every Ulysses degree
+    /// dividing P (members whose query heads cut a K/V group compute pieces and share
+    /// that K/V head), equals the single-device oracle forward and backward, and moves
+    /// the query-side rows the MHA run moves.
+    #[test]
+    fn hybrid_with_grouped_heads_is_exact(
+        (case, ranks, layout) in gqa_case(6, 13).prop_flat_map(|c| {
+            let n = c.n;
+            (Just(c), 1..=6usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
+        })
+    ) {
+        let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
+        let heads = Heads::new(case.heads, case.kv).unwrap();
+        let [q, _, _, g] = case.tensors();
+        for degree in (1..=ranks).filter(|u| ranks % u == 0) {
+            let schedule = hybrid(&plan, &case.spec, heads, degree).unwrap();
+            let report = replay(&case, &schedule)?;
+            let [_, k, v, _] = case.tensors();
+            let (k_mha, v_mha) = (replicate(&k, case.heads), replicate(&v, case.heads));
+            let mha = hybrid(&plan, &case.spec, case.heads, degree).unwrap();
+            let mha_report = simulate(&mha, &case.spec, q.view(), k_mha.view(), v_mha.view(), Some(g.view())).unwrap().2;
+            prop_assert_eq!(report.sent_of(&Q_SIDE), mha_report.sent_of(&Q_SIDE), "degree {}", degree);
+            prop_assert!(report.sent_of(&K_SIDE) <= mha_report.sent_of(&K_SIDE), "degree {}", degree);
         }
     }
 }

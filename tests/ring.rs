@@ -10,7 +10,7 @@ use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::{Dense, Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::ring::{
-    ChunkPlan, Layout, Op, Schedule, Simulation, all_gather, pattern_ring, ring, simulate, ulysses,
+    ChunkPlan, Kind, Layout, Op, Schedule, Simulation, all_gather, hybrid, pattern_ring, ring, simulate, ulysses,
 };
 use ringdil_reference::{Error, Spec, attention, attention_backward};
 
@@ -68,6 +68,63 @@ proptest! {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         for schedule in all_schedules(&plan, &case.spec, case.heads) {
             check_schedule(&case, &schedule)?;
+        }
+    }
+
+    /// The Ulysses x ring hybrid, for every Ulysses degree dividing P (1: the ring over
+    /// all ranks, P: Ulysses), forward and backward, equals the single-device reference
+    /// to 1e-12 on the same cases; `Kind::build` picks a degree that divides P.
+    #[test]
+    fn hybrid_equals_single_device_for_every_degree(
+        (case, ranks, layout) in any_case(29).prop_flat_map(|c| {
+            let n = c.n;
+            (Just(c), 1..=8usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
+        })
+    ) {
+        let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
+        for degree in (1..=ranks).filter(|u| ranks % u == 0) {
+            let schedule = hybrid(&plan, &case.spec, case.heads, degree).unwrap();
+            prop_assert_eq!(schedule.kind, Kind::Hybrid);
+            check_schedule(&case, &schedule)?;
+        }
+        check_schedule(&case, &Kind::Hybrid.build(&plan, &case.spec, case.heads).unwrap())?;
+    }
+
+    /// The hybrid's per-rank volume is the formula of its docs (`ring::hybrid`), forward
+    /// and backward, for every degree, any boundaries (empty ranks included).
+    #[test]
+    fn hybrid_volume_is_the_documented_formula(
+        (n, ranks, layout) in (1..=40usize, 1..=8usize).prop_flat_map(|(n, p)| (Just(n), Just(p), ring_layout(n, p))),
+        heads in 1..=5usize,
+    ) {
+        let (batch, d) = (2, 3);
+        let plan = ChunkPlan::new(n, ranks, &layout).unwrap();
+        let spec = Spec::dense();
+        for degree in (1..=ranks).filter(|u| ranks % u == 0) {
+            let schedule = hybrid(&plan, &spec, heads, degree).unwrap();
+            let [fwd, bwd] = schedule.sent_elements(batch, d, d);
+            let groups = ranks / degree;
+            let split = ringdil_reference::ring::even_boundaries(heads, degree);
+            for p in 0..ranks {
+                let (g, u) = (p / degree, p % degree);
+                let hu = split[u + 1] - split[u];
+                let np = plan.tokens(p).len();
+                let group_len = |g: usize| (g * degree..(g + 1) * degree).map(|r| plan.tokens(r).len()).sum::<usize>();
+                let (ng, next) = (group_len(g), group_len((g + 1) % groups));
+                let ring_hops = if groups > 1 { n - next } else { 0 };
+                let last_hop = if groups > 1 { next } else { 0 };
+                let want_fwd = 3 * batch * d * np * (heads - hu)
+                    + 2 * batch * d * hu * ring_hops
+                    + batch * (d + 1) * hu * (ng - np);
+                let want_bwd = batch * (5 * d + 1) * np * (heads - hu)
+                    + 4 * batch * d * hu * ring_hops
+                    + 2 * batch * d * hu * last_hop
+                    + 3 * batch * d * hu * (ng - np);
+                let got_fwd: usize = fwd.iter().map(|step| step[p]).sum();
+                let got_bwd: usize = bwd.iter().map(|step| step[p]).sum();
+                prop_assert_eq!(got_fwd, want_fwd, "forward, rank {}, degree {}", p, degree);
+                prop_assert_eq!(got_bwd, want_bwd, "backward, rank {}, degree {}", p, degree);
+            }
         }
     }
 
@@ -193,6 +250,13 @@ fn bad_plans_and_schedules_are_typed_errors() {
     assert!(msg(e).contains("token 2"));
     let e = ChunkPlan::new(3, 1, &Layout::Permuted { order: vec![0, 1], boundaries: None }).unwrap_err();
     assert!(msg(e).contains("2 entries"));
+    // A hybrid whose Ulysses degree is 0 or does not divide the ranks.
+    let six = ChunkPlan::new(12, 6, &Layout::Zigzag).unwrap();
+    for degree in [0, 4, 7] {
+        let e = hybrid(&six, &Spec::dense(), 4, degree).unwrap_err();
+        assert_eq!(e, Error::UlyssesDegree { ulysses: degree, ranks: 6 });
+        assert!(msg(e).contains(&format!("Ulysses degree {degree} does not divide 6 ranks")));
+    }
     // A schedule read back from JSON with a rank out of range, heads out of range, or a
     // pair computed twice.
     let spec = Spec::dense();

@@ -64,6 +64,8 @@ pub enum Error {
     LseMismatch { batch: usize, head: usize, query: usize },
     /// A distributed layout over 0 ranks (or a head split over 0 parts).
     ZeroRanks,
+    /// A Ulysses x ring grid whose Ulysses degree is 0 or does not divide the ranks.
+    UlyssesDegree { ulysses: usize, ranks: usize },
     /// Chunk boundaries that are not `ranks + 1` non-decreasing values from 0 to `seq_len`.
     BadBoundaries { boundaries: Vec<usize>, ranks: usize, seq_len: usize },
     /// A token order that is not a permutation of `0..seq_len`: wrong length, or `token`
@@ -186,6 +188,11 @@ impl fmt::Display for Error {
                  but the row has keys in this chunk; the OutputGrad does not belong to these inputs"
             ),
             Error::ZeroRanks => write!(f, "the number of ranks (or parts) is 0; it must be at least 1"),
+            Error::UlyssesDegree { ulysses, ranks } => write!(
+                f,
+                "Ulysses degree {ulysses} does not divide {ranks} ranks into groups (it must be at least 1 and a \
+                 divisor of the ranks)"
+            ),
             Error::BadBoundaries { boundaries, ranks, seq_len } => write!(
                 f,
                 "chunk boundaries {boundaries:?} do not split 0..{seq_len} over {ranks} ranks: \

@@ -16,7 +16,7 @@ struct Spelling {
     help: &'static str,
 }
 
-const SPELLINGS: [Spelling; 4] = [
+const SPELLINGS: [Spelling; 5] = [
     Spelling {
         kind: Kind::Ring,
         flag: "ring",
@@ -40,6 +40,13 @@ const SPELLINGS: [Spelling; 4] = [
         flag: "ulysses",
         label: "Ulysses",
         help: "Head parallelism: all-to-all to heads and back (DeepSpeed-Ulysses)",
+    },
+    Spelling {
+        kind: Kind::Hybrid,
+        flag: "hybrid",
+        label: "Hybrid",
+        help: "Ulysses inside groups of ranks (as wide as the heads fill: the largest divisor of the ranks not above \
+               the heads), the ring between the groups (USP)",
     },
 ];
 
@@ -262,7 +269,7 @@ mod tests {
     fn every_kind_is_spelled_once_and_parses_back() {
         let command = clap::Command::new("t");
         let parser = schedule_arg();
-        for kind in Kind::ALL {
+        for kind in Kind::ALL.into_iter().chain([Kind::Hybrid]) {
             assert_eq!(SPELLINGS.iter().filter(|s| s.kind == kind).count(), 1, "{kind}");
             let flag = spelling(kind).flag;
             assert_eq!(parser.parse_ref(&command, None, flag.as_ref()).unwrap(), kind);

@@ -551,8 +551,8 @@ fn kept_rows_are_rows_a_branch_keeps() {
                                 (w, rate, o)
                             })
                             .collect(),
-                        Pat::Expr(e) if src != r && *e == LONGNET_EXPRESSION.0 => {
-                            let ((w, rate), o) = (LONGNET_EXPRESSION.1, LONGNET_EXPRESSION.2);
+                        Pat::Expr(e) if src != r && *e == LONGNET_EXPRESSION.index => {
+                            let ((w, rate), o) = (LONGNET_EXPRESSION.branch, LONGNET_EXPRESSION.offset);
                             let o: Box<dyn Fn(usize, usize) -> usize> = Box::new(move |h, _| o(h));
                             vec![(w, rate, o)]
                         }

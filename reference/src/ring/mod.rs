@@ -8,7 +8,8 @@
 //! * [`ring()`]: ring attention with ring-flash-attention's backward, skipping empty steps;
 //! * [`pattern_ring`]: the same steps, shipping only the rows the pattern needs ([`Needs`]);
 //! * [`all_gather`]: Megatron / Llama 3 context parallelism (all-gather `K`, `V`);
-//! * [`ulysses`]: DeepSpeed-Ulysses head parallelism (all-to-all).
+//! * [`ulysses`]: DeepSpeed-Ulysses head parallelism (all-to-all);
+//! * [`hybrid`]: Ulysses inside groups of ranks, the ring between groups (USP).
 //!
 //! A [`Simulation`] replays a schedule on concrete tensors with one row store per rank,
 //! checks that every allowed (query, key) pair is computed exactly once, and reports the
@@ -21,6 +22,7 @@ mod balance;
 mod chunking;
 mod comm_plan;
 mod head_slice;
+mod hybrid;
 mod needs;
 #[allow(clippy::module_inception)]
 mod ring;
@@ -32,6 +34,7 @@ pub use all_gather::all_gather;
 pub use balance::{balanced_boundaries, causal_work};
 pub use chunking::{ChunkPlan, Layout, TokenMap, even_boundaries};
 pub use comm_plan::pattern_ring;
+pub use hybrid::hybrid;
 pub use needs::Needs;
 pub use ring::ring;
 pub use schedule::{Kind, Op, Schedule, Skip, Step, Tensor};

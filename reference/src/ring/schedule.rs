@@ -123,6 +123,11 @@ pub enum Kind {
     AllGather,
     /// Head parallelism: all-to-all to heads and back ([`super::ulysses`]).
     Ulysses,
+    /// Ulysses inside groups of ranks, the ring between groups ([`super::hybrid`]).
+    /// [`Kind::build`] takes the widest Ulysses groups the heads fill: the largest
+    /// divisor of the ranks not above the query heads. Not in [`Kind::ALL`] (the GPU
+    /// runtime does not run it yet).
+    Hybrid,
 }
 
 impl Kind {
@@ -136,6 +141,7 @@ impl Kind {
             Kind::PatternRing => "pattern_ring",
             Kind::AllGather => "all_gather",
             Kind::Ulysses => "ulysses",
+            Kind::Hybrid => "hybrid",
         }
     }
 
@@ -151,6 +157,11 @@ impl Kind {
             Kind::PatternRing => super::pattern_ring(chunks, spec, heads),
             Kind::AllGather => Ok(super::all_gather(chunks, heads)),
             Kind::Ulysses => Ok(super::ulysses(chunks, heads)),
+            Kind::Hybrid => {
+                let p = chunks.ranks();
+                let degree = (1..=p.min(heads.query()).max(1)).filter(|u| p % u == 0).max().unwrap_or(1);
+                super::hybrid(chunks, spec, heads, degree)
+            }
         }
     }
 }

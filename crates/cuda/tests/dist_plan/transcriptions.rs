@@ -68,9 +68,16 @@ pub(super) const EXPRESSIONS: [(&str, fn(usize, i64, i64, i64, i64) -> bool); 5]
     }),
 ];
 
-/// The index in [`EXPRESSIONS`] of the mask that is one LongNet branch, `(w, r)` and its
-/// offset of head `h`.
-pub(super) const LONGNET_EXPRESSION: (usize, (usize, usize), fn(usize) -> usize) = (4, (40, 3), |h| (h + 1) % 3);
+/// A mask of [`EXPRESSIONS`] that is one LongNet branch.
+pub(super) struct LongnetExpression {
+    pub index: usize,
+    pub branch: (usize, usize),
+    pub offset: fn(usize) -> usize,
+}
+
+/// The mask of [`EXPRESSIONS`] that is LongNet branch (40, 3) with offset `(h + 1) mod 3`.
+pub(super) const LONGNET_EXPRESSION: LongnetExpression =
+    LongnetExpression { index: 4, branch: (40, 3), offset: |h| (h + 1) % 3 };
 
 /// Whether LongNet branch `(w, r)` keeps position `t` in a head of offset `o`: segments
 /// `[s w, min((s + 1) w, n))`, kept positions `start + o + k r`.

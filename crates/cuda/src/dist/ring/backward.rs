@@ -33,6 +33,11 @@ impl DistRank<'_> {
         if schedule == Kind::Ulysses {
             return self.ulysses_backward(data, out, dout);
         }
+        if schedule == Kind::Hybrid {
+            return Err(DistError::Cuda(crate::error::CudaError::Unsupported {
+                what: "the Ulysses x ring hybrid schedule on GPUs (the reference simulates it: ring::hybrid)",
+            }));
+        }
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
         match schedule {
@@ -192,7 +197,7 @@ impl DistRank<'_> {
                 }
                 Ok(RankGrads { dq, dk, dv })
             }
-            Kind::Ulysses => unreachable!("returned above"),
+            Kind::Ulysses | Kind::Hybrid => unreachable!("returned above"),
         }
     }
 }

@@ -193,7 +193,7 @@ def test_plan_of_a_local_pattern_sends_less(patterns_dir):
 
 def test_plan_errors():
     with pytest.raises(ValueError, match=r'^schedule: unknown schedule "pattern_ring"; expected one of "ring", '
-                                         r'"pattern", "all-gather", "ulysses"'):
+                                         r'"pattern", "all-gather", "ulysses", "hybrid"'):
         ringdil.plan(None, 64, 4, schedule="pattern_ring")
     with pytest.raises(ValueError, match=r"^ranks: must be at least 1"):
         ringdil.plan(None, 64, 0)

@@ -73,7 +73,8 @@ def plan(pattern, seq_len=4096, ranks=4, *, schedule="pattern", layout="zigzag",
     ``element_bytes``).
 
     * ``schedule``: ``"ring"``, ``"pattern"`` (the ring moving only the K/V rows the
-      pattern needs), ``"all-gather"`` or ``"ulysses"`` (the CLI's ``--schedule`` values).
+      pattern needs), ``"all-gather"``, ``"ulysses"`` or ``"hybrid"`` (Ulysses inside groups of
+      ranks, the ring between them) (the CLI's ``--schedule`` values).
     * ``layout``: the layouts of :mod:`ringdil.ring` (``"contiguous"``, ``"zigzag"``,
       ``"striped"``, ``{"boundaries": [...]}``, ``{"order": [...], "boundaries": [...]}``).
     * ``kv_heads``: K/V heads dividing ``heads`` (grouped-query attention); K/V rows are

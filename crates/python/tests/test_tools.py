@@ -189,6 +189,9 @@ def test_plan_of_a_local_pattern_sends_less(patterns_dir):
     # each rank needs only the 16 rows before its chunk: K and V, 8 heads of 128, bf16
     assert sum(map(sum, pattern["forward"])) == 3 * 16 * 8 * 128 * 2 * 2
     assert ringdil.plan(patterns_dir / "torchscale.toml", 16384, 8)["forward"]
+    # Ulysses x ring on 4 ranks with 2 heads: groups of 2, a ring of 2 steps between them
+    hybrid = ringdil.plan(window, 4096, 4, schedule="hybrid", heads=2, layout="contiguous")
+    assert hybrid["schedule"] == "hybrid" and sum(map(sum, hybrid["forward"])) > 0
 
 
 def test_plan_errors():

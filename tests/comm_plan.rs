@@ -4,7 +4,7 @@
 //! matches the formula in its docs; snapshots of small plans.
 
 use proptest::prelude::*;
-use ringdil_proofs::{any_case, assert_schedule_exact, config, ring_layout, spec_counts};
+use ringdil_proofs::{any_case, assert_schedule_exact, config, on_ranks, spec_counts};
 use ringdil_reference::Spec;
 use ringdil_reference::pattern::{Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
@@ -47,10 +47,7 @@ proptest! {
     /// single-device attention forward and backward.
     #[test]
     fn plan_is_complete_minimal_and_exact(
-        (case, ranks, layout) in any_case(29).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=8usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        })
+        (case, ranks, layout) in on_ranks(any_case(29), |c| c.n, 8)
     ) {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         let schedule = pattern_ring(&plan, &case.spec, case.heads).unwrap();

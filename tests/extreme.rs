@@ -26,7 +26,7 @@ mod oracle;
 use ndarray::{Array3, Array4, Axis, NdFloat, s};
 use oracle::{SAFETY, Size, check, inputs, narrow, rows, size_f32, size_f64, truth, unit, wide};
 use proptest::prelude::*;
-use ringdil_proofs::{Case, any_case, config, partition, pattern_counts, ring_layout, shuffled, spec_counts};
+use ringdil_proofs::{Case, any_case, config, on_ranks, partition, pattern_counts, shuffled, spec_counts};
 use ringdil_reference::float::cast;
 use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, SlidingWindow};
 use ringdil_reference::random::{SplitMix64, normal_tensor};
@@ -155,10 +155,7 @@ proptest! {
     /// f64 and f32 at their large sizes.
     #[test]
     fn ring_schedules_match_the_oracle(
-        (case, plan) in any_case(12).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=4usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        }).prop_map(|(c, p, layout)| { let plan = ChunkPlan::new(c.n, p, &layout).unwrap(); (c, plan) }),
+        (case, plan) in on_ranks(any_case(12), |c| c.n, 4).prop_map(|(c, p, layout)| { let plan = ChunkPlan::new(c.n, p, &layout).unwrap(); (c, plan) }),
         (s64, s32) in (size_f64(), size_f32()),
     ) {
         schedules::<f64>(&case, s64, &plan)?;

@@ -21,7 +21,7 @@
 
 use ndarray::{Array3, Array4};
 use proptest::prelude::*;
-use ringdil_proofs::{assert_close_floor, config, fd_gradient, pattern_counts, ring_layout, spec_counts};
+use ringdil_proofs::{assert_close_floor, config, fd_gradient, on_ranks, pattern_counts, spec_counts};
 use ringdil_reference::pattern::expr::Constants;
 use ringdil_reference::pattern::{Dilated, ExprBranch, ExprCombine, ExprDilated, ExprPattern};
 use ringdil_reference::random::normal_tensor;
@@ -310,10 +310,7 @@ proptest! {
     /// reads (Ulysses); query-side traffic equals the MHA run's.
     #[test]
     fn every_schedule_equals_single_device(
-        (case, ranks, layout) in gqa_case(6, 19).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=6usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        })
+        (case, ranks, layout) in on_ranks(gqa_case(6, 19), |c| c.n, 6)
     ) {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         let heads = Heads::new(case.heads, case.kv).unwrap();
@@ -343,10 +340,6 @@ proptest! {
             prop_assert_eq!(bwd, report.backward_sent.clone());
         }
     }
-}
-
-proptest! {
-    #![proptest_config(config(48))]
 
     /// The Ulysses x ring hybrid with grouped-query heads, for every Ulysses degree
     /// dividing P (members whose query heads cut a K/V group compute pieces and share
@@ -354,10 +347,7 @@ proptest! {
     /// the query-side rows the MHA run moves.
     #[test]
     fn hybrid_with_grouped_heads_is_exact(
-        (case, ranks, layout) in gqa_case(6, 13).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=6usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        })
+        (case, ranks, layout) in on_ranks(gqa_case(6, 13), |c| c.n, 6)
     ) {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         let heads = Heads::new(case.heads, case.kv).unwrap();

@@ -5,7 +5,7 @@
 
 use ndarray::Array4;
 use proptest::prelude::*;
-use ringdil_proofs::{Case, any_case, assert_schedule_exact, config, ring_layout};
+use ringdil_proofs::{Case, any_case, assert_schedule_exact, config, on_ranks, ring_layout};
 use ringdil_reference::compare::rel_err;
 use ringdil_reference::pattern::{Dense, Dilated, SlidingWindow};
 use ringdil_reference::random::normal_tensor;
@@ -60,10 +60,7 @@ proptest! {
     /// causal or not, key padding, and every pattern family.
     #[test]
     fn every_schedule_equals_single_device(
-        (case, ranks, layout) in any_case(29).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=8usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        })
+        (case, ranks, layout) in on_ranks(any_case(29), |c| c.n, 8)
     ) {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         for schedule in all_schedules(&plan, &case.spec, case.heads) {
@@ -76,10 +73,7 @@ proptest! {
     /// to 1e-12 on the same cases; `Kind::build` picks a degree that divides P.
     #[test]
     fn hybrid_equals_single_device_for_every_degree(
-        (case, ranks, layout) in any_case(29).prop_flat_map(|c| {
-            let n = c.n;
-            (Just(c), 1..=8usize).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
-        })
+        (case, ranks, layout) in on_ranks(any_case(29), |c| c.n, 8)
     ) {
         let plan = ChunkPlan::new(case.n, ranks, &layout).unwrap();
         for degree in (1..=ranks).filter(|u| ranks % u == 0) {

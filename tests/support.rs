@@ -396,6 +396,21 @@ pub fn boundaries(n: usize, ranks: usize) -> impl Strategy<Value = Vec<usize>> {
     })
 }
 
+/// A case from `cases` (`n_of`: its token count) on `1..=max_ranks` ranks, with any
+/// layout of its tokens over them ([`ring_layout`]).
+pub fn on_ranks<C: Clone + std::fmt::Debug + 'static>(
+    cases: impl Strategy<Value = C> + 'static,
+    n_of: fn(&C) -> usize,
+    max_ranks: usize,
+) -> BoxedStrategy<(C, usize, ringdil_reference::ring::Layout)> {
+    cases
+        .prop_flat_map(move |c| {
+            let n = n_of(&c);
+            (Just(c), 1..=max_ranks).prop_flat_map(move |(c, p)| (Just(c), Just(p), ring_layout(n, p)))
+        })
+        .boxed()
+}
+
 /// Any layout of `n` tokens over `ranks` ranks: contiguous, zigzag, striped, random
 /// boundaries, or a random permutation with random or even boundaries.
 pub fn ring_layout(n: usize, ranks: usize) -> BoxedStrategy<ringdil_reference::ring::Layout> {

@@ -1,0 +1,286 @@
+//! Host tests of launch construction (`launch.rs`): parameters, plans and launch
+//! dimensions of every pattern, and the typed errors.
+
+use super::*;
+use crate::family::FWD_Q_TILE;
+use ringdil_reference::pattern::{BlockSparse, Dilated};
+
+fn dense() -> GpuSpec {
+    GpuSpec::new(GpuPattern::Dense)
+}
+
+#[test]
+fn dense_launch_configuration() {
+    let shape = Shape::square(2, 1000, 3, 128);
+    let l = launches(&shape, &dense().causal(true), &Chunk::whole(&shape)).unwrap();
+    assert_eq!(l.len(), 1);
+    let l = &l[0];
+    assert_eq!(l.grid_fwd(), (8, 3, 2)); // ceil(1000 / 128) forward query tiles
+    assert_eq!(l.grid_cols(1), (16, 3, 2)); // ceil(1000 / 64) key tiles
+    assert_eq!(l.grid_cols(2), (8, 3, 2)); // pairs of them (the last one alone)
+    assert_eq!((l.params.nq, l.params.nk, l.params.causal, l.params.pattern), (1000, 1000, 1, 0));
+    assert!((l.params.scale - 1.0 / 128f32.sqrt()).abs() < 1e-7);
+    assert!((l.params.scale_log2 - l.params.scale * std::f32::consts::LOG2_E).abs() < 1e-6);
+    assert_eq!(l.cols.visits(), 16 * 17 / 2);
+    // Forward query tile r (rows 128r..128r+127) sees key tiles 0..=2r+1: sum = 72.
+    assert_eq!(l.fwd.visits(), (0..8).map(|r| 2 * r + 2).sum::<usize>());
+    // The launch description: one block per item (mma), 128 threads, the family's smem.
+    let dims = l.forward_dims(132);
+    assert_eq!(dims, LaunchDims { kernel: Kernel::Forward, grid: (8, 3, 2), block: 128, smem: 96 * 1024 });
+    let bwd = l.backward_dims();
+    assert_eq!((bwd.kernel, bwd.grid, bwd.block), (Kernel::Backward, (16, 3, 2), 128));
+    assert_eq!(bwd.smem, Family::Mma.backward_smem(128));
+    // Three consumer warpgroups: 192-row forward tiles.
+    let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
+    assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
+    assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile), (192, 64));
+    assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
+    // At d = 64 over 128-key tiles: query tile r sees key tiles 0..=(192 r + 191) / 128.
+    let shape64 = Shape::square(2, 1000, 3, 64);
+    let l = launches_for(&shape64, &dense().causal(true), &Chunk::whole(&shape64), Family::Wgmma).unwrap();
+    assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile, l[0].fwd.col_tiles), (192, 128, 8));
+    assert_eq!(l[0].fwd.visits(), (0..6).map(|r| ((192 * r + 191) / 128 + 1).min(8)).sum::<usize>());
+    assert_eq!(l[0].cols.visits(), 16 * 17 / 2); // the backward keeps 64 x 64 tiles
+    // wgmma: one block per multiprocessor, 512 threads (three consumer warpgroups and a
+    // producer), the backward over pairs of key tiles.
+    let dims = l[0].forward_dims(132);
+    assert_eq!((dims.kernel, dims.grid, dims.block), (Kernel::Forward, (36, 1, 1), 512));
+    assert_eq!(dims.smem, Family::Wgmma.forward_smem(64));
+    let bwd = l[0].backward_dims();
+    assert_eq!((bwd.grid, bwd.block, bwd.smem), ((8, 3, 2), 384, Family::Wgmma.backward_smem(64)));
+}
+
+#[test]
+fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
+    // Above d = 128 the mma blocks have 8 warps (one m16 tile each in the forward, half
+    // of D each in the backward) over the plans of d <= 128.
+    let spec = dense().causal(true);
+    for (d, threads) in [(96, 128), (192, 256), (256, 256)] {
+        let shape = Shape::square(2, 1000, 3, d);
+        let l = &launches(&shape, &spec, &Chunk::whole(&shape)).unwrap()[0];
+        assert_eq!((l.fwd_q_tile, l.fwd_k_tile, l.grid_fwd(), l.grid_cols(1)), (128, 64, (8, 3, 2), (16, 3, 2)));
+        let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
+        assert_eq!((fwd.kernel, fwd.grid, fwd.block, fwd.smem), (Kernel::Forward, (8, 3, 2), threads, 768 * d as u32));
+        assert_eq!((bwd.grid, bwd.block, bwd.smem), ((16, 3, 2), threads, Family::Mma.backward_smem(d)));
+        assert!((l.params.scale - 1.0 / (d as f32).sqrt()).abs() < 1e-7);
+    }
+}
+
+#[test]
+fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
+    let d = Dilated::longnet(&[(512, 1), (1024, 4), (100_000, 16)]);
+    let spec = GpuSpec::new(GpuPattern::Dilated(d));
+    let shape = Shape::square(1, 4096, 8, 64);
+    let l = launches(&shape, &spec, &Chunk::whole(&shape)).unwrap();
+    assert_eq!(l.len(), 3);
+    assert!(l.iter().all(|l| l.params.compact == 1 && l.params.pattern == 3));
+    assert_eq!(l[1].params.nq, 4096 / 4);
+    assert_eq!(l[1].params.dil_per_seg, 256);
+    // The segment longer than the sequence is clamped to it: 4096 / 16 rows.
+    assert_eq!((l[2].params.dil_segment, l[2].params.nq), (4096, 256));
+    // Work (tiles) of each branch is its share n*w/r^2 of the dense n^2.
+    assert_eq!(l[1].cols.visits(), 4096 * 1024 / 16 / (64 * 64));
+
+    // A ring step: queries 2048..3072 over keys 1024..2048 stay compact (segment
+    // bases per side), so the (1024, 4) branch costs its share of the step.
+    let ring = Shape { q_rows: 1024, k_rows: 1024, ..shape };
+    let l = launches(&ring, &spec, &Chunk::new(2048, 1024, 4096)).unwrap();
+    assert!(l.iter().all(|l| l.params.compact == 1 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
+    assert_eq!((l[1].params.nq, l[1].params.q_cbase, l[1].params.k_cbase), (256, 2 * 256, 256));
+    assert_eq!(l[1].cols.visits(), 0, "segments 2 and 1 of 1024 tokens do not meet");
+    // A striped axis (stride 2) evaluates the branch mask in place.
+    let striped = Chunk { q_stride: 2, k_stride: 2, ..Chunk::new(1, 0, 4096) };
+    let l = launches(&Shape { q_rows: 2048, k_rows: 2048, ..shape }, &spec, &striped).unwrap();
+    assert!(l.iter().all(|l| l.params.compact == 0 && l.params.q_stride == 2 && l.params.k_stride == 2));
+    let e = launches(&Shape { q_rows: 2049, k_rows: 2048, ..shape }, &spec, &striped).unwrap_err();
+    assert_eq!(e.to_string(), "query chunk: 2049 rows at positions 1 + i * 2 pass the global sequence length 4096");
+}
+
+#[test]
+fn dilated_expr_branches_are_compact_launches_reading_offset_tables() {
+    use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated};
+    let c = Constants::new();
+    let pattern = ExprDilated {
+        branches: vec![
+            ExprBranch::new("64", "4", "h + s", None, &c).unwrap(),
+            ExprBranch::new("n / 10", "2", "h * s", None, &c).unwrap(),
+        ],
+        combine: ExprCombine::SoftmaxDenominator,
+    };
+    let spec = GpuSpec::new(GpuPattern::dilated_expr(pattern.clone(), "test".into())).causal(true);
+    assert!(matches!(spec.pattern, GpuPattern::DilatedExpr(_)));
+    // Heads 2..5 of 6 (a head slice): the tables cover all 6 pattern heads.
+    let shape = Shape::square(1, 1000, 3, 64);
+    let chunk = Chunk::whole(&shape).heads_of(2, 6);
+    let l = launches(&shape, &spec, &chunk).unwrap();
+    assert_eq!(l.len(), 2);
+    // 1000 / 64 -> 16 segments of 16 kept rows; 1000 / 100 -> 10 segments of 50.
+    let per_branch = [(64, 4, 16, 16), (100, 2, 10, 50)];
+    for (l, (w, r, segments, per_seg)) in l.iter().zip(per_branch) {
+        let p = l.params;
+        assert_eq!((p.pattern, p.compact, p.dil_rule), (PatternCode::Dilated as i32, 1, OffsetRule::Table as i32));
+        assert_eq!((p.dil_segment, p.dil_rate, p.dil_segments, p.dil_per_seg), (w, r, segments, per_seg));
+        assert_eq!((p.head_base, p.pattern_heads), (2, 6));
+    }
+    let bytes = block_mask_bytes(&spec, &shape, &chunk).unwrap().unwrap();
+    let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    // Branch 0's table: 6 heads x 16 segments (384 bytes); branch 1's starts after it.
+    assert_eq!((l[0].table_offset, l[1].table_offset), (0, 384));
+    assert_eq!(bytes.len(), 384 + 6 * 10 * 4);
+    for h in 0..6 {
+        for s in 0..16 {
+            assert_eq!(int(4 * (h * 16 + s)), ((h + s) % 4) as i32);
+        }
+        for s in 0..10 {
+            assert_eq!(int(384 + 4 * (h * 10 + s)), ((h * s) % 2) as i32);
+        }
+    }
+    // A union of several branches has no compact form: mask tables.
+    let union = ExprDilated { combine: ExprCombine::Union, ..pattern };
+    assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));
+}
+
+#[test]
+fn a_mask_that_is_one_longnet_branch_runs_as_its_compact_launch() {
+    use ringdil_reference::pattern::ExprPattern;
+    use ringdil_reference::pattern::expr::Constants;
+    let expr = |t: &str| GpuSpec::new(GpuPattern::Expr(ExprPattern::new(t, &Constants::new()).unwrap()));
+    let shape = Shape::square(1, 1000, 3, 64);
+    let whole = Chunk::whole(&shape);
+    let branch = expr("q / 64 == k / 64 && q % 4 == h % 4 && k % 4 == h % 4");
+    let l = launches(&shape, &branch, &whole).unwrap();
+    assert_eq!(l.len(), 1);
+    let p = l[0].params;
+    assert_eq!((p.pattern, p.compact, p.dil_rule), (PatternCode::Dilated as i32, 1, OffsetRule::Table as i32));
+    assert_eq!((p.dil_segment, p.dil_rate, p.dil_segments), (64, 4, 16));
+    let bytes = block_mask_bytes(&branch, &shape, &whole).unwrap().unwrap();
+    let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    for h in 0..3 {
+        assert!((0..16).all(|s| int(4 * (h * 16 + s)) == (h % 4) as i32), "head {h}");
+    }
+    // Same work as the built-in branch: the same forward tiles.
+    let builtin = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 4)])));
+    assert_eq!(l[0].fwd, launches(&shape, &builtin, &whole).unwrap()[0].fwd);
+    // Another mask stays a mask expression launch, with no buffer.
+    let other = expr("q / 64 == k / 64 && q % 4 == h % 4");
+    let l = launches(&shape, &other, &whole).unwrap();
+    assert_eq!((l.len(), l[0].params.pattern, l[0].params.compact), (1, PatternCode::Expr as i32, 0));
+    assert_eq!(block_mask_bytes(&other, &shape, &whole).unwrap(), None);
+}
+
+#[test]
+fn wgmma_forward_tiles_do_not_straddle_dilated_segments() {
+    // Kept rows per segment: 512 / 1 = 512 and 1024 / 4 = 256 (not multiples of 192),
+    // 768 / 4 = 192 (one is), and a dense launch.
+    let d = Dilated::longnet(&[(512, 1), (1024, 4), (768, 4)]);
+    let shape = Shape::square(1, 3072, 8, 128);
+    let l = launches_for(&shape, &GpuSpec::new(GpuPattern::Dilated(d)), &Chunk::whole(&shape), Family::Wgmma);
+    let l = l.unwrap();
+    let tiles: Vec<usize> = l.iter().map(|l| l.fwd_q_tile).collect();
+    assert_eq!(tiles, [128, 128, 192]);
+    let kernels: Vec<(Kernel, u32)> =
+        l.iter().map(|l| (l.forward_dims(132).kernel, l.forward_dims(132).block)).collect();
+    assert_eq!(kernels, [(Kernel::ForwardNarrow, 384), (Kernel::ForwardNarrow, 384), (Kernel::Forward, 512)]);
+    for l in &l {
+        let (m, q) = (l.params.dil_per_seg as usize, l.fwd_q_tile);
+        assert_eq!(m % q, 0, "a {q}-row tile would straddle segments of {m} kept rows");
+        assert_eq!(l.grid_fwd().0 as usize, (l.params.nq as usize).div_ceil(q));
+    }
+    let dense = launches_for(&shape, &dense(), &Chunk::whole(&shape), Family::Wgmma).unwrap();
+    assert_eq!(dense[0].fwd_q_tile, 192);
+    let mma =
+        launches(&shape, &GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(768, 4)]))), &Chunk::whole(&shape));
+    assert_eq!(mma.unwrap()[0].fwd_q_tile, FWD_Q_TILE);
+}
+
+#[test]
+fn block_sparse_and_window_parameters() {
+    let bs = BlockSparse { dilated_stride: Some(4), global_tokens: 9, ..BlockSparse::local(32, 2) };
+    let shape = Shape::square(1, 100, 1, 64);
+    let l = &launches(&shape, &GpuSpec::new(GpuPattern::BlockSparse(bs)), &Chunk::whole(&shape)).unwrap()[0];
+    let p = l.params;
+    assert_eq!((p.pattern, p.bs_block, p.bs_radius, p.bs_stride, p.bs_global, p.bs_mask_blocks), (2, 32, 2, 4, 9, 0));
+    let w = GpuSpec::new(GpuPattern::Window { left: usize::MAX, right: 3 });
+    let p = launches(&shape, &w, &Chunk::whole(&shape)).unwrap()[0].params;
+    assert_eq!((p.pattern, p.win_left, p.win_right), (1, 100, 3));
+}
+
+#[test]
+fn bad_arguments_are_typed_errors_naming_the_value() {
+    let shape = Shape::square(1, 100, 2, 64);
+    let whole = Chunk::whole(&shape);
+    let err = |s: &Shape, spec: &GpuSpec, c: &Chunk| launches(s, spec, c).unwrap_err().to_string();
+    assert_eq!(
+        err(&Shape { head_dim: 80, ..shape }, &dense(), &whole),
+        "head_dim 80 has no GPU kernel; supported: 64, 96, 128, 192, 256"
+    );
+    // The wgmma family has kernels for two of them (a device runs the others with mma's:
+    // Gpu::family_for).
+    let d96 = Shape { head_dim: 96, ..shape };
+    assert!(matches!(
+        launches_for(&d96, &dense(), &whole, Family::Wgmma),
+        Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128]
+    ));
+    assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
+    assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));
+    let gqa = Shape::square(1, 100, 6, 64);
+    assert_eq!(
+        err(&gqa.with_kv_heads(4), &dense(), &whole),
+        "kv_heads = 4 does not divide heads = 6: grouped-query attention needs whole groups of query heads per K/V head"
+    );
+    for (kv_heads, group) in [(6, 1), (3, 2), (2, 3), (1, 6)] {
+        let p = launches(&gqa.with_kv_heads(kv_heads), &dense(), &whole).unwrap()[0].params;
+        assert_eq!((p.heads, p.kv_heads, p.kv_group), (6, kv_heads as i32, group));
+    }
+    let chunk = Chunk::new(50, 0, 120);
+    assert_eq!(
+        err(&shape, &dense(), &chunk),
+        "query chunk: offset 50 + 100 rows exceeds the global sequence length 120"
+    );
+    assert!(err(&Shape { batch: 70_000, ..shape }, &dense(), &Chunk::whole(&shape)).contains("batch = 70000"));
+    // 65535 x 65535 (batch, head) pairs of one tile: more than the 32-bit block index.
+    let wide = Shape::square(65_535, 1, 65_535, 64);
+    assert_eq!(
+        err(&wide, &dense(), &Chunk::whole(&wide)),
+        "query tiles x heads x batch = 4294836225 exceeds the GPU limit 2147483647"
+    );
+    let d = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(16, 32)])));
+    assert!(err(&shape, &d, &whole).contains("dilation_rate 32 exceeds segment_length 16"));
+    let hg = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(16, 1), (32, 2)])));
+    assert!(err(&shape, &hg, &whole).contains("head-group combine"));
+    assert!(err(&shape, &dense().key_lengths(vec![101]), &whole).contains("length 101 > seq 100"));
+    let bad_scale = GpuSpec { scale: Some(-1.0), ..dense() };
+    assert!(err(&shape, &bad_scale, &whole).contains("scale -1"));
+    assert!(matches!(
+        launches(&shape, &GpuSpec::new(GpuPattern::BlockSparse(BlockSparse::local(0, 1))), &whole),
+        Err(CudaError::Spec(ringdil_reference::Error::ZeroParameter { parameter: "block", .. }))
+    ));
+}
+
+#[test]
+fn block_mask_is_flattened_row_major() {
+    let m = vec![vec![true, false], vec![false, true]];
+    let bs = BlockSparse { block_mask: Some(m), local_radius: None, ..BlockSparse::local(8, 0) };
+    let (shape, whole) = (Shape::square(1, 16, 1, 64), Chunk::whole(&Shape::square(1, 16, 1, 64)));
+    assert_eq!(
+        block_mask_bytes(&GpuSpec::new(GpuPattern::BlockSparse(bs)), &shape, &whole).unwrap(),
+        Some(vec![1, 0, 0, 1])
+    );
+    assert_eq!(block_mask_bytes(&dense(), &shape, &whole).unwrap(), None);
+}
+
+/// A launch over a slice of heads carries the slice's first head and the pattern's
+/// head count (the kernels' dilated offsets use them); a slice outside the pattern's
+/// heads is a typed error naming it.
+#[test]
+fn head_slices_carry_their_global_heads() {
+    let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(256, 4)])));
+    let shape = Shape::square(1, 1024, 3, 64);
+    let whole = launches(&shape, &spec, &Chunk::new(0, 0, 1024)).unwrap();
+    assert_eq!((whole[0].params.head_base, whole[0].params.pattern_heads), (0, 3));
+    let slice = launches(&shape, &spec, &Chunk::new(0, 0, 1024).heads_of(5, 8)).unwrap();
+    assert_eq!((slice[0].params.head_base, slice[0].params.pattern_heads), (5, 8));
+    let e = launches(&shape, &spec, &Chunk::new(0, 0, 1024).heads_of(6, 8)).unwrap_err();
+    assert!(matches!(e, CudaError::HeadSliceOutOfRange { first: 6, heads: 3, all_heads: 8 }), "{e}");
+    assert_eq!(e.to_string(), "head slice 6..9 is not inside the pattern's 8 heads");
+}

@@ -95,7 +95,7 @@ pub fn plan<'py>(
     element_bytes: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
     let kind = kind_of_flag(schedule).ok_or_else(|| {
-        let known: Vec<String> = Kind::ALL.iter().chain([&Kind::Hybrid]).map(|&k| format!("{:?}", flag(k))).collect();
+        let known: Vec<String> = Kind::ALL.iter().map(|&k| format!("{:?}", flag(k))).collect();
         errors::value("schedule", format_args!("unknown schedule {schedule:?}; expected one of {}", known.join(", ")))
     })?;
     for (name, value) in [("ranks", ranks), ("head_dim", head_dim), ("element_bytes", element_bytes)] {

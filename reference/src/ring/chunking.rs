@@ -137,6 +137,18 @@ impl ChunkPlan {
         self.boundaries.len() - 1
     }
 
+    /// The plan whose ranks are groups of `size` consecutive ranks of this one: group
+    /// `g` owns the tokens of ranks `g size .. (g + 1) size`, in their local orders one
+    /// after the other (the groups of the Ulysses x ring hybrid, [`super::hybrid()`]).
+    /// Errors: `size` 0 or not dividing the ranks ([`Error::UlyssesDegree`]).
+    pub fn grouped(&self, size: usize) -> Result<ChunkPlan> {
+        let p = self.ranks();
+        if size == 0 || p % size != 0 {
+            return Err(Error::UlyssesDegree { ulysses: size, ranks: p });
+        }
+        ChunkPlan::from_parts(self.seq_len, self.order.clone(), self.boundaries.iter().step_by(size).copied().collect())
+    }
+
     /// The global tokens of `rank`, in its local row order.
     pub fn tokens(&self, rank: usize) -> &[usize] {
         &self.order[self.boundaries[rank]..self.boundaries[rank + 1]]

@@ -37,7 +37,7 @@
 use super::chunking::{ChunkPlan, even_boundaries};
 use super::needs::Needs;
 use super::schedule::{Kind, Op, Schedule, Step, Tensor};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::heads::Heads;
 use crate::spec::Spec;
 use std::ops::Range;
@@ -47,15 +47,7 @@ use std::ops::Range;
 /// ([`Error::UlyssesDegree`]), and the pattern's own.
 pub fn hybrid(chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>, ulysses: usize) -> Result<Schedule> {
     let counts = heads.into();
-    let p = chunks.ranks();
-    if ulysses == 0 || p % ulysses != 0 {
-        return Err(Error::UlyssesDegree { ulysses, ranks: p });
-    }
-    let groups = ChunkPlan::from_parts(
-        chunks.seq_len,
-        chunks.order.clone(),
-        (0..=p / ulysses).map(|g| chunks.boundaries[g * ulysses]).collect(),
-    )?;
+    let groups = chunks.grouped(ulysses)?;
     let needs = Needs::new(spec, &groups, counts)?;
     let grid = Grid { chunks, groups: &groups, ulysses, split: even_boundaries(counts.query(), ulysses) };
     Ok(Schedule {
@@ -66,6 +58,13 @@ pub fn hybrid(chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>, ulysses:
         forward: grid.steps(&needs, counts, false),
         backward: grid.steps(&needs, counts, true),
     })
+}
+
+/// The Ulysses degree [`Kind::Hybrid`] uses for `ranks` ranks and `query_heads` heads:
+/// the largest divisor of the ranks not above the heads (as much head parallelism as the
+/// heads allow, the ring for the rest).
+pub fn hybrid_degree(ranks: usize, query_heads: usize) -> usize {
+    (1..=ranks.min(query_heads).max(1)).filter(|u| ranks % u == 0).max().unwrap_or(1)
 }
 
 /// The rank grid: `groups` is the chunk plan whose ranks are the groups.

@@ -34,7 +34,7 @@ pub use all_gather::all_gather;
 pub use balance::{balanced_boundaries, causal_work};
 pub use chunking::{ChunkPlan, Layout, TokenMap, even_boundaries};
 pub use comm_plan::pattern_ring;
-pub use hybrid::hybrid;
+pub use hybrid::{hybrid, hybrid_degree};
 pub use needs::Needs;
 pub use ring::ring;
 pub use schedule::{Kind, Op, Schedule, Skip, Step, Tensor};

@@ -125,14 +125,13 @@ pub enum Kind {
     Ulysses,
     /// Ulysses inside groups of ranks, the ring between groups ([`super::hybrid`]).
     /// [`Kind::build`] takes the widest Ulysses groups the heads fill: the largest
-    /// divisor of the ranks not above the query heads. Not in [`Kind::ALL`] (the GPU
-    /// runtime does not run it yet).
+    /// divisor of the ranks not above the query heads ([`super::hybrid_degree`]).
     Hybrid,
 }
 
 impl Kind {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [Kind; 4] = [Kind::Ring, Kind::PatternRing, Kind::AllGather, Kind::Ulysses];
+    pub const ALL: [Kind; 5] = [Kind::Ring, Kind::PatternRing, Kind::AllGather, Kind::Ulysses, Kind::Hybrid];
 
     /// The kind's name in JSON (its serde name) and in the GPU programs' logs.
     pub fn name(self) -> &'static str {
@@ -157,11 +156,7 @@ impl Kind {
             Kind::PatternRing => super::pattern_ring(chunks, spec, heads),
             Kind::AllGather => Ok(super::all_gather(chunks, heads)),
             Kind::Ulysses => Ok(super::ulysses(chunks, heads)),
-            Kind::Hybrid => {
-                let p = chunks.ranks();
-                let degree = (1..=p.min(heads.query()).max(1)).filter(|u| p % u == 0).max().unwrap_or(1);
-                super::hybrid(chunks, spec, heads, degree)
-            }
+            Kind::Hybrid => super::hybrid(chunks, spec, heads, super::hybrid_degree(chunks.ranks(), heads.query())),
         }
     }
 }

@@ -37,6 +37,7 @@ use ringdil_cuda::check::ring::{
     run_virtual, run_virtual_schedule,
 };
 use ringdil_cuda::dist::head_split::HeadSplit;
+use ringdil_cuda::dist::hybrid_split::HybridSplit;
 use ringdil_cuda::dist::ring::upload_pieces;
 use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
@@ -161,7 +162,9 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     for c in cases(&[2, 3, 4], 1).iter() {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
-        for (name, schedule) in [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses)] {
+        for (name, schedule) in
+            [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)]
+        {
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
                     let label = format!("{name} | {}", describe(c));
@@ -291,11 +294,19 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                                 let split = HeadSplit::of(plan);
                                 (0..p).map(|r| split.forward_volume(plan, r)).sum()
                             }
+                            Kind::Hybrid => {
+                                let split = HybridSplit::new(plan, plan.hybrid_degree()).expect("checked by the run");
+                                (0..p).map(|r| split.forward_volume(plan, r)).sum()
+                            }
                             _ => (0..p).map(|r| plan.ring_volume(r)).sum(),
                         }
                     })
                     .sum();
-                let what = if schedule == Kind::Ulysses { "Q/K/V/out/LSE" } else { "K/V" };
+                let what = match schedule {
+                    Kind::Ulysses => "Q/K/V/out/LSE".to_string(),
+                    Kind::Hybrid => format!("Q/K/V/out/LSE, groups of {}", parts[0].plan.hybrid_degree()),
+                    _ => "K/V".to_string(),
+                };
                 let mut extra = format!(" | {what} elements moved (fwd, all ranks) {moved}");
                 if schedule == Kind::Ring {
                     let diff = virt.as_ref().map_or(f64::NAN, |vres| max_diff(&res, vres));

@@ -250,10 +250,24 @@ pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
         .map(|rows| {
             let chunks = ChunkPlan::new(c.seq, c.ranks, &c.layout)?;
             let spec = c.pattern.1.batch_rows(rows.clone(), c.batch, c.seq)?;
-            let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?.with_kv_heads(c.kv_heads)?;
+            let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?
+                .with_kv_heads(c.kv_heads)?
+                .with_hybrid_degree(hybrid_degree(c.ranks, c.heads))?;
             Ok(RingPart { plan, rows })
         })
         .collect()
+}
+
+/// The hybrid's Ulysses degree in the check: the largest divisor of `ranks` below it and
+/// not above the heads, so that two or more groups form a real grid (4 ranks: 2 groups
+/// of 2); where none above 1 exists (2 or 3 ranks), the reference's rule, which gives one
+/// group of all ranks (Ulysses over group pieces) or, with fewer heads than ranks, groups
+/// of one (the ring on head-slice plans).
+pub fn hybrid_degree(ranks: usize, heads: usize) -> usize {
+    (2..ranks.min(heads + 1))
+        .filter(|u| ranks % u == 0)
+        .max()
+        .unwrap_or_else(|| ringdil_reference::ring::hybrid_degree(ranks, heads))
 }
 
 /// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c` with
@@ -340,7 +354,8 @@ pub fn run_virtual(gpu: &Gpu, c: &Case, part: &RingPart, inp: &Inputs) -> DistRe
     run_virtual_schedule(gpu, c, part, inp, Kind::Ring)
 }
 
-/// [`run_virtual`] for the ring or Ulysses (`VirtualRanks::ulysses_forward`); other
+/// [`run_virtual`] for the ring, Ulysses (`VirtualRanks::ulysses_forward`) or the hybrid
+/// (`VirtualRanks::hybrid_forward`); other
 /// schedules run the ring's arithmetic on virtual ranks.
 pub fn run_virtual_schedule(
     gpu: &Gpu,
@@ -358,6 +373,10 @@ pub fn run_virtual_schedule(
     let (outs, grads) = if schedule == Kind::Ulysses {
         let outs = vr.ulysses_forward(&data)?;
         let grads = vr.ulysses_backward(&data, &outs, &dout)?;
+        (outs, grads)
+    } else if schedule == Kind::Hybrid {
+        let outs = vr.hybrid_forward(&data)?;
+        let grads = vr.hybrid_backward(&data, &outs, &dout)?;
         (outs, grads)
     } else {
         let outs = vr.forward(&data)?;

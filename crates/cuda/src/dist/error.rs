@@ -48,6 +48,10 @@ pub enum DistError {
     BadSplit { what: &'static str, value: usize },
     /// A tuning call with no candidate schedule, no timed pass, or no finite time.
     BadTune { candidates: usize, reps: usize },
+    /// A plan's query-head range that is empty or reaches past the problem's heads.
+    BadHeads { heads: std::ops::Range<usize>, all: usize },
+    /// A Ulysses degree of the hybrid that does not divide the ranks or exceeds the heads.
+    HybridDegree { degree: usize, ranks: usize, heads: usize },
 }
 
 impl fmt::Display for DistError {
@@ -105,6 +109,13 @@ impl fmt::Display for DistError {
             DistError::BadTune { candidates, reps } => write!(
                 f,
                 "tuning needs at least one candidate schedule and one timed pass with a finite time (got {candidates} candidates, {reps} passes)"
+            ),
+            DistError::BadHeads { heads, all } => {
+                write!(f, "query heads {}..{} are not a non-empty range of the {all} heads", heads.start, heads.end)
+            }
+            DistError::HybridDegree { degree, ranks, heads } => write!(
+                f,
+                "hybrid Ulysses degree {degree} must be at least 1, divide the {ranks} ranks and not exceed the {heads} query heads"
             ),
         }
     }

@@ -46,7 +46,7 @@ pub struct Piece {
 
 /// Cut a rank's tokens (in local order) into maximal runs of constant positive step.
 /// A run of one token has stride 1.
-fn runs(tokens: &[usize]) -> Vec<Piece> {
+pub fn pieces_of(tokens: &[usize]) -> Vec<Piece> {
     let mut out: Vec<Piece> = Vec::new();
     for (i, &t) in tokens.iter().enumerate() {
         match out.last_mut() {
@@ -73,6 +73,14 @@ pub struct DistPlan {
     /// their gradients are pieces of `kv_heads` heads, and that is what travels.
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// The plan's query heads are heads `first_head ..` of `all_heads` ([`DistPlan::for_heads`];
+    /// `0` of `heads` otherwise): the kernels and the kept rows see global head indices,
+    /// so per-head dilated offsets stay those of the whole problem.
+    pub first_head: usize,
+    pub all_heads: usize,
+    /// Ranks per Ulysses group of [`Kind::Hybrid`](ringdil_reference::ring::Kind::Hybrid)
+    /// ([`DistPlan::with_hybrid_degree`]; `None`: the reference's rule).
+    hybrid: Option<usize>,
     pieces: Vec<Vec<Piece>>,
     /// `needed[r][src]`: the piece pairs `(qi, kj)` with a non-empty tile plan.
     needed: Vec<Vec<Vec<(usize, usize)>>>,
@@ -95,24 +103,46 @@ impl DistPlan {
     /// Cut `chunks` into pieces and find the needed pairs. Errors name the rank or the
     /// layout that cannot run.
     pub fn new(chunks: ChunkPlan, spec: GpuSpec, batch: usize, heads: usize, head_dim: usize) -> DistResult<Self> {
+        Self::for_heads(chunks, spec, batch, 0..heads, heads, head_dim)
+    }
+
+    /// The plan of query heads `heads` of `all_heads` (one head run of the Ulysses x ring
+    /// hybrid, `dist::hybrid_split`): tensors hold those heads only, and every launch and
+    /// kept-row list sees their global indices. Errors as [`DistPlan::new`], and an empty
+    /// or out-of-range head range.
+    pub fn for_heads(
+        chunks: ChunkPlan,
+        spec: GpuSpec,
+        batch: usize,
+        heads: std::ops::Range<usize>,
+        all_heads: usize,
+        head_dim: usize,
+    ) -> DistResult<Self> {
         chunks.validate()?;
         let (n, p) = (chunks.seq_len, chunks.ranks());
-        spec.validate(batch, heads, n)?;
-        let mut pieces = Vec::with_capacity(p);
-        for r in 0..p {
-            let mine = runs(chunks.tokens(r));
-            if mine.len() > MAX_PIECES {
-                return Err(DistError::TooManyPieces { rank: r, pieces: mine.len(), max: MAX_PIECES });
-            }
-            pieces.push(mine);
+        spec.validate(batch, all_heads, n)?;
+        if heads.is_empty() || heads.end > all_heads {
+            return Err(DistError::BadHeads { heads, all: all_heads });
         }
+        let pieces = (0..p)
+            .map(|r| {
+                let mine = pieces_of(chunks.tokens(r));
+                if mine.len() > MAX_PIECES {
+                    return Err(DistError::TooManyPieces { rank: r, pieces: mine.len(), max: MAX_PIECES });
+                }
+                Ok(mine)
+            })
+            .collect::<DistResult<Vec<_>>>()?;
         let mut plan = DistPlan {
             chunks,
             spec,
             batch,
-            heads,
-            kv_heads: heads,
+            heads: heads.len(),
+            kv_heads: heads.len(),
             head_dim,
+            first_head: heads.start,
+            all_heads,
+            hybrid: None,
             pieces,
             needed: vec![vec![]; p],
             kept: vec![vec![]; p],
@@ -163,6 +193,22 @@ impl DistPlan {
         Ok(DistPlan { kv_heads, kept, ..self })
     }
 
+    /// The Ulysses x ring hybrid with groups of `degree` ranks (Ulysses inside a group,
+    /// the ring across groups). Errors: `degree` 0, not dividing the ranks, or above the
+    /// query heads.
+    pub fn with_hybrid_degree(self, degree: usize) -> DistResult<Self> {
+        if degree == 0 || self.ranks() % degree != 0 || degree > self.heads {
+            return Err(DistError::HybridDegree { degree, ranks: self.ranks(), heads: self.heads });
+        }
+        Ok(DistPlan { hybrid: Some(degree), ..self })
+    }
+
+    /// Ranks per Ulysses group of the hybrid: as set, or the reference's rule (the largest
+    /// divisor of the ranks not above the query heads, `ring::hybrid_degree`).
+    pub fn hybrid_degree(&self) -> usize {
+        self.hybrid.unwrap_or_else(|| ringdil_reference::ring::hybrid_degree(self.ranks(), self.heads))
+    }
+
     /// Query heads per K/V head.
     pub fn kv_group(&self) -> usize {
         self.heads / self.kv_heads
@@ -180,20 +226,20 @@ impl DistPlan {
             // A piece no query piece needs never travels (and has no list to upload).
             return live.iter().any(|&l| l).then(|| self.document_entries(documents, dst, src, kj)).flatten();
         }
-        let (n, piece, heads, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.heads, self.kv_heads);
-        // Each branch as a segment, a dilation and an offset per head and segment (a
-        // built-in branch's offset is the same in every segment).
+        let (n, piece, all, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.all_heads, self.kv_heads);
+        // Each branch as a segment, a dilation and an offset per (global) head and segment
+        // (a built-in branch's offset is the same in every segment).
         let forms: Vec<CompactBranch> = match &self.spec.pattern {
             GpuPattern::Dilated(d) => d
                 .branches
                 .iter()
                 .map(|b| {
                     let segments = n.div_ceil(b.segment);
-                    let offsets = (0..heads).flat_map(|h| std::iter::repeat_n(d.offset(b, h, heads), segments));
+                    let offsets = (0..all).flat_map(|h| std::iter::repeat_n(d.offset(b, h, all), segments));
                     CompactBranch { segment: b.segment, dilation: b.dilation, segments, offsets: offsets.collect() }
                 })
                 .collect(),
-            pattern => crate::dilated_expr::compact_form(pattern)?.compact_branches(heads, n)?,
+            pattern => crate::dilated_expr::compact_form(pattern)?.compact_branches(all, n)?,
         };
         let branches: Vec<_> = forms.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
@@ -203,12 +249,12 @@ impl DistPlan {
             return None;
         }
         // A K/V head's row at `pos` is kept when a live branch keeps it for a query head of
-        // the group: (pos mod w) mod r = o(h, floor(pos / w)).
-        let group = self.kv_group();
+        // the group: (pos mod w) mod r = o(h, floor(pos / w)), h global.
+        let (group, first) = (self.kv_group(), self.first_head);
         let kept = |g: usize, pos: usize| {
             branches.iter().any(|b| {
                 let (w, s) = (b.segment, pos / b.segment);
-                (g * group..(g + 1) * group).any(|h| (pos % w) % b.dilation == b.offset(h, s))
+                (g * group..(g + 1) * group).any(|h| (pos % w) % b.dilation == b.offset(first + h, s))
             })
         };
         let mut out = Vec::new();
@@ -295,6 +341,7 @@ impl DistPlan {
         };
         let chunk =
             Chunk { q_stride: qp.stride, k_stride: kp.stride, ..Chunk::new(qp.start, kp.start, self.seq_len()) };
+        let chunk = if self.all_heads == self.heads { chunk } else { chunk.heads_of(self.first_head, self.all_heads) };
         (shape, chunk)
     }
 

@@ -94,8 +94,8 @@ fn grouped_query_plans_move_kv_heads() {
 #[test]
 fn runs_take_the_longest_constant_step() {
     let piece = |local, rows, start, stride| Piece { local, rows, start, stride };
-    assert_eq!(runs(&[4, 6, 8, 9, 10, 3]), vec![piece(0, 3, 4, 2), piece(3, 2, 9, 1), piece(5, 1, 3, 1)]);
-    assert_eq!(runs(&[]), vec![]);
+    assert_eq!(pieces_of(&[4, 6, 8, 9, 10, 3]), vec![piece(0, 3, 4, 2), piece(3, 2, 9, 1), piece(5, 1, 3, 1)]);
+    assert_eq!(pieces_of(&[]), vec![]);
 }
 
 #[test]

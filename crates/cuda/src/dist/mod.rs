@@ -20,6 +20,8 @@
 //! * [`grid`]: the 2-D layout, several rings side by side, data-parallel across them
 //!   (rings on sub-communicators from [`Communicator::split`]).
 //! * [`balance`]: the work-balanced contiguous split for packed documents.
+//! * [`hybrid_split`]: the Ulysses x ring grid (groups, head runs, ring plans, index
+//!   lists) that `ring/hybrid.rs` runs.
 //! * [`auto`]: single GPU, ring or all-gather from the problem and measured speeds.
 //!
 //! `docs/distributed.md` describes the runtime, the volumes and the auto rule.
@@ -32,10 +34,12 @@ pub mod error;
 mod exec;
 pub mod grid;
 pub mod head_split;
+pub mod hybrid_split;
 pub mod launcher;
 pub mod layout;
 pub mod ring;
 pub mod threads;
+mod virtual_hybrid;
 pub mod virtual_ranks;
 mod virtual_ulysses;
 pub mod watchdog;

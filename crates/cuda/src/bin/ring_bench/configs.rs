@@ -3,11 +3,12 @@
 //!
 //! Rows (B = 1, 8 heads of d = 128, bf16):
 //! * dense causal, zigzag, 8K, 16K and 64K tokens per GPU: ring, pattern-aware ring,
-//!   all-gather, Ulysses;
+//!   all-gather, Ulysses, the Ulysses x ring hybrid ([`hybrid_degree`]);
 //! * LongNet `(4096,1)(16384,2)(65536,4)(262144,8)` causal, zigzag, 16K and 64K per GPU:
-//!   pattern-aware ring, Ulysses;
-//! * grouped-query 8:1 dense causal, zigzag, 16K and 64K per GPU: ring, Ulysses (8 query
-//!   heads over one K/V head: Ulysses replicates that head to every rank);
+//!   pattern-aware ring, Ulysses, hybrid;
+//! * grouped-query 8:1 dense causal, zigzag, 16K and 64K per GPU: ring, Ulysses, hybrid (8
+//!   query heads over one K/V head: Ulysses replicates that head to every rank, the hybrid
+//!   to every member of a group);
 //! * packed dense causal (long-tailed documents, [`packed_documents`]), 16K per GPU, the
 //!   pattern-aware ring on zigzag, contiguous and the work-balanced split
 //!   (`dist::balanced_layout`).
@@ -113,12 +114,29 @@ impl Config {
     }
 }
 
-/// The distributed plan of `pat` over `n` tokens on `p` ranks (every rank builds the same).
+/// The distributed plan of `pat` over `n` tokens on `p` ranks (every rank builds the same),
+/// its hybrid on the grid of [`hybrid_degree`].
 pub fn plan(pat: &str, split: Split, n: usize, p: usize) -> Result<DistPlan, String> {
     let chunks = ChunkPlan::new(n, p, &split.layout(pat, n, p)?).map_err(|e| e.to_string())?;
     DistPlan::new(chunks, pattern(pat, n), 1, HEADS, DIM)
         .and_then(|plan| plan.with_kv_heads(kv_heads(pat)))
+        .and_then(|plan| plan.with_hybrid_degree(hybrid_degree(p)))
         .map_err(|e| e.to_string())
+}
+
+/// Ranks per Ulysses group of the hybrid rows on `p` GPUs: the largest divisor of `p`
+/// below it (so that at least two groups form a ring: 2 x 2 on 4 GPUs, 2 x 4 on 8), or
+/// `p` where none above 1 exists (one group: Ulysses over group pieces).
+pub fn hybrid_degree(p: usize) -> usize {
+    (2..p).filter(|u| p % u == 0 && *u <= HEADS).max().unwrap_or(p.min(HEADS))
+}
+
+/// The schedule's name in the tables: the hybrid's with its grid, `groups x members`.
+pub fn schedule_name(schedule: Kind, p: usize) -> String {
+    match schedule {
+        Kind::Hybrid => format!("hybrid {}x{}", p / hybrid_degree(p), hybrid_degree(p)),
+        _ => schedule.name().to_string(),
+    }
 }
 
 /// The problems of the auto check: (pattern, split, tokens per GPU).
@@ -132,20 +150,20 @@ pub const AUTO: [(&str, Split, usize); 5] = [
 
 /// The options the auto check compares: every schedule ([`Kind::ALL`]; one the runtime
 /// refuses is an error row and counts as not measured).
-pub const OPTIONS: [Kind; 4] = Kind::ALL;
+pub const OPTIONS: [Kind; 5] = Kind::ALL;
 
 /// Every distributed configuration, in the order they run: by tokens per GPU, so the
 /// inputs of one size are drawn once ([`crate::distributed::Inputs`]).
 pub fn configs() -> Vec<Config> {
-    use Kind::{AllGather, PatternRing, Ring, Ulysses};
+    use Kind::{AllGather, Hybrid, PatternRing, Ring, Ulysses};
     let row = |pattern, split, schedule, per_gpu| Config { pattern, split, schedule, per_gpu, forward_only: false };
     let mut out = Vec::new();
     for per in [8 * K, 16 * K, 64 * K] {
-        for s in [Ring, PatternRing, AllGather, Ulysses] {
+        for s in [Ring, PatternRing, AllGather, Ulysses, Hybrid] {
             out.push(row(DENSE, Split::Zigzag, s, per));
         }
         if per >= 16 * K {
-            for s in [PatternRing, Ulysses] {
+            for s in [PatternRing, Ulysses, Hybrid] {
                 out.push(row(LONGNET, Split::Zigzag, s, per));
             }
         }
@@ -155,7 +173,7 @@ pub fn configs() -> Vec<Config> {
             }
         }
         if per >= 16 * K {
-            for s in [Ring, Ulysses] {
+            for s in [Ring, Ulysses, Hybrid] {
                 out.push(row(GQA, Split::Zigzag, s, per));
             }
         }
@@ -211,7 +229,7 @@ mod tests {
         }
         let s = singles(&c, 4);
         assert!(c.iter().all(|x| s.contains(&(x.pattern, x.seq_len(4)))));
-        assert_eq!(c.iter().filter(|x| !x.forward_only).count(), 12 + 4 + 3 + 4);
+        assert_eq!(c.iter().filter(|x| !x.forward_only).count(), 15 + 6 + 3 + 6);
         assert_eq!(c.iter().filter(|x| x.forward_only).count(), 4);
     }
 }

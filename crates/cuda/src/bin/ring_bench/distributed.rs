@@ -10,6 +10,7 @@ use crate::single::LONG_S;
 use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::head_split::HeadSplit;
+use ringdil_cuda::dist::hybrid_split::HybridSplit;
 use ringdil_cuda::dist::{Communicator, DistPlan, DistRank, Probe, RankData};
 use ringdil_cuda::shape::Dtype;
 use ringdil_reference::ring::Kind;
@@ -57,7 +58,9 @@ fn sent(plan: &DistPlan, schedule: Kind, me: usize) -> f64 {
         Kind::PatternRing => (0..p).filter(|&d| d != me).map(|d| plan.pattern_volume(d, me)).sum::<usize>() as f64,
         Kind::AllGather => (2 * (p - 1) * plan.kv_piece_lens(me).iter().sum::<usize>()) as f64,
         Kind::Ulysses => HeadSplit::of(plan).forward_volume(plan, me) as f64,
-        Kind::Hybrid => unreachable!("ring_bench's configurations do not name the hybrid (no GPU runtime yet)"),
+        Kind::Hybrid => {
+            HybridSplit::new(plan, plan.hybrid_degree()).map_or(f64::NAN, |s| s.forward_volume(plan, me) as f64)
+        }
     }
 }
 
@@ -122,7 +125,7 @@ pub fn distributed(gpu: &Gpu, comm: &Communicator, inputs: &mut Inputs, cfg: &Co
     let kv = mib(2.0 * plan.kv_piece_lens(me).iter().sum::<usize>() as f64);
     Ok(Measured {
         config: *cfg,
-        row: Row::new(cfg.pattern, schedule.name(), cfg.split.name(), p, n, (full, both), mem, kv),
+        row: Row::new(cfg.pattern, &configs::schedule_name(schedule, p), cfg.split.name(), p, n, (full, both), mem, kv),
         sent_mib: mib(sent(&plan, schedule, me)),
         compute_ms: compute * 1e3,
         comm_ms: comm_t * 1e3,

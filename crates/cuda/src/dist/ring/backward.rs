@@ -34,9 +34,7 @@ impl DistRank<'_> {
             return self.ulysses_backward(data, out, dout);
         }
         if schedule == Kind::Hybrid {
-            return Err(DistError::Cuda(crate::error::CudaError::Unsupported {
-                what: "the Ulysses x ring hybrid schedule on GPUs (the reference simulates it: ring::hybrid)",
-            }));
+            return self.hybrid_backward(data, out, dout);
         }
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;

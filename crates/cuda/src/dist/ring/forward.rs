@@ -6,7 +6,7 @@
 use super::data::RankData;
 use super::transfers::Block;
 use super::{DistRank, Probe};
-use crate::dist::error::{DistError, DistResult};
+use crate::dist::error::DistResult;
 use crate::dist::exec::{all_of, finish};
 use crate::tensors::{DevicePartial, DeviceTensor};
 use ringdil_reference::ring::Kind;
@@ -23,9 +23,7 @@ impl DistRank<'_> {
             return self.ulysses_forward(data, probe);
         }
         if schedule == Kind::Hybrid {
-            return Err(DistError::Cuda(crate::error::CudaError::Unsupported {
-                what: "the Ulysses x ring hybrid schedule on GPUs (the reference simulates it: ring::hybrid)",
-            }));
+            return self.hybrid_forward(data, probe);
         }
         let (gpu, plan, me, p) = (self.gpu, self.plan, self.rank(), self.plan.ranks());
         let mut acc: Vec<Option<DevicePartial>> = (0..data.q.len()).map(|_| None).collect();

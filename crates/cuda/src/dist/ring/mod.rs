@@ -38,10 +38,15 @@
 //! # Head-parallel attention ([`Kind::Ulysses`])
 //! All-to-all over heads instead of a ring over tokens: `ulysses.rs`.
 //!
+//! # Ulysses x ring ([`Kind::Hybrid`])
+//! All-to-all inside groups of ranks, the dense ring across the groups: `hybrid.rs`.
+//!
 //! # Files
 //! * `forward.rs`, `backward.rs`: the steps of each schedule, which block a step
 //!   computes on and when its transfer is enqueued;
 //! * `ulysses.rs`: the head-parallel schedule;
+//! * `hybrid.rs`: the Ulysses x ring hybrid (inner rings of this module over split
+//!   communicators);
 //! * `tune.rs`: the measured choice of a schedule (each candidate's forward, timed);
 //! * `transfers.rs`: the NCCL groups that move blocks and gradients, and the packing of
 //!   kept head rows;
@@ -50,6 +55,7 @@
 mod backward;
 mod data;
 mod forward;
+pub(crate) mod hybrid;
 mod transfers;
 mod tune;
 pub(crate) mod ulysses;
@@ -68,7 +74,7 @@ use ringdil_reference::ring::Kind;
 use std::collections::HashMap;
 
 /// The schedules the GPU runtime runs: every schedule of the reference, in its order.
-pub const SCHEDULES: [Kind; 4] = Kind::ALL;
+pub const SCHEDULES: [Kind; 5] = Kind::ALL;
 
 /// What [`DistRank::forward_probe`] runs: everything, or one half, to measure overlap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +100,8 @@ pub struct DistRank<'a> {
     dtype: Dtype,
     /// The head-parallel calls and index lists, built on the first Ulysses call.
     ulysses: Option<ulysses::Ulysses>,
+    /// The hybrid's communicators, inner rings and index lists, built on its first call.
+    hybrid: Option<hybrid::Hybrid>,
 }
 
 /// What a rank prepares for a plan before its first call: the tile plans of every
@@ -110,6 +118,7 @@ pub struct RankState {
     kept: HashMap<(usize, usize, usize), CudaSlice<u32>>,
     dtype: Dtype,
     ulysses: Option<ulysses::Ulysses>,
+    hybrid: Option<hybrid::Hybrid>,
 }
 
 impl RankState {
@@ -129,7 +138,7 @@ impl RankState {
             }
         }
         let helpers = Helpers::load(gpu)?;
-        Ok(RankState { rank, ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses: None })
+        Ok(RankState { rank, ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses: None, hybrid: None })
     }
 }
 
@@ -152,14 +161,14 @@ impl<'a> DistRank<'a> {
         if state.rank != comm.rank() {
             return Err(DistError::BadRank { rank: state.rank, world: comm.world() });
         }
-        let RankState { compute, helpers, kept, dtype, ulysses, .. } = state;
-        Ok(DistRank { gpu, comm, plan, compute, helpers, kept, dtype, ulysses })
+        let RankState { compute, helpers, kept, dtype, ulysses, hybrid, .. } = state;
+        Ok(DistRank { gpu, comm, plan, compute, helpers, kept, dtype, ulysses, hybrid })
     }
 
     /// The prepared state, to run the same plan again ([`DistRank::with_state`]).
     pub fn into_state(self) -> RankState {
-        let DistRank { compute, helpers, kept, dtype, ulysses, plan, comm, .. } = self;
-        RankState { rank: comm.rank(), ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses }
+        let DistRank { compute, helpers, kept, dtype, ulysses, hybrid, plan, comm, .. } = self;
+        RankState { rank: comm.rank(), ranks: plan.ranks(), compute, helpers, kept, dtype, ulysses, hybrid }
     }
 
     /// The plan this rank runs.

@@ -19,7 +19,7 @@
 use super::DistRank;
 use super::Probe;
 use super::data::{RankData, RankGrads};
-use crate::dist::comm::Wire;
+use crate::dist::comm::{Communicator, Wire};
 use crate::dist::error::DistResult;
 use crate::dist::exec::{Packable, zeros};
 use crate::dist::head_split::{self, HeadSplit, Run};
@@ -40,9 +40,9 @@ pub(crate) enum Side {
 
 /// The three index lists of one (run, piece) pair, on the device.
 pub(crate) struct Lists {
-    q: CudaSlice<u32>,
-    kv: CudaSlice<u32>,
-    lse: CudaSlice<u32>,
+    pub(crate) q: CudaSlice<u32>,
+    pub(crate) kv: CudaSlice<u32>,
+    pub(crate) lse: CudaSlice<u32>,
 }
 
 impl Lists {
@@ -116,7 +116,7 @@ impl Ulysses {
 }
 
 /// A received message: (input or output index, rank, run, piece) and its buffer's key.
-type Key4 = (usize, usize, usize, usize);
+pub(crate) type Key4 = (usize, usize, usize, usize);
 
 /// Elements of one row of `side` (`d`-vectors, or single LSE entries).
 pub(crate) fn width(side: Side, d: usize) -> usize {
@@ -195,28 +195,29 @@ pub(crate) fn runs_backward(
     Ok(grads)
 }
 
+/// An uninitialised receive buffer of `len` elements on `comm`'s stream.
+pub(crate) fn recv_buffer<T: Wire>(comm: &Communicator, len: usize) -> DistResult<CudaSlice<T>> {
+    // SAFETY: written by the receive before anything reads it.
+    Ok(unsafe { comm.stream().alloc::<T>(len.max(1)) }?)
+}
+
+/// One NCCL group on `comm`: `sends` to their peers, each receive from the peer its key
+/// names (matched by order per peer pair).
+pub(crate) fn swap<T: Wire>(
+    comm: &Communicator,
+    sends: &[(usize, CudaSlice<T>)],
+    recvs: &mut [(Key4, CudaSlice<T>)],
+    peer: impl Fn(&Key4) -> usize,
+) -> DistResult<()> {
+    let s: Vec<_> = sends.iter().map(|(r, buf)| (*r, buf)).collect();
+    let mut rv: Vec<_> = recvs.iter_mut().map(|(key, buf)| (peer(key), buf)).collect();
+    if s.is_empty() && rv.is_empty() {
+        return Ok(());
+    }
+    comm.exchange(&s, &mut rv)
+}
+
 impl DistRank<'_> {
-    /// An uninitialised receive buffer of `len` elements on the communication stream.
-    fn recv_buffer<T: Wire>(&self, len: usize) -> DistResult<CudaSlice<T>> {
-        // SAFETY: written by the receive before anything reads it.
-        Ok(unsafe { self.comm.stream().alloc::<T>(len.max(1)) }?)
-    }
-
-    /// One NCCL group: `sends` to their peers, each receive from the peer its key names.
-    fn swap<T: Wire>(
-        &self,
-        sends: &[(usize, CudaSlice<T>)],
-        recvs: &mut [(Key4, CudaSlice<T>)],
-        peer: impl Fn(&Key4) -> usize,
-    ) -> DistResult<()> {
-        let s: Vec<_> = sends.iter().map(|(r, buf)| (*r, buf)).collect();
-        let mut rv: Vec<_> = recvs.iter_mut().map(|(key, buf)| (peer(key), buf)).collect();
-        if s.is_empty() && rv.is_empty() {
-            return Ok(());
-        }
-        self.comm.exchange(&s, &mut rv)
-    }
-
     fn ulysses_state(&mut self) -> DistResult<Ulysses> {
         match self.ulysses.take() {
             Some(u) => Ok(u),
@@ -259,12 +260,12 @@ impl DistRank<'_> {
                     for (pj, piece) in plan.pieces(o).iter().enumerate() {
                         for (x, (side, _)) in inputs.iter().enumerate() {
                             let len = b * piece.rows * heads(run, *side) * width(*side, d);
-                            recvs.push(((x, ri, o, pj), self.recv_buffer(len)?));
+                            recvs.push(((x, ri, o, pj), recv_buffer(self.comm, len)?));
                         }
                     }
                 }
             }
-            self.swap(&sends, &mut recvs, |&(_, _, o, _)| o)?;
+            swap(self.comm, &sends, &mut recvs, |&(_, _, o, _)| o)?;
         }
         let mut out = Vec::with_capacity(inputs.len());
         for (x, (side, _)) in inputs.iter().enumerate() {
@@ -327,12 +328,12 @@ impl DistRank<'_> {
                     for (pi, piece) in plan.pieces(me).iter().enumerate() {
                         for (x, (side, _)) in outputs.iter().enumerate() {
                             let len = b * piece.rows * heads(run, *side) * width(*side, d);
-                            recvs.push(((x, r, ri, pi), self.recv_buffer(len)?));
+                            recvs.push(((x, r, ri, pi), recv_buffer(self.comm, len)?));
                         }
                     }
                 }
             }
-            self.swap(&sends, &mut recvs, |&(_, r, _, _)| r)?;
+            swap(self.comm, &sends, &mut recvs, |&(_, r, _, _)| r)?;
         }
         let placed = local.iter().map(|((x, ri, pi), buf)| ((*x, me, *ri, *pi), buf));
         for ((x, r, ri, pi), buf) in placed.chain(recvs.iter().map(|(k, buf)| (*k, buf))) {

@@ -1,0 +1,280 @@
+//! The Ulysses x ring hybrid on `P` virtual ranks of one GPU: "member `u2` sends its rows
+//! to member `u`" is a gather from `u2`'s piece with `u2`'s index list and a scatter into
+//! `u`'s group piece with `u`'s (the lists of `dist/ring/hybrid.rs`), and each run's ring
+//! over the groups runs on [`VirtualRanks`] of its ring plan. So the grid, the group
+//! pieces, the head-slice ring plans and the addition of a shared K/V head's gradients
+//! are checked on a one-GPU machine; the NCCL run adds only its messages' order.
+
+use super::error::DistResult;
+use super::exec::{Helpers, Packable, zeros};
+use super::hybrid_split::HybridSplit;
+use super::layout::DistPlan;
+use super::ring::hybrid::HybridLists;
+use super::ring::ulysses::{Side, width};
+use super::ring::{RankData, RankGrads};
+use super::virtual_ranks::VirtualRanks;
+use crate::gpu::Gpu;
+use crate::tensors::{DevicePartial, DeviceTensor};
+use cudarc::driver::{CudaSlice, ValidAsZeroBits};
+
+/// The device buffers of tensors.
+fn of(t: &[DeviceTensor]) -> Vec<&CudaSlice<u16>> {
+    t.iter().map(|t| &t.data).collect()
+}
+
+/// Per rank: one `(side, that rank's piece tensors)` per input.
+type PerRank<'a, T> = Vec<Vec<(Side, Vec<&'a CudaSlice<T>>)>>;
+
+/// Per rank: one `(side, that rank's [run][group piece] tensors)` per output.
+type PerRankGroups<'a> = Vec<Vec<(Side, Vec<Vec<&'a CudaSlice<f32>>>)>>;
+
+/// `[rank][input][run][group piece]` tensors.
+type Moved<T> = Vec<Vec<Vec<Vec<CudaSlice<T>>>>>;
+
+/// The grid of a virtual run: the split and every rank's lists.
+struct Grid {
+    split: HybridSplit,
+    lists: Vec<HybridLists>,
+}
+
+/// Token pieces -> group pieces for every rank.
+fn to_groups<T: Packable + ValidAsZeroBits>(
+    gpu: &Gpu,
+    h: &Helpers,
+    plan: &DistPlan,
+    grid: &Grid,
+    inputs: &PerRank<'_, T>,
+) -> DistResult<Moved<T>> {
+    let (b, d, split) = (plan.batch, plan.head_dim, &grid.split);
+    let mut out = Vec::with_capacity(plan.ranks());
+    for r in 0..plan.ranks() {
+        let (g, u) = split.place(r);
+        let mut per_input = Vec::with_capacity(inputs[r].len());
+        for (x, (side, _)) in inputs[r].iter().enumerate() {
+            let mut per_run = Vec::new();
+            for (ri, run) in split.runs(u).iter().enumerate() {
+                let m = super::ring::ulysses::heads(run, *side);
+                let mut pieces = split
+                    .group_pieces(g)
+                    .iter()
+                    .map(|p| Ok(gpu.stream().alloc_zeros::<T>((b * p.rows * m * width(*side, d)).max(1))?))
+                    .collect::<DistResult<Vec<_>>>()?;
+                for u2 in 0..split.degree {
+                    let sender = split.rank(g, u2);
+                    for (k, ov) in grid.lists[r].overlaps[u2].iter().enumerate() {
+                        let src = inputs[sender][x].1[ov.piece];
+                        let packed =
+                            h.gather(gpu, src, grid.lists[sender].tok[&(u, ri, k)].of(*side), width(*side, d))?;
+                        let idx = grid.lists[r].seq[&(ri, u2, k)].of(*side);
+                        h.scatter_to(gpu, &packed, &mut pieces[ov.group_piece], idx, width(*side, d))?;
+                    }
+                }
+                per_run.push(pieces);
+            }
+            per_input.push(per_run);
+        }
+        out.push(per_input);
+    }
+    Ok(out)
+}
+
+/// Group pieces -> token pieces: every rank's run outputs written (or added) into the
+/// owners' piece tensors `dst[o][x][pi]`.
+fn to_tokens(
+    gpu: &Gpu,
+    h: &Helpers,
+    plan: &DistPlan,
+    grid: &Grid,
+    outputs: &PerRankGroups<'_>,
+    dst: &mut [Vec<Vec<CudaSlice<f32>>>],
+    add: bool,
+) -> DistResult<()> {
+    let (d, split) = (plan.head_dim, &grid.split);
+    for r in 0..plan.ranks() {
+        let (g, u) = split.place(r);
+        for (x, (side, runs)) in outputs[r].iter().enumerate() {
+            let w = width(*side, d);
+            for (ri, run) in runs.iter().enumerate() {
+                for u2 in 0..split.degree {
+                    let owner = split.rank(g, u2);
+                    for (k, ov) in grid.lists[r].overlaps[u2].iter().enumerate() {
+                        let packed =
+                            h.gather(gpu, run[ov.group_piece], grid.lists[r].seq[&(ri, u2, k)].of(*side), w)?;
+                        let idx = grid.lists[owner].tok[&(u, ri, k)].of(*side);
+                        let target = &mut dst[owner][x][ov.piece];
+                        if add {
+                            h.scatter_add(gpu, target, &packed, idx, w)?;
+                        } else {
+                            h.scatter_to(gpu, &packed, target, idx, w)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Take input `x`'s run `ri` group tensors of `rank` as device tensors of `dims`.
+fn take(
+    moved: &mut Moved<u16>,
+    rank: usize,
+    x: usize,
+    ri: usize,
+    dims: impl Fn(usize) -> [usize; 4],
+) -> Vec<DeviceTensor> {
+    std::mem::take(&mut moved[rank][x][ri])
+        .into_iter()
+        .enumerate()
+        .map(|(gj, data)| DeviceTensor { data, dims: dims(gj) })
+        .collect()
+}
+
+impl VirtualRanks<'_> {
+    fn hybrid_grid(&self) -> DistResult<Grid> {
+        let split = HybridSplit::new(self.plan, self.plan.hybrid_degree())?;
+        let lists = (0..self.plan.ranks())
+            .map(|r| HybridLists::new(self.gpu, self.plan, &split, r))
+            .collect::<DistResult<Vec<_>>>()?;
+        Ok(Grid { split, lists })
+    }
+
+    /// Every rank's finished output pieces under the Ulysses x ring hybrid (groups of
+    /// [`DistPlan::hybrid_degree`] ranks).
+    pub fn hybrid_forward(&mut self, data: &[RankData]) -> DistResult<Vec<Vec<DevicePartial>>> {
+        self.check("virtual ranks' inputs", data.len())?;
+        let (gpu, plan, h) = (self.gpu, self.plan, &self.helpers);
+        let grid = self.hybrid_grid()?;
+        let split = &grid.split;
+        let inputs: PerRank<'_, u16> =
+            data.iter().map(|x| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v))]).collect();
+        let mut moved = to_groups(gpu, h, plan, &grid, &inputs)?;
+        let mut parts: Vec<Vec<Vec<DevicePartial>>> = (0..plan.ranks()).map(|_| Vec::new()).collect();
+        for u in 0..split.degree {
+            for (ri, run) in split.runs(u).iter().enumerate() {
+                let rp = split.ring_plan(plan, run)?;
+                let inner: Vec<RankData> = (0..split.group_count())
+                    .map(|g| {
+                        let r = split.rank(g, u);
+                        RankData {
+                            q: take(&mut moved, r, 0, ri, |gj| rp.piece_dims(g, gj)),
+                            k: take(&mut moved, r, 1, ri, |gj| rp.kv_piece_dims(g, gj)),
+                            v: take(&mut moved, r, 2, ri, |gj| rp.kv_piece_dims(g, gj)),
+                        }
+                    })
+                    .collect();
+                let outs = VirtualRanks::new(gpu, &rp, self.dtype)?.forward(&inner)?;
+                for (g, out) in outs.into_iter().enumerate() {
+                    parts[split.rank(g, u)].push(out);
+                }
+            }
+        }
+        let outputs: PerRankGroups<'_> = parts
+            .iter()
+            .map(|runs| {
+                vec![
+                    (Side::Q, runs.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
+                    (Side::Lse, runs.iter().map(|run| run.iter().map(|x| &x.lse).collect()).collect()),
+                ]
+            })
+            .collect();
+        let mut dst = (0..plan.ranks())
+            .map(|o| {
+                let lse: Vec<usize> = plan.pieces(o).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
+                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &lse)?])
+            })
+            .collect::<DistResult<Vec<_>>>()?;
+        to_tokens(gpu, h, plan, &grid, &outputs, &mut dst, false)?;
+        Ok(dst
+            .into_iter()
+            .enumerate()
+            .map(|(o, two)| {
+                let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = two.try_into().expect("two outputs");
+                outs.into_iter()
+                    .zip(lses)
+                    .enumerate()
+                    .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(o, pi) })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Every rank's gradients under the hybrid, for outputs `out[r]` and `dout[r]`.
+    pub fn hybrid_backward(
+        &mut self,
+        data: &[RankData],
+        out: &[Vec<DevicePartial>],
+        dout: &[Vec<DeviceTensor>],
+    ) -> DistResult<Vec<RankGrads>> {
+        self.check_backward(data.len(), out.len(), dout.len())?;
+        let (gpu, plan, h) = (self.gpu, self.plan, &self.helpers);
+        let grid = self.hybrid_grid()?;
+        let split = &grid.split;
+        let inputs: PerRank<'_, u16> = data
+            .iter()
+            .zip(dout)
+            .map(|(x, g)| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v)), (Side::Q, of(g))])
+            .collect();
+        let fwd: PerRank<'_, f32> = out
+            .iter()
+            .map(|p| {
+                vec![(Side::Q, p.iter().map(|x| &x.out).collect()), (Side::Lse, p.iter().map(|x| &x.lse).collect())]
+            })
+            .collect();
+        let mut moved = to_groups(gpu, h, plan, &grid, &inputs)?;
+        let mut moved_fwd = to_groups(gpu, h, plan, &grid, &fwd)?;
+        let mut grads: Vec<Vec<RankGrads>> = (0..plan.ranks()).map(|_| Vec::new()).collect();
+        for u in 0..split.degree {
+            for (ri, run) in split.runs(u).iter().enumerate() {
+                let rp = split.ring_plan(plan, run)?;
+                let (mut inner, mut inner_out, mut inner_dout) = (Vec::new(), Vec::new(), Vec::new());
+                for g in 0..split.group_count() {
+                    let r = split.rank(g, u);
+                    inner.push(RankData {
+                        q: take(&mut moved, r, 0, ri, |gj| rp.piece_dims(g, gj)),
+                        k: take(&mut moved, r, 1, ri, |gj| rp.kv_piece_dims(g, gj)),
+                        v: take(&mut moved, r, 2, ri, |gj| rp.kv_piece_dims(g, gj)),
+                    });
+                    inner_dout.push(take(&mut moved, r, 3, ri, |gj| rp.piece_dims(g, gj)));
+                    let o = std::mem::take(&mut moved_fwd[r][0][ri]);
+                    let l = std::mem::take(&mut moved_fwd[r][1][ri]);
+                    let fin: Vec<DevicePartial> = o
+                        .into_iter()
+                        .zip(l)
+                        .enumerate()
+                        .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: rp.piece_dims(g, gj) })
+                        .collect();
+                    inner_out.push(fin);
+                }
+                let gr = VirtualRanks::new(gpu, &rp, self.dtype)?.backward(&inner, &inner_out, &inner_dout)?;
+                for (g, x) in gr.into_iter().enumerate() {
+                    grads[split.rank(g, u)].push(x);
+                }
+            }
+        }
+        let outputs: PerRankGroups<'_> = grads
+            .iter()
+            .map(|runs| {
+                vec![
+                    (Side::Q, runs.iter().map(|x| x.dq.iter().collect()).collect()),
+                    (Side::Kv, runs.iter().map(|x| x.dk.iter().collect()).collect()),
+                    (Side::Kv, runs.iter().map(|x| x.dv.iter().collect()).collect()),
+                ]
+            })
+            .collect();
+        let mut dst = (0..plan.ranks())
+            .map(|o| {
+                let kv = plan.kv_piece_lens(o);
+                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &kv)?, zeros(gpu, &kv)?])
+            })
+            .collect::<DistResult<Vec<_>>>()?;
+        to_tokens(gpu, h, plan, &grid, &outputs, &mut dst, true)?;
+        Ok(dst
+            .into_iter()
+            .map(|three| {
+                let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = three.try_into().expect("three outputs");
+                RankGrads { dq, dk, dv }
+            })
+            .collect())
+    }
+}

@@ -1,6 +1,6 @@
 //! Distributed attention against the f64 reference (`ringdil_cuda::check::ring` holds
 //! the cases and the comparison): every schedule the GPU runs (ring, pattern-aware,
-//! all-gather; virtual ranks on one GPU), layout and pattern, on lengths that do not
+//! all-gather, Ulysses, the Ulysses x ring hybrid; virtual ranks on one GPU), layout and pattern, on lengths that do not
 //! divide evenly. Output, LSE, dQ, dK and dV are gathered to rank 0 and compared with the
 //! reference on the same bf16-rounded inputs: relative L2 error < 1e-2 (the bf16 bound
 //! of `gpu_check`). For the dense ring, rank 0 also runs the same case on virtual ranks
@@ -18,13 +18,14 @@
 //! the reference; the dense ring is compared with virtual ranks ring by ring.
 //!
 //! ```text
-//! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks (ring, Ulysses), one GPU
+//! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks (ring, Ulysses, hybrid), one GPU
 //! ring_check --nproc W [--rings R] [same options]                      # NCCL, one process per GPU
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
 //! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
 //! ring_check (--nproc W | --threads W) --stall RANK:SECONDS --timeout T # stall check
 //! ```
-//! `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
+//! `--schedules ring,hybrid` checks only the schedules named (`Kind::name`; all by
+//! default; virtual ranks run the ring, Ulysses and the hybrid). `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
 //! check is `ringdil_cuda::check::faults`.
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
@@ -94,6 +95,21 @@ struct DistRun {
     rings: usize,
     /// "one process per GPU" or "one thread per GPU", for the log.
     mode: &'static str,
+    /// The schedules to check (`--schedules a,b`; every one by default).
+    schedules: Vec<Kind>,
+}
+
+/// The schedules named by `--schedules` (comma-separated names of `Kind::name`), or all.
+fn schedules(args: &Args) -> Vec<Kind> {
+    let Some(list) = args.value("--schedules") else { return SCHEDULES.to_vec() };
+    list.split(',')
+        .map(|name| {
+            SCHEDULES.into_iter().find(|k| k.name() == name).unwrap_or_else(|| {
+                let known: Vec<_> = SCHEDULES.iter().map(|k| k.name()).collect();
+                args.fail(2, format!("--schedules: unknown schedule {name:?} (known: {})", known.join(", ")))
+            })
+        })
+        .collect()
 }
 
 fn main() {
@@ -125,6 +141,7 @@ fn main() {
         log: args.value("--log"),
         rings,
         mode: if threads.is_some() { "one thread per GPU" } else { "one process per GPU" },
+        schedules: schedules(&args),
     };
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
@@ -162,9 +179,9 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     for c in cases(&[2, 3, 4], 1).iter() {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
-        for (name, schedule) in
-            [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)]
-        {
+        let virtual_runs =
+            [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)];
+        for (name, schedule) in virtual_runs.into_iter().filter(|(_, k)| run.schedules.contains(k)) {
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
                     let label = format!("{name} | {}", describe(c));
@@ -271,7 +288,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         let mut rank = DistRank::new(gpu, ring_comm, &mine.plan, Dtype::Bf16).expect("rank");
         let virt: Option<Vec<HostResult>> = (me == 0)
             .then(|| parts.iter().map(|part| run_virtual(gpu, c, part, &inp).expect("virtual ranks")).collect());
-        for schedule in SCHEDULES {
+        for &schedule in &run.schedules {
             let out = rank.forward(schedule, &data).expect("forward");
             let grads = rank.backward(schedule, &data, &out, &dout).expect("backward");
             // One communicator at a time on this GPU: the ring's transfers are finished

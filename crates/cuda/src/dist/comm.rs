@@ -28,6 +28,9 @@ use super::watchdog::{Abortable, Marker, Watch, WatchOptions, Watchdog};
 use crate::gpu::Gpu;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use cudarc::nccl::{result, sys};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Element types moved by NCCL: the bits travel unchanged.
@@ -93,6 +96,9 @@ pub struct Communicator {
     world: usize,
     stream: Arc<CudaStream>,
     watched: Option<Watched>,
+    /// Communicators split from this one and kept ([`Communicator::split_kept`]), by
+    /// partition name.
+    kept: RefCell<HashMap<String, Rc<Communicator>>>,
 }
 
 /// The watch over a communicator: its registration, and (on the communicator that
@@ -163,7 +169,7 @@ impl Communicator {
             let watch = dog.watch().clone();
             Watched { id: watch.register(Box::new(RawComm(comm))), watch, _dog: Some(dog) }
         });
-        Ok(Communicator { comm, rank, world, stream, watched })
+        Ok(Communicator { comm, rank, world, stream, watched, kept: RefCell::default() })
     }
 
     /// Split this communicator (collective: every rank of it must call, concurrently):
@@ -207,7 +213,22 @@ impl Communicator {
             id: w.watch.register(Box::new(RawComm(comm))),
             _dog: None,
         });
-        Ok(Communicator { comm, rank, world, stream, watched })
+        Ok(Communicator { comm, rank, world, stream, watched, kept: RefCell::default() })
+    }
+
+    /// [`Communicator::split`] into the partition named `partition` (every rank passes
+    /// the same name for the same partition, with its own `color` and `key`), made on the
+    /// first call with that name and kept with this communicator: a split is a whole NCCL
+    /// initialisation (about a second here), so a schedule that builds its rank state per
+    /// call (the hybrid's groups and rings) reuses it. Collective on the first call of a
+    /// name, like `split`: every rank asks for the same names in the same order.
+    pub fn split_kept(&self, gpu: &Gpu, partition: &str, color: usize, key: usize) -> DistResult<Rc<Communicator>> {
+        if let Some(c) = self.kept.borrow().get(partition) {
+            return Ok(c.clone());
+        }
+        let c = Rc::new(self.split(gpu, color, key)?);
+        self.kept.borrow_mut().insert(partition.to_string(), c.clone());
+        Ok(c)
     }
 
     /// `Err` ([`DistError::Stalled`], or NCCL's asynchronous error) once this rank's
@@ -345,6 +366,8 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // Kept splits go first (a caller's clone keeps its own alive).
+        self.kept.borrow_mut().clear();
         // A tripped rank's stream may hold an aborted transfer: no waiting for it.
         if self.check().is_ok() {
             let _ = self.stream.synchronize();

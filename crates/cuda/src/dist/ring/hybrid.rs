@@ -35,6 +35,7 @@ use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use ringdil_reference::ring::Kind;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// One run of a member's heads: its ring plan over the groups and the inner ring's
 /// prepared state (taken while a call runs).
@@ -98,8 +99,8 @@ impl HybridLists {
 /// A rank's hybrid state, built on its first hybrid call.
 pub(crate) struct Hybrid {
     pub(crate) split: HybridSplit,
-    group: Communicator,
-    ring: Communicator,
+    group: Rc<Communicator>,
+    ring: Rc<Communicator>,
     mine: Vec<RunRing>,
     lists: HybridLists,
 }
@@ -110,8 +111,9 @@ impl Hybrid {
     fn new(gpu: &Gpu, comm: &Communicator, plan: &DistPlan, dtype: Dtype, degree: usize) -> DistResult<Self> {
         let split = HybridSplit::new(plan, degree)?;
         let (g, u) = split.place(comm.rank());
-        let group = comm.split(gpu, g, u)?;
-        let ring = comm.split(gpu, u, g)?;
+        // Kept with `comm` per degree: every later call of the same grid reuses them.
+        let group = comm.split_kept(gpu, &format!("hybrid groups of {degree}"), g, u)?;
+        let ring = comm.split_kept(gpu, &format!("hybrid rings across groups of {degree}"), u, g)?;
         let mine = run_rings(gpu, plan, &split, u, g, dtype)?;
         let lists = HybridLists::new(gpu, plan, &split, comm.rank())?;
         Ok(Hybrid { split, group, ring, mine, lists })
@@ -306,7 +308,7 @@ impl DistRank<'_> {
 
     fn hybrid_forward_with(&self, hy: &mut Hybrid, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
         let (gpu, plan, me) = (self.gpu, self.plan, self.rank());
-        let comm = (probe != Probe::ComputeOnly).then_some(&hy.group);
+        let comm = (probe != Probe::ComputeOnly).then_some(&*hy.group);
         let (g, _) = hy.split.place(me);
         let inputs = [
             (Side::Q, data.q.iter().map(|t| &t.data).collect()),
@@ -339,7 +341,7 @@ impl DistRank<'_> {
             (Side::Q, parts.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
             (Side::Lse, parts.iter().map(|run| run.iter().map(|x| &x.lse).collect()).collect()),
         ];
-        let back = (probe != Probe::ComputeOnly).then_some(&hy.group);
+        let back = (probe != Probe::ComputeOnly).then_some(&*hy.group);
         to_tokens(gpu, &self.helpers, back, plan, &hy.split, &hy.lists, me, &outputs, &mut dst, false)?;
         let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = dst.try_into().expect("two outputs");
         Ok(outs
@@ -372,7 +374,7 @@ impl DistRank<'_> {
     ) -> DistResult<RankGrads> {
         let (gpu, plan, me, h) = (self.gpu, self.plan, self.rank(), &self.helpers);
         let (g, _) = hy.split.place(me);
-        let comm = Some(&hy.group);
+        let comm = Some(&*hy.group);
         let inputs = [
             (Side::Q, data.q.iter().map(|t| &t.data).collect()),
             (Side::Kv, data.k.iter().map(|t| &t.data).collect()),

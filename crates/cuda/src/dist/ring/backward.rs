@@ -15,7 +15,21 @@ use ringdil_reference::ring::Kind;
 impl DistRank<'_> {
     /// The backward pass for `out` (this rank's finished forward, from
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
+    /// On return the compute stream is ordered after every transfer of the call
+    /// ([`DistRank::settle`]).
     pub fn backward(
+        &mut self,
+        schedule: Kind,
+        data: &RankData,
+        out: &[DevicePartial],
+        dout: &[DeviceTensor],
+    ) -> DistResult<RankGrads> {
+        let grads = self.backward_steps(schedule, data, out, dout)?;
+        self.settle()?;
+        Ok(grads)
+    }
+
+    fn backward_steps(
         &mut self,
         schedule: Kind,
         data: &RankData,

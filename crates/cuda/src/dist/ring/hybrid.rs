@@ -106,6 +106,13 @@ pub(crate) struct Hybrid {
 }
 
 impl Hybrid {
+    /// Order the compute stream after the group's and the ring's transfers.
+    pub(crate) fn settle(&self, gpu: &Gpu) -> DistResult<()> {
+        gpu.stream().join(self.group.stream())?;
+        gpu.stream().join(self.ring.stream())?;
+        Ok(())
+    }
+
     /// The grid of `plan` with groups of `degree` ranks; splits `comm` twice (every rank
     /// of `comm` must call this together).
     fn new(gpu: &Gpu, comm: &Communicator, plan: &DistPlan, dtype: Dtype, degree: usize) -> DistResult<Self> {

@@ -179,4 +179,17 @@ impl<'a> DistRank<'a> {
     fn rank(&self) -> usize {
         self.comm.rank()
     }
+
+    /// Order the compute stream after everything enqueued on the communication streams
+    /// (this rank's, and the hybrid's group communicator). A buffer sent by NCCL and also
+    /// read by a kernel keeps only its last reader's event (cudarc records one read event
+    /// per buffer), so without this a caller that drops an input right after a call could
+    /// free it, on the compute stream, while a send still reads it.
+    fn settle(&self) -> DistResult<()> {
+        self.gpu.stream().join(self.comm.stream())?;
+        if let Some(h) = &self.hybrid {
+            h.settle(self.gpu)?;
+        }
+        Ok(())
+    }
 }

@@ -105,7 +105,7 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
         .unwrap();
     }
 
-    writeln!(w, "\n## Scaling on {p} GPUs\n\nSent = MiB rank 0 sends in one forward (K/V for the token-split schedules; Q, K, V out and output + LSE back for Ulysses). Hidden = compute-only + comm-only - full forward (dense ring rows only). Goal: the issue's goal for the row and whether this row meets it.\n").unwrap();
+    writeln!(w, "\n## Scaling on {p} GPUs\n\nSent = MiB rank 0 sends in one forward (K/V for the token-split schedules; Q, K, V out and output + LSE back for Ulysses; both for the hybrid, `groups x members`: the group's all-to-all and the ring's K/V hops across groups). Hidden = compute-only + comm-only - full forward (dense ring rows only). Goal: the issue's goal for the row and whether this row meets it.\n").unwrap();
     writeln!(w, "| pattern | schedule | layout | N | N/GPU | fwd ms | ratio fwd | fwd+bwd ms | ratio fwd+bwd | peak GiB/GPU | own K/V MiB | sent MiB | hidden ms | goal |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut json_rows = Vec::new();
     for m in run.rows.iter().filter(|m| !m.config.forward_only) {
@@ -210,7 +210,7 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
     }
 
     writeln!(w, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast; \"agree\": every rank's `select` took the same decision) and compared with the measured forward of every option from the rows above. The choice is right when it is the best or within {:.0}% of it. \"tuned\": the measured choice (`DistRank::tune`, every schedule's forward timed on the problem, 3 passes each), checked against the same rows.\n", THRESHOLD * 100.0).unwrap();
-    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses) | best | chosen / best | within {:.0}% | tuned | tuned / best |\n|---|---|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
+    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses / hybrid) | best | chosen / best | within {:.0}% | tuned | tuned / best |\n|---|---|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
     for a in run.autos {
         let d = &a.decision;
         let times: Vec<String> = a.measured_ms.iter().map(|(_, t)| ms(*t)).collect();

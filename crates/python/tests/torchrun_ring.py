@@ -39,7 +39,7 @@ CASES = [
      {"causal": True, "documents": [0, 700, 701, 1900, 3000]}, "balanced"),
     ("dense causal f16", 1, 2000, 8, 8, 128, torch.float16, {"causal": True}, "zigzag"),
 ]
-SCHEDULES = ["ring", "pattern_ring", "all_gather", "ulysses", "tune"]
+SCHEDULES = ["ring", "pattern_ring", "all_gather", "ulysses", "hybrid", "tune"]
 
 
 def rel(x, ref):

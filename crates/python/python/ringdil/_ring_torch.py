@@ -136,8 +136,10 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
       over global positions (``documents`` are boundaries of the whole sequence);
     * ``schedule``: ``"ring"`` (K/V blocks travel around the ring), ``"pattern_ring"``
       (only the pieces, and of a dilated piece only the rows, the pattern needs),
-      ``"all_gather"``, ``"ulysses"`` (all-to-all over heads), or ``"tune"``: time every
-      schedule's forward on the first call of each shape and keep the fastest;
+      ``"all_gather"``, ``"ulysses"`` (all-to-all over heads), ``"hybrid"`` (Ulysses inside
+      groups of ranks, the ring across them; groups of the largest divisor of the ranks
+      not above the heads), or ``"tune"``: time every schedule's forward on the first call
+      of each shape and keep the fastest;
     * ``seq_len``: the whole sequence's length; by default the sum of the ranks' local
       rows, which costs an all-reduce and a host wait per call (ranks' local lengths may
       differ, so no rank can infer it alone): pass it in a training loop.

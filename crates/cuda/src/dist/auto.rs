@@ -1,4 +1,5 @@
-//! The automatic choice between one GPU, the ring, all-gather and Ulysses: a pure
+//! The automatic choice between one GPU, the ring, all-gather, Ulysses and the Ulysses x
+//! ring hybrid: a pure
 //! function of the problem and of *measured* speeds, so it is tested without a GPU and
 //! the numbers behind each decision are printed.
 //!
@@ -19,7 +20,14 @@
 //!   t_gather  = 4 B H_kv d n (P-1) / G + W / (P F) + o     if B d (4 H_kv N + 10 H n) bytes <= M
 //!   t_ulysses = V_a2a / A + W |H_p| / (H F) + 2 u          if B d (N (6 |H_p| + 4 |K_p|) + 10 H n) bytes <= M
 //!   V_a2a     = 2 max_p [B d n (H - |H_p|) + 2 B d n sum_{r != p} |K_r| + B (d+1) |H_p| (N - n)]
+//!   t_hybrid  = [U > 1] (V_grp / A + 2 u) + G max(W |H_u| / (H G^2 F), [G > 1] 4 B |K_u| d N_g / L) + G o
+//!                                                          if B d (N_g (6 |H_u| + 12 |K_u|) + 10 H n) bytes <= M
 //! ```
+//! The hybrid (`U` ranks per group, `G = P / U` groups of `N_g = N / G` tokens): `V_grp` is
+//! Ulysses' `V_a2a` inside one group (`U` ranks over `N_g` tokens), `|H_u| = ceil(H / U)` the
+//! busiest member's query heads and `|K_u|` the K/V heads they read; its ring is the dense
+//! ring over the groups at those heads. `U = 1` gives `t_ring` (dense), `U = P` gives
+//! `t_ulysses + o`.
 //! (bf16 K+V are 4 bytes per element pair; Q, K, V, O, dO-free forward memory is `10`
 //! bytes per element: three bf16 inputs and the f32 output.) The ring assumes a balanced
 //! layout (zigzag for causal) so that every step costs `W / P^2`, and full overlap (the
@@ -37,7 +45,7 @@
 //! the ring's per-step costs (`P o`, transfers it cannot hide at short per-GPU lengths)
 //! weigh more than one exchange of everything, and only with at least as many heads as
 //! GPUs. The choice is the smallest predicted time; on a tie the simpler schedule wins
-//! (single, then ring, then all-gather, then Ulysses), so a short sequence, where `P o`
+//! (single, then ring, then all-gather, then Ulysses, then the hybrid), so a short sequence, where `P o`
 //! dominates, never pays ring overhead.
 //!
 //! # At run time
@@ -74,6 +82,9 @@ pub struct Problem {
     pub pair_fraction: f64,
     /// Fraction of the dense ring's K/V volume the pattern-aware plan moves (1 dense).
     pub moved_fraction: f64,
+    /// Ranks per Ulysses group of the hybrid term (`None`: the reference's rule for the
+    /// ranks, `ring::hybrid_degree`).
+    pub hybrid_degree: Option<usize>,
 }
 
 /// Measured speeds of the machine (from `ring_bench`).
@@ -103,6 +114,7 @@ pub enum Choice {
     Ring,
     AllGather,
     Ulysses,
+    Hybrid,
 }
 
 /// The decision with its predicted times (`None`: does not fit in memory).
@@ -113,6 +125,7 @@ pub struct Decision {
     pub ring_s: Option<f64>,
     pub gather_s: Option<f64>,
     pub ulysses_s: Option<f64>,
+    pub hybrid_s: Option<f64>,
 }
 
 /// Pick a schedule for `problem` on `ranks` GPUs (see the module docs).
@@ -123,7 +136,14 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
     let (elems, kv) = (b * h * d, b * problem.kv_heads as f64 * d);
     let single_s = (elems * n * 10.0 <= speeds.memory).then(|| w / speeds.flops);
     if ranks <= 1 {
-        return Decision { choice: Choice::Single, single_s, ring_s: None, gather_s: None, ulysses_s: None };
+        return Decision {
+            choice: Choice::Single,
+            single_s,
+            ring_s: None,
+            gather_s: None,
+            ulysses_s: None,
+            hybrid_s: None,
+        };
     }
     let per = n / p;
     let step = (w / (p * p * speeds.flops)).max(problem.moved_fraction * 4.0 * kv * per / speeds.link_bytes);
@@ -136,18 +156,32 @@ pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
         + 2.0 * speeds.exchange_overhead;
     let ulysses_fits = u.memory_bytes <= speeds.memory;
     let (gather_s, ulysses_s) = (gather_fits.then_some(gather), ulysses_fits.then_some(ulysses));
+    let hybrid_s = problem.hybrid(ranks).map(|c| {
+        let g = c.groups as f64;
+        let exchange = if c.degree > 1 {
+            c.group_sent_bytes / speeds.all_to_all_bytes + 2.0 * speeds.exchange_overhead
+        } else {
+            0.0
+        };
+        let hop =
+            if c.groups > 1 { 4.0 * b * c.busiest_kv_heads as f64 * d * (n / g) / speeds.link_bytes } else { 0.0 };
+        let compute = w * c.busiest_heads as f64 / (h * g * g * speeds.flops);
+        (exchange + g * compute.max(hop) + g * speeds.step_overhead, c.memory_bytes <= speeds.memory)
+    });
+    let hybrid_s = hybrid_s.and_then(|(t, fits)| fits.then_some(t));
     let choice = fastest([
         (Choice::Single, single_s),
         (Choice::Ring, Some(ring_s)),
         (Choice::AllGather, gather_s),
         (Choice::Ulysses, ulysses_s),
+        (Choice::Hybrid, hybrid_s),
     ]);
-    Decision { choice, single_s, ring_s: Some(ring_s), gather_s, ulysses_s }
+    Decision { choice, single_s, ring_s: Some(ring_s), gather_s, ulysses_s, hybrid_s }
 }
 
 /// The option with the smallest time, the first listed on a tie (`None`: does not fit;
 /// one GPU when nothing fits, the ring always does).
-fn fastest(options: [(Choice, Option<f64>); 4]) -> Choice {
+fn fastest(options: [(Choice, Option<f64>); 5]) -> Choice {
     let mut best = (Choice::Single, f64::INFINITY);
     for (c, t) in options {
         if let Some(t) = t
@@ -171,6 +205,25 @@ pub struct UlyssesCost {
     pub memory_bytes: f64,
 }
 
+/// What the hybrid term of the rule needs of a problem on `P` ranks ([`Problem::hybrid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HybridCost {
+    /// `U`: ranks per group.
+    pub degree: usize,
+    /// `G = P / U`: groups, the ring's length.
+    pub groups: usize,
+    /// `V_grp`: bytes the busiest member sends in the forward's two all-to-alls inside its
+    /// group (Ulysses over `U` ranks and `N / G` tokens).
+    pub group_sent_bytes: f64,
+    /// `|H_u| = ceil(H / U)`: the query heads of the busiest member.
+    pub busiest_heads: usize,
+    /// `|K_u|`: the K/V heads the busiest member's query heads read.
+    pub busiest_kv_heads: usize,
+    /// Forward memory of the busiest member in bytes (own tokens at all heads; the group's
+    /// tokens at its heads, its output and two travelling K/V blocks).
+    pub memory_bytes: f64,
+}
+
 impl Problem {
     /// The query and K/V head counts (multi-head when `kv_heads` does not divide `heads`).
     fn head_counts(&self) -> Heads {
@@ -188,7 +241,46 @@ impl Problem {
     /// Dense causal attention of `seq_len` tokens, `heads` heads of `head_dim`, batch 1:
     /// the problem benchmarks price (half the pairs, the whole K/V volume moved).
     pub fn dense_causal(heads: usize, head_dim: usize, seq_len: usize) -> Problem {
-        Problem { batch: 1, heads, kv_heads: heads, head_dim, seq_len, pair_fraction: 0.5, moved_fraction: 1.0 }
+        Problem {
+            batch: 1,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            seq_len,
+            pair_fraction: 0.5,
+            moved_fraction: 1.0,
+            hybrid_degree: None,
+        }
+    }
+
+    /// The hybrid term's inputs on `ranks` ranks holding `N / P` tokens each (module docs);
+    /// `None` when the degree does not divide the ranks or exceeds the heads.
+    pub fn hybrid(&self, ranks: usize) -> Option<HybridCost> {
+        let p = ranks.max(1);
+        let degree = self.hybrid_degree.unwrap_or_else(|| ringdil_reference::ring::hybrid_degree(p, self.heads));
+        if degree == 0 || p % degree != 0 || degree > self.heads {
+            return None;
+        }
+        let heads = self.head_counts();
+        let groups = p / degree;
+        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
+        let (group_len, per) = (n / groups as f64, n / p as f64);
+        let sent = (0..degree)
+            .map(|u| head_split::forward_elements(heads, b, d, group_len, degree, u, per))
+            .fold(0.0, f64::max);
+        let split = even_boundaries(heads.query(), degree);
+        let member = |u: usize| split[u]..split[u + 1];
+        let busiest_kv = (0..degree).map(|u| heads.kv_range(&member(u)).len()).max().unwrap_or(0);
+        let busiest = heads.query().div_ceil(degree);
+        let memory = b * d * (group_len * (6 * busiest + 12 * busiest_kv) as f64 + 10.0 * self.heads as f64 * per);
+        Some(HybridCost {
+            degree,
+            groups,
+            group_sent_bytes: 2.0 * sent,
+            busiest_heads: busiest,
+            busiest_kv_heads: busiest_kv,
+            memory_bytes: memory,
+        })
     }
 
     /// The Ulysses term's inputs on `ranks` ranks holding `N / P` tokens each (see the
@@ -236,6 +328,7 @@ impl Problem {
             seq_len: n,
             pair_fraction: visits / dense,
             moved_fraction: if ring == 0 { 0.0 } else { moved as f64 / ring as f64 },
+            hybrid_degree: Some(plan.hybrid_degree()),
         })
     }
 }
@@ -295,6 +388,7 @@ pub fn select(plan: &DistPlan, speeds: &Speeds) -> DistResult<(Decision, Selecte
         Choice::Single => Selected::Single,
         Choice::AllGather => Selected::Distributed(Kind::AllGather),
         Choice::Ulysses => Selected::Distributed(Kind::Ulysses),
+        Choice::Hybrid => Selected::Distributed(Kind::Hybrid),
         Choice::Ring if problem.moved_fraction < 1.0 => Selected::Distributed(Kind::PatternRing),
         Choice::Ring => Selected::Distributed(Kind::Ring),
     };

@@ -17,7 +17,16 @@ fn h200() -> Speeds {
 }
 
 fn causal(n: usize) -> Problem {
-    Problem { batch: 1, heads: 8, kv_heads: 8, head_dim: 128, seq_len: n, pair_fraction: 0.5, moved_fraction: 1.0 }
+    Problem {
+        batch: 1,
+        heads: 8,
+        kv_heads: 8,
+        head_dim: 128,
+        seq_len: n,
+        pair_fraction: 0.5,
+        moved_fraction: 1.0,
+        hybrid_degree: None,
+    }
 }
 
 /// Grouped-query attention moves K/V at `kv_heads`: where the multi-head ring waits on
@@ -148,15 +157,17 @@ fn ulysses_wins_with_many_heads_where_ring_steps_cost() {
 }
 
 /// 4 heads on 8 GPUs: half the ranks get no head, the busiest computes a quarter of
-/// the work over the whole sequence (W / (H F) instead of W / (P F)), so the ring wins
-/// the problem Ulysses wins with 32 heads (at 30 us per step).
+/// the work over the whole sequence (W / (H F) instead of W / (P F)), so the ring beats
+/// Ulysses on the problem Ulysses wins with 32 heads (at 30 us per step); the hybrid
+/// (groups of 4, every rank busy, 2 ring steps) beats both.
 #[test]
 fn ulysses_loses_with_fewer_heads_than_gpus() {
     let pr = Problem { heads: 4, kv_heads: 4, ..causal(32_768) };
     let u = pr.ulysses(8);
     assert_eq!(u.busiest_heads, 1);
     let d = choose(&pr, 8, &h200());
-    assert_eq!(d.choice, Choice::Ring, "{d:?}");
+    assert!(d.ring_s.unwrap() < d.ulysses_s.unwrap(), "{d:?}");
+    assert_eq!(d.choice, Choice::Hybrid, "{d:?}");
     let w = 4.0 * 4.0 * 128.0 * 32_768f64.powi(2) * 0.5;
     assert!((d.ulysses_s.unwrap() - (u.sent_bytes / 150e9 + w / (4.0 * 400e12) + 60e-6)).abs() < 1e-12);
 }
@@ -187,15 +198,51 @@ fn the_ulysses_term_follows_its_formula() {
     assert!((dec.ulysses_s.unwrap() - t).abs() < 1e-12, "{dec:?} vs {t}");
 }
 
-/// Equal predictions go to the simpler schedule: single, ring, all-gather, Ulysses.
+/// Equal predictions go to the simpler schedule: single, ring, all-gather, Ulysses, hybrid.
 #[test]
 fn ties_go_to_the_simpler_schedule() {
     use Choice::*;
-    let t = Some(1.0);
-    assert_eq!(fastest([(Single, t), (Ring, t), (AllGather, t), (Ulysses, t)]), Single);
-    assert_eq!(fastest([(Single, None), (Ring, t), (AllGather, t), (Ulysses, t)]), Ring);
-    assert_eq!(fastest([(Single, Some(2.0)), (Ring, Some(2.0)), (AllGather, t), (Ulysses, t)]), AllGather);
-    assert_eq!(fastest([(Single, None), (Ring, Some(2.0)), (AllGather, None), (Ulysses, t)]), Ulysses);
+    let (t, two) = (Some(1.0), Some(2.0));
+    assert_eq!(fastest([(Single, t), (Ring, t), (AllGather, t), (Ulysses, t), (Hybrid, t)]), Single);
+    assert_eq!(fastest([(Single, None), (Ring, t), (AllGather, t), (Ulysses, t), (Hybrid, t)]), Ring);
+    assert_eq!(fastest([(Single, two), (Ring, two), (AllGather, t), (Ulysses, t), (Hybrid, t)]), AllGather);
+    assert_eq!(fastest([(Single, None), (Ring, two), (AllGather, None), (Ulysses, t), (Hybrid, t)]), Ulysses);
+    assert_eq!(fastest([(Single, None), (Ring, two), (AllGather, None), (Ulysses, two), (Hybrid, t)]), Hybrid);
+}
+
+/// The hybrid term's ends: one rank per group is the dense ring (no exchange, `P` steps
+/// over `n` tokens), all ranks in one group is Ulysses plus one step's overhead; grouped-
+/// query heads change both the same way.
+#[test]
+fn the_hybrid_term_spans_the_ring_and_ulysses() {
+    let s = h200();
+    for pr in [causal(65_536), Problem { kv_heads: 1, ..causal(65_536) }] {
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+        let ring = choose(&Problem { hybrid_degree: Some(1), ..pr }, 4, &s);
+        assert!(close(ring.hybrid_s.unwrap(), ring.ring_s.unwrap()), "{ring:?}");
+        let all = choose(&Problem { hybrid_degree: Some(4), ..pr }, 4, &s);
+        assert!(close(all.hybrid_s.unwrap(), all.ulysses_s.unwrap() + s.step_overhead), "{all:?}");
+        // The reference's rule by default: 4 ranks, 8 heads -> one group of 4.
+        assert_eq!(pr.hybrid(4).unwrap().degree, 4);
+        // A degree that does not divide the ranks, or exceeds the heads, has no term.
+        for degree in [3, 16] {
+            assert_eq!(choose(&Problem { hybrid_degree: Some(degree), ..pr }, 4, &s).hybrid_s, None);
+        }
+    }
+}
+
+/// 4 heads on 8 GPUs, 100 us per step: Ulysses leaves half the ranks idle (each busy one
+/// computes a quarter of the heads over the whole sequence) and the ring pays 8 steps'
+/// overhead; groups of 4 keep every rank busy over 2 ring steps, and win.
+#[test]
+fn the_hybrid_wins_with_fewer_heads_than_gpus_where_steps_cost() {
+    let mut s = h200();
+    s.step_overhead = 100e-6;
+    let pr = Problem { heads: 4, kv_heads: 4, ..causal(65_536) };
+    let d = choose(&pr, 8, &s);
+    assert_eq!(pr.hybrid(8).unwrap().degree, 4);
+    assert_eq!(d.choice, Choice::Hybrid, "{d:?}");
+    assert!(d.hybrid_s.unwrap() < d.ring_s.unwrap() && d.hybrid_s.unwrap() < d.ulysses_s.unwrap(), "{d:?}");
 }
 
 fn plan(n: usize, p: usize, spec: crate::spec::GpuSpec, layout: ringdil_reference::ring::Layout) -> DistPlan {
@@ -267,6 +314,14 @@ fn selection_maps_choices_to_schedules() {
     // Every rank decides from the same broadcast numbers: the same decision.
     let shared = Speeds::from_slice(&slow.to_vec()).unwrap();
     assert_eq!(select(&heads, &shared).unwrap(), (d, sel));
+    // 4 heads on 8 GPUs at 100 us per step, the plan's hybrid in groups of 4: the hybrid.
+    let chunks = ringdil_reference::ring::ChunkPlan::new(65_536, 8, &Layout::Zigzag).unwrap();
+    let few = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense).causal(true), 1, 4, 128)
+        .unwrap()
+        .with_hybrid_degree(4)
+        .unwrap();
+    let (d, sel) = select(&few, &Speeds { step_overhead: 100e-6, ..s }).unwrap();
+    assert_eq!(sel, Selected::Distributed(Kind::Hybrid), "{d:?}");
 }
 
 #[test]

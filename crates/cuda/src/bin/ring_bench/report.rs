@@ -4,7 +4,7 @@
 //! numbers as JSON (`--json`, with the command, device and date).
 
 use crate::auto_check::{AutoRow, THRESHOLD, selected_name};
-use crate::configs::{Config, K};
+use crate::configs::{self, Config, K};
 use crate::distributed::Measured;
 use crate::goals::goal;
 use crate::links::Links;
@@ -13,6 +13,7 @@ use crate::{DIM, HEADS};
 use ringdil_cuda::Gpu;
 use ringdil_cuda::dist::auto::{Problem, Speeds, choose};
 use ringdil_cuda::programs::Args;
+use ringdil_reference::ring::Kind;
 use serde_json::json;
 use std::fmt::Write;
 
@@ -191,32 +192,39 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
 
     let s = run.speeds;
     writeln!(w, "\n## Auto rule on measured speeds\n\nF = {:.0} TFLOP/s (one GPU, dense causal, largest N), ring hop L = {:.1}, all-to-all A = {:.1}, all-gather G = {:.1} GB/s sent per rank (`links::measure`), o = {:.3} ms per step (fitted to the dense ring forward at 8K/GPU), u = {:.3} ms per Ulysses exchange (fitted to its forward at 8K/GPU), M = {:.0} GB. Dense causal, predicted forward ms:\n", s.flops / 1e12, g(s.link_bytes), g(s.all_to_all_bytes), g(s.all_gather_bytes), s.step_overhead * 1e3, s.exchange_overhead * 1e3, g(s.memory)).unwrap();
-    writeln!(w, "| N | N/GPU | choice | single | ring | all-gather | ulysses |\n|---|---|---|---|---|---|---|")
-        .unwrap();
+    writeln!(
+        w,
+        "| N | N/GPU | choice | single | ring | all-gather | ulysses | {} |\n|---|---|---|---|---|---|---|---|",
+        configs::schedule_name(Kind::Hybrid, p)
+    )
+    .unwrap();
     for per in [4 * K, 8 * K, 16 * K, 64 * K, 256 * K] {
         let n = per * p;
-        let d = choose(&Problem::dense_causal(HEADS, DIM, n), p, s);
+        let problem =
+            Problem { hybrid_degree: Some(configs::hybrid_degree(p)), ..Problem::dense_causal(HEADS, DIM, n) };
+        let d = choose(&problem, p, s);
         writeln!(
             w,
-            "| {n} | {}K | {:?} | {} | {} | {} | {} |",
+            "| {n} | {}K | {:?} | {} | {} | {} | {} | {} |",
             per / K,
             d.choice,
             predicted(d.single_s),
             predicted(d.ring_s),
             predicted(d.gather_s),
-            predicted(d.ulysses_s)
+            predicted(d.ulysses_s),
+            predicted(d.hybrid_s)
         )
         .unwrap();
     }
 
     writeln!(w, "\n## Auto at run time (`dist::auto::select`, forward)\n\nEach problem is decided from the speeds above (rank 0's, broadcast; \"agree\": every rank's `select` took the same decision) and compared with the measured forward of every option from the rows above. The choice is right when it is the best or within {:.0}% of it. \"tuned\": the measured choice (`DistRank::tune`, every schedule's forward timed on the problem, 3 passes each), checked against the same rows.\n", THRESHOLD * 100.0).unwrap();
-    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses) | measured ms (single / ring / pattern ring / all-gather / ulysses / hybrid) | best | chosen / best | within {:.0}% | tuned | tuned / best |\n|---|---|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
+    writeln!(w, "| pattern | N/GPU | N | selected | agree | predicted ms (single / ring / all-gather / ulysses / hybrid) | measured ms (single / ring / pattern ring / all-gather / ulysses / hybrid) | best | chosen / best | within {:.0}% | tuned | tuned / best |\n|---|---|---|---|---|---|---|---|---|---|---|---|", THRESHOLD * 100.0).unwrap();
     for a in run.autos {
         let d = &a.decision;
         let times: Vec<String> = a.measured_ms.iter().map(|(_, t)| ms(*t)).collect();
         writeln!(
             w,
-            "| {} | {}K | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}K | {} | {} | {} | {} / {} / {} / {} / {} | {} | {} | {} | {} | {} | {} |",
             a.pattern,
             a.per_gpu / K,
             a.seq_len,
@@ -226,6 +234,7 @@ pub fn report(gpu: &Gpu, run: &Run, args: &Args) {
             predicted(d.ring_s),
             predicted(d.gather_s),
             predicted(d.ulysses_s),
+            predicted(d.hybrid_s),
             times.join(" / "),
             a.best.as_ref().map_or("-", |b| b.0.as_str()),
             ratio(a.chosen_over_best),

@@ -12,6 +12,7 @@
 
 use super::error::DistResult;
 use super::layout::DistPlan;
+use super::ring::RankGrads;
 use crate::gpu::Gpu;
 use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DeviceTensor, GradsMut, Prepared};
@@ -219,6 +220,35 @@ impl Packable for f32 {
 /// Zeroed f32 buffers, one per length, on the compute stream.
 pub(crate) fn zeros(gpu: &Gpu, lens: &[usize]) -> DistResult<Vec<CudaSlice<f32>>> {
     lens.iter().map(|&n| Ok(gpu.stream().alloc_zeros::<f32>(n.max(1))?)).collect()
+}
+
+/// Zeroed `[out, lse]` pieces of `rank`: what a head-parallel exchange writes a forward's
+/// rows into (every row is written once; [`partials`] reads them back).
+pub(crate) fn output_targets(gpu: &Gpu, plan: &DistPlan, rank: usize) -> DistResult<Vec<Vec<CudaSlice<f32>>>> {
+    let lse: Vec<usize> = plan.pieces(rank).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
+    Ok(vec![zeros(gpu, &plan.piece_lens(rank))?, zeros(gpu, &lse)?])
+}
+
+/// Zeroed `[dq, dk, dv]` pieces of `rank`, which an exchange adds gradients into.
+pub(crate) fn grad_targets(gpu: &Gpu, plan: &DistPlan, rank: usize) -> DistResult<Vec<Vec<CudaSlice<f32>>>> {
+    let kv = plan.kv_piece_lens(rank);
+    Ok(vec![zeros(gpu, &plan.piece_lens(rank))?, zeros(gpu, &kv)?, zeros(gpu, &kv)?])
+}
+
+/// The finished outputs of `rank` from its filled [`output_targets`].
+pub(crate) fn partials(plan: &DistPlan, rank: usize, targets: Vec<Vec<CudaSlice<f32>>>) -> Vec<DevicePartial> {
+    let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = targets.try_into().expect("out and lse targets");
+    outs.into_iter()
+        .zip(lses)
+        .enumerate()
+        .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(rank, pi) })
+        .collect()
+}
+
+/// The gradients from filled [`grad_targets`].
+pub(crate) fn grads_of(targets: Vec<Vec<CudaSlice<f32>>>) -> RankGrads {
+    let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = targets.try_into().expect("dq, dk and dv targets");
+    RankGrads { dq, dk, dv }
 }
 
 /// One rank's launches: a [`Prepared`] call per needed piece pair, built once.

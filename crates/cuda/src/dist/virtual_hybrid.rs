@@ -6,7 +6,7 @@
 //! are checked on a one-GPU machine; the NCCL run adds only its messages' order.
 
 use super::error::DistResult;
-use super::exec::{Helpers, Packable, zeros};
+use super::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use super::hybrid_split::HybridSplit;
 use super::layout::DistPlan;
 use super::ring::hybrid::HybridLists;
@@ -90,9 +90,9 @@ fn to_tokens(
     add: bool,
 ) -> DistResult<()> {
     let (d, split) = (plan.head_dim, &grid.split);
-    for r in 0..plan.ranks() {
+    for (r, per_output) in outputs.iter().enumerate() {
         let (g, u) = split.place(r);
-        for (x, (side, runs)) in outputs[r].iter().enumerate() {
+        for (x, (side, runs)) in per_output.iter().enumerate() {
             let w = width(*side, d);
             for (ri, run) in runs.iter().enumerate() {
                 for u2 in 0..split.degree {
@@ -178,25 +178,9 @@ impl VirtualRanks<'_> {
                 ]
             })
             .collect();
-        let mut dst = (0..plan.ranks())
-            .map(|o| {
-                let lse: Vec<usize> = plan.pieces(o).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
-                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &lse)?])
-            })
-            .collect::<DistResult<Vec<_>>>()?;
+        let mut dst = (0..plan.ranks()).map(|o| output_targets(gpu, plan, o)).collect::<DistResult<Vec<_>>>()?;
         to_tokens(gpu, h, plan, &grid, &outputs, &mut dst, false)?;
-        Ok(dst
-            .into_iter()
-            .enumerate()
-            .map(|(o, two)| {
-                let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = two.try_into().expect("two outputs");
-                outs.into_iter()
-                    .zip(lses)
-                    .enumerate()
-                    .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(o, pi) })
-                    .collect()
-            })
-            .collect())
+        Ok(dst.into_iter().enumerate().map(|(o, t)| partials(plan, o, t)).collect())
     }
 
     /// Every rank's gradients under the hybrid, for outputs `out[r]` and `dout[r]`.
@@ -262,19 +246,8 @@ impl VirtualRanks<'_> {
                 ]
             })
             .collect();
-        let mut dst = (0..plan.ranks())
-            .map(|o| {
-                let kv = plan.kv_piece_lens(o);
-                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &kv)?, zeros(gpu, &kv)?])
-            })
-            .collect::<DistResult<Vec<_>>>()?;
+        let mut dst = (0..plan.ranks()).map(|o| grad_targets(gpu, plan, o)).collect::<DistResult<Vec<_>>>()?;
         to_tokens(gpu, h, plan, &grid, &outputs, &mut dst, true)?;
-        Ok(dst
-            .into_iter()
-            .map(|three| {
-                let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = three.try_into().expect("three outputs");
-                RankGrads { dq, dk, dv }
-            })
-            .collect())
+        Ok(dst.into_iter().map(grads_of).collect())
     }
 }

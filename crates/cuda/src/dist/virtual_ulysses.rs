@@ -7,7 +7,7 @@
 //! its messages.
 
 use super::error::DistResult;
-use super::exec::{Helpers, Packable, zeros};
+use super::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use super::layout::DistPlan;
 use super::ring::ulysses::{Side, Ulysses, heads, runs_backward, runs_forward, width};
 use super::ring::{RankData, RankGrads};
@@ -122,25 +122,9 @@ impl VirtualRanks<'_> {
                 vec![(Side::Q, p.iter().map(|x| &x.out).collect()), (Side::Lse, p.iter().map(|x| &x.lse).collect())]
             })
             .collect();
-        let mut dst = (0..plan.ranks())
-            .map(|o| {
-                let lse: Vec<usize> = plan.pieces(o).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
-                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &lse)?])
-            })
-            .collect::<DistResult<Vec<_>>>()?;
+        let mut dst = (0..plan.ranks()).map(|o| output_targets(gpu, plan, o)).collect::<DistResult<Vec<_>>>()?;
         to_tokens(gpu, &self.helpers, plan, states, &outputs, &mut dst, false)?;
-        Ok(dst
-            .into_iter()
-            .enumerate()
-            .map(|(o, two)| {
-                let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = two.try_into().expect("two outputs");
-                outs.into_iter()
-                    .zip(lses)
-                    .enumerate()
-                    .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(o, pi) })
-                    .collect()
-            })
-            .collect())
+        Ok(dst.into_iter().enumerate().map(|(o, t)| partials(plan, o, t)).collect())
     }
 
     /// Every rank's gradients under Ulysses, for outputs `out[r]` and `dout[r]`.
@@ -194,19 +178,8 @@ impl VirtualRanks<'_> {
                 ]
             })
             .collect();
-        let mut dst = (0..plan.ranks())
-            .map(|o| {
-                let kv = plan.kv_piece_lens(o);
-                Ok(vec![zeros(gpu, &plan.piece_lens(o))?, zeros(gpu, &kv)?, zeros(gpu, &kv)?])
-            })
-            .collect::<DistResult<Vec<_>>>()?;
+        let mut dst = (0..plan.ranks()).map(|o| grad_targets(gpu, plan, o)).collect::<DistResult<Vec<_>>>()?;
         to_tokens(gpu, &self.helpers, plan, states, &outputs, &mut dst, true)?;
-        Ok(dst
-            .into_iter()
-            .map(|three| {
-                let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = three.try_into().expect("three outputs");
-                RankGrads { dq, dk, dv }
-            })
-            .collect())
+        Ok(dst.into_iter().map(grads_of).collect())
     }
 }

@@ -26,7 +26,7 @@ use super::ulysses::{Key4, Lists, Side, heads, recv_buffer, swap, width};
 use super::{DistRank, Probe, RankState};
 use crate::dist::comm::{Communicator, Wire};
 use crate::dist::error::DistResult;
-use crate::dist::exec::{Helpers, Packable, zeros};
+use crate::dist::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use crate::dist::hybrid_split::{self, HybridSplit, Overlap};
 use crate::dist::layout::DistPlan;
 use crate::gpu::Gpu;
@@ -341,22 +341,14 @@ impl DistRank<'_> {
             rr.state = Some(inner.into_state());
             parts.push(result?);
         }
-        let lens = plan.piece_lens(me);
-        let lse_lens: Vec<usize> = plan.pieces(me).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
-        let mut dst = vec![zeros(gpu, &lens)?, zeros(gpu, &lse_lens)?];
+        let mut dst = output_targets(gpu, plan, me)?;
         let outputs = [
             (Side::Q, parts.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
             (Side::Lse, parts.iter().map(|run| run.iter().map(|x| &x.lse).collect()).collect()),
         ];
         let back = (probe != Probe::ComputeOnly).then_some(&*hy.group);
         to_tokens(gpu, &self.helpers, back, plan, &hy.split, &hy.lists, me, &outputs, &mut dst, false)?;
-        let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = dst.try_into().expect("two outputs");
-        Ok(outs
-            .into_iter()
-            .zip(lses)
-            .enumerate()
-            .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(me, pi) })
-            .collect())
+        Ok(partials(plan, me, dst))
     }
 
     /// The hybrid backward of `out` (this rank's finished forward pieces) for `dout`.
@@ -418,15 +410,13 @@ impl DistRank<'_> {
             rr.state = Some(inner.into_state());
             grads.push(result?);
         }
-        let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
-        let mut dst = vec![zeros(gpu, &qlens)?, zeros(gpu, &kvlens)?, zeros(gpu, &kvlens)?];
+        let mut dst = grad_targets(gpu, plan, me)?;
         let outputs = [
             (Side::Q, grads.iter().map(|x| x.dq.iter().collect()).collect()),
             (Side::Kv, grads.iter().map(|x| x.dk.iter().collect()).collect()),
             (Side::Kv, grads.iter().map(|x| x.dv.iter().collect()).collect()),
         ];
         to_tokens(gpu, h, comm, plan, &hy.split, &hy.lists, me, &outputs, &mut dst, true)?;
-        let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = dst.try_into().expect("three outputs");
-        Ok(RankGrads { dq, dk, dv })
+        Ok(grads_of(dst))
     }
 }

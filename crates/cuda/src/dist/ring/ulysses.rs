@@ -21,7 +21,7 @@ use super::Probe;
 use super::data::{RankData, RankGrads};
 use crate::dist::comm::{Communicator, Wire};
 use crate::dist::error::DistResult;
-use crate::dist::exec::{Packable, zeros};
+use crate::dist::exec::{Packable, grad_targets, grads_of, output_targets, partials};
 use crate::dist::head_split::{self, HeadSplit, Run};
 use crate::dist::layout::DistPlan;
 use crate::gpu::Gpu;
@@ -368,19 +368,11 @@ impl DistRank<'_> {
         let [q, k, v]: [Vec<CudaSlice<u16>>; 3] =
             self.to_heads(u, &inputs, move_rows)?.try_into().expect("three inputs");
         let parts = runs_forward(gpu, u, [q, k, v], compute)?;
-        let lens = plan.piece_lens(me);
-        let lse_lens: Vec<usize> = plan.pieces(me).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
-        let mut dst = vec![zeros(gpu, &lens)?, zeros(gpu, &lse_lens)?];
+        let mut dst = output_targets(gpu, plan, me)?;
         let outputs =
             [(Side::Q, parts.iter().map(|x| &x.out).collect()), (Side::Lse, parts.iter().map(|x| &x.lse).collect())];
         self.to_tokens(u, &outputs, &mut dst, false, move_rows)?;
-        let [outs, lses]: [Vec<CudaSlice<f32>>; 2] = dst.try_into().expect("two outputs");
-        Ok(outs
-            .into_iter()
-            .zip(lses)
-            .enumerate()
-            .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(me, pi) })
-            .collect())
+        Ok(partials(plan, me, dst))
     }
 
     /// The Ulysses backward of `out` (this rank's finished forward pieces) for `dout`.
@@ -414,15 +406,13 @@ impl DistRank<'_> {
         let fwd = [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())];
         let [o, lse]: [Vec<CudaSlice<f32>>; 2] = self.to_heads(u, &fwd, true)?.try_into().expect("two inputs");
         let grads = runs_backward(gpu, u, [q, k, v, g], [o, lse])?;
-        let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
-        let mut dst = vec![zeros(gpu, &qlens)?, zeros(gpu, &kvlens)?, zeros(gpu, &kvlens)?];
+        let mut dst = grad_targets(gpu, plan, me)?;
         let outputs = [
             (Side::Q, grads.iter().map(|x| &x.dq).collect()),
             (Side::Kv, grads.iter().map(|x| &x.dk).collect()),
             (Side::Kv, grads.iter().map(|x| &x.dv).collect()),
         ];
         self.to_tokens(u, &outputs, &mut dst, true, true)?;
-        let [dq, dk, dv]: [Vec<CudaSlice<f32>>; 3] = dst.try_into().expect("three outputs");
-        Ok(RankGrads { dq, dk, dv })
+        Ok(grads_of(dst))
     }
 }

@@ -1,6 +1,6 @@
-//! Distributed attention over NCCL: ring attention, the pattern-aware plan and the
-//! all-gather baseline, one rank per GPU; and virtual ranks that run the same steps on
-//! one GPU.
+//! Distributed attention over NCCL: ring attention, the pattern-aware plan, the
+//! all-gather baseline, Ulysses (head parallelism) and the Ulysses x ring hybrid, one rank
+//! per GPU; and virtual ranks that run the same steps on one GPU.
 //!
 //! * [`layout`]: the reference's [`ChunkPlan`](ringdil_reference::ring::ChunkPlan) as
 //!   GPU pieces, the kernel positions of every (query piece, key piece) pair and the
@@ -22,7 +22,8 @@
 //! * [`balance`]: the work-balanced contiguous split for packed documents.
 //! * [`hybrid_split`]: the Ulysses x ring grid (groups, head runs, ring plans, index
 //!   lists) that `ring/hybrid.rs` runs.
-//! * [`auto`]: single GPU, ring or all-gather from the problem and measured speeds.
+//! * [`auto`]: one GPU, the ring, all-gather, Ulysses or the hybrid, from the problem and
+//!   measured speeds.
 //!
 //! `docs/distributed.md` describes the runtime, the volumes and the auto rule.
 

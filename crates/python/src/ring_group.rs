@@ -53,8 +53,8 @@ fn dist_error(e: DistError) -> PyErr {
 
 /// A call's arguments besides its buffers, as `ringdil/_ring_torch.py` passes them: the
 /// device ordinal, PyTorch's current stream there, the global dims `[b, n, h, d]`, the
-/// K/V heads, the dtype's name, the pattern, causal, scale, packed documents, the layout
-/// and the schedule's name.
+/// K/V heads, the dtype's name, the pattern, causal, scale, packed documents, the layout,
+/// the hybrid's ranks per group and the schedule's name.
 type RingArgs<'py> = (
     usize,
     usize,
@@ -66,6 +66,7 @@ type RingArgs<'py> = (
     Option<f64>,
     Option<Bound<'py, PyAny>>,
     Bound<'py, PyAny>,
+    Option<usize>,
     String,
 );
 
@@ -79,6 +80,8 @@ struct RingCall {
     kv_heads: usize,
     spec: GpuSpec,
     chunks: ChunkPlan,
+    /// Ranks per Ulysses group of the hybrid (`None`: the reference's rule).
+    hybrid_degree: Option<usize>,
     schedule: Schedule,
 }
 
@@ -102,7 +105,8 @@ fn schedule(name: &str) -> PyResult<Schedule> {
 
 impl RingCall {
     fn new(args: RingArgs<'_>, world: usize) -> PyResult<RingCall> {
-        let (_, stream, dims, kv_heads, dtype_name, pattern, causal, scale, docs, layout, schedule_name) = args;
+        let (_, stream, dims, kv_heads, dtype_name, pattern, causal, scale, docs, layout, hybrid_degree, schedule_name) =
+            args;
         let [batch, seq_len, _, _] = dims;
         let spec = gpu_spec(pattern, causal, scale, (None, docs.as_ref()))?;
         let layout = layout::parse(&layout, seq_len, world, docs.as_ref().map(|d| (d, batch)))?;
@@ -111,11 +115,12 @@ impl RingCall {
         Ok(RingCall {
             stream,
             dtype: dtype(&dtype_name)?,
-            key: format!("{dims:?} {kv_heads} {dtype_name} {spec:?} {layout:?}"),
+            key: format!("{dims:?} {kv_heads} {dtype_name} {spec:?} {layout:?} {hybrid_degree:?}"),
             dims,
             kv_heads,
             spec,
             chunks,
+            hybrid_degree,
             schedule: schedule(&schedule_name)?,
         })
     }
@@ -152,6 +157,10 @@ impl State {
         let [batch, _, heads, head_dim] = call.dims;
         let plan = DistPlan::new(call.chunks.clone(), call.spec.clone(), batch, heads, head_dim)
             .and_then(|p| p.with_kv_heads(call.kv_heads))
+            .and_then(|p| match call.hybrid_degree {
+                Some(u) => p.with_hybrid_degree(u),
+                None => Ok(p),
+            })
             .map_err(dist_error)?;
         if self.plans.len() >= PLANS_MAX {
             self.plans.clear();

@@ -21,6 +21,18 @@ def test_a_cpu_tensor_is_refused_naming_it():
         ringdil.ring_attention(x, x, x)
 
 
+@pytest.mark.parametrize(
+    "degree, error, message",
+    [("2", TypeError, "hybrid_degree: expected an int or None, got str"),
+     (True, TypeError, "hybrid_degree: expected an int or None, got bool"),
+     (0, ValueError, "hybrid_degree: 0 is not a positive number of ranks")],
+)
+def test_a_bad_hybrid_degree_is_refused_naming_it(degree, error, message):
+    x = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(error, match=message):
+        ringdil.ring_attention(x, x, x, schedule="hybrid", hybrid_degree=degree)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA device")
 def test_a_wrong_dtype_is_refused_naming_it():
     x = torch.zeros(1, 8, 2, 64, device="cuda")

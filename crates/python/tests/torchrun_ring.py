@@ -39,7 +39,10 @@ CASES = [
      {"causal": True, "documents": [0, 700, 701, 1900, 3000]}, "balanced"),
     ("dense causal f16", 1, 2000, 8, 8, 128, torch.float16, {"causal": True}, "zigzag"),
 ]
-SCHEDULES = ["ring", "pattern_ring", "all_gather", "ulysses", "hybrid", "tune"]
+# (schedule, hybrid_degree): the hybrid in one group of all ranks (the default rule on 2
+# ranks) and in groups of one rank (the ring over groups, on head-slice plans).
+SCHEDULES = [("ring", None), ("pattern_ring", None), ("all_gather", None), ("ulysses", None), ("hybrid", None),
+             ("hybrid", 1), ("tune", None)]
 
 
 def rel(x, ref):
@@ -51,6 +54,7 @@ def rel(x, ref):
 
 
 def run_case(case, schedule, rank, world, device):
+    schedule, degree = schedule
     name, b, n, h, hkv, d, dtype, kw, layout = case
     g = torch.Generator().manual_seed(1234)
     q, dout = (torch.randn(b, n, h, d, generator=g) for _ in range(2))
@@ -61,7 +65,7 @@ def run_case(case, schedule, rank, world, device):
     out.backward(dout)
     docs = kw.get("documents")
     local = [ring.shard(x, rank, world, layout, documents=docs).detach().requires_grad_() for x in (q, k, v)]
-    lout = ringdil.ring_attention(*local, layout=layout, schedule=schedule, **kw)
+    lout = ringdil.ring_attention(*local, layout=layout, schedule=schedule, hybrid_degree=degree, **kw)
     lout.backward(ring.shard(dout, rank, world, layout, documents=docs))
     mine = lambda x: ring.shard(x, rank, world, layout, documents=docs)  # noqa: E731
     errs = {
@@ -71,7 +75,8 @@ def run_case(case, schedule, rank, world, device):
         "dv": rel(local[2].grad, mine(whole[2].grad)),
     }
     shape = f"B={b} N={n} H={h} H_kv={hkv} d={d} {str(dtype).removeprefix('torch.')}"
-    return f"{schedule} | {name} | {layout} | {shape}", errs, BOUND[dtype]
+    label = schedule if degree is None else f"{schedule} (groups of {degree})"
+    return f"{label} | {name} | {layout} | {shape}", errs, BOUND[dtype]
 
 
 def main():

@@ -118,7 +118,8 @@ class _RingAttention(torch.autograd.Function):
 
 
 def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, causal=False, scale=None,
-                   documents=None, schedule="ring", seq_len=None, group=None, return_lse=False):
+                   documents=None, schedule="ring", hybrid_degree=None, seq_len=None, group=None,
+                   return_lse=False):
     """This rank's rows of attention over the whole sequence, computed by ringdil's NCCL
     ring across the ranks of ``group`` (``None``: the default process group of
     ``torch.distributed``), differentiable.
@@ -137,9 +138,12 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     * ``schedule``: ``"ring"`` (K/V blocks travel around the ring), ``"pattern_ring"``
       (only the pieces, and of a dilated piece only the rows, the pattern needs),
       ``"all_gather"``, ``"ulysses"`` (all-to-all over heads), ``"hybrid"`` (Ulysses inside
-      groups of ranks, the ring across them; groups of the largest divisor of the ranks
-      not above the heads), or ``"tune"``: time every schedule's forward on the first call
-      of each shape and keep the fastest;
+      groups of ranks, the ring across them), or ``"tune"``: time every schedule's forward
+      on the first call of each shape and keep the fastest;
+    * ``hybrid_degree``: ranks per Ulysses group of ``"hybrid"`` (consecutive ranks; it must
+      divide the ranks and not exceed the heads), e.g. the GPUs of one node so that the
+      all-to-all stays inside nodes and the ring goes across them; ``None`` (default): the
+      largest divisor of the ranks not above the heads;
     * ``seq_len``: the whole sequence's length; by default the sum of the ranks' local
       rows, which costs an all-reduce and a host wait per call (ranks' local lengths may
       differ, so no rank can infer it alone): pass it in a training loop.
@@ -147,6 +151,10 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     Returns this rank's output rows in the inputs' dtype (and with ``return_lse=True`` the
     log-sum-exp ``[batch, heads, local_seq]``, float32).
     """
+    if hybrid_degree is not None and (isinstance(hybrid_degree, bool) or not isinstance(hybrid_degree, int)):
+        raise TypeError(f"hybrid_degree: expected an int or None, got {type(hybrid_degree).__name__}")
+    if hybrid_degree is not None and hybrid_degree < 1:
+        raise ValueError(f"hybrid_degree: {hybrid_degree} is not a positive number of ranks")
     q_local = _local("q_local", q_local)
     k_local = _local("k_local", k_local, q_local)
     v_local = _local("v_local", v_local, q_local)
@@ -158,7 +166,7 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     b, rows, h, d = q_local.shape
     n = _seq_len(group, rows, q_local.device) if seq_len is None else int(seq_len)
     call = ([b, n, h, d], k_local.shape[2], str(q_local.dtype).removeprefix("torch."), as_pattern(pattern),
-            bool(causal), scale, documents, layout, schedule)
+            bool(causal), scale, documents, layout, hybrid_degree, schedule)
     lens = ring.piece_lens(_where(q_local) + call)
     if sum(lens) != rows:
         raise ValueError(

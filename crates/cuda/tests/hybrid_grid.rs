@@ -243,7 +243,7 @@ fn head_slice_plans_keep_their_global_heads_rows() {
         let whole = DistPlan::new(split.groups.clone(), plan.spec.clone(), c.batch, c.heads, 64).unwrap();
         for u in 0..c.degree {
             for run in split.runs(u) {
-                let slice = split.ring_plan(&plan, &run).map_err(|e| e.to_string())?;
+                let slice = split.ring_plan(&plan, run).map_err(|e| e.to_string())?;
                 if (slice.first_head, slice.all_heads, slice.heads, slice.kv_heads)
                     != (run.q.start, c.heads, run.q.len(), run.kv.len())
                 {
@@ -322,6 +322,28 @@ fn bad_degrees_and_head_ranges_are_typed_errors() {
             .unwrap();
     let split = HybridSplit::new(&plan, 3).unwrap();
     assert_eq!(even_boundaries(8, 3), vec![0, 3, 6, 8]);
-    let runs: Vec<_> = (0..3).flat_map(|u| split.runs(u)).map(|r| (r.q, r.kv)).collect();
+    let runs: Vec<_> = (0..3).flat_map(|u| split.runs(u)).map(|r| (r.q.clone(), r.kv.clone())).collect();
     assert_eq!(runs, vec![(0..3, 0..1), (3..4, 0..1), (4..6, 1..2), (6..8, 1..2)]);
+}
+
+/// The checks' and benchmarks' grid: a degree that divides the ranks and fits the heads,
+/// with two or more groups whenever a divisor strictly between 1 and the ranks fits the
+/// heads (the largest such), else the reference's rule.
+#[test]
+fn grid_degrees_form_a_grid_where_one_exists() {
+    use ringdil_cuda::dist::hybrid_split::grid_degree;
+    for ranks in 1..=12 {
+        for heads in 1..=12 {
+            let u = grid_degree(ranks, heads);
+            assert!(ranks % u == 0 && u <= heads.max(1), "{ranks} ranks, {heads} heads: {u}");
+            let proper: Vec<usize> = (2..ranks).filter(|d| ranks % d == 0 && *d <= heads).collect();
+            match proper.last() {
+                Some(&best) => assert_eq!(u, best, "{ranks} ranks, {heads} heads"),
+                None => {
+                    assert_eq!(u, ringdil_reference::ring::hybrid_degree(ranks, heads), "{ranks} ranks, {heads} heads")
+                }
+            }
+        }
+    }
+    assert_eq!((grid_degree(4, 8), grid_degree(8, 8), grid_degree(2, 8), grid_degree(6, 2)), (2, 4, 2, 2));
 }

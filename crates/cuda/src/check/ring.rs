@@ -252,22 +252,10 @@ pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
             let spec = c.pattern.1.batch_rows(rows.clone(), c.batch, c.seq)?;
             let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?
                 .with_kv_heads(c.kv_heads)?
-                .with_hybrid_degree(hybrid_degree(c.ranks, c.heads))?;
+                .with_hybrid_degree(crate::dist::hybrid_split::grid_degree(c.ranks, c.heads))?;
             Ok(RingPart { plan, rows })
         })
         .collect()
-}
-
-/// The hybrid's Ulysses degree in the check: the largest divisor of `ranks` below it and
-/// not above the heads, so that two or more groups form a real grid (4 ranks: 2 groups
-/// of 2); where none above 1 exists (2 or 3 ranks), the reference's rule, which gives one
-/// group of all ranks (Ulysses over group pieces) or, with fewer heads than ranks, groups
-/// of one (the ring on head-slice plans).
-pub fn hybrid_degree(ranks: usize, heads: usize) -> usize {
-    (2..ranks.min(heads + 1))
-        .filter(|u| ranks % u == 0)
-        .max()
-        .unwrap_or_else(|| ringdil_reference::ring::hybrid_degree(ranks, heads))
 }
 
 /// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c` with

@@ -164,6 +164,20 @@ impl Helpers {
         self.scatter(gpu, &self.scatter_add_f32, packed, piece, idx, d)
     }
 
+    /// Rows coming home from an exchange: written ([`Helpers::scatter_to`]) or, with
+    /// `add`, added ([`Helpers::scatter_add`]: contributions of a shared K/V head).
+    pub(crate) fn place(
+        &self,
+        gpu: &Gpu,
+        target: &mut CudaSlice<f32>,
+        packed: &CudaSlice<f32>,
+        idx: &CudaSlice<u32>,
+        d: usize,
+        add: bool,
+    ) -> DistResult<()> {
+        if add { self.scatter_add(gpu, target, packed, idx, d) } else { self.scatter_to(gpu, packed, target, idx, d) }
+    }
+
     fn scatter<T: cudarc::driver::DeviceRepr>(
         &self,
         gpu: &Gpu,

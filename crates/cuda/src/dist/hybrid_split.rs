@@ -44,9 +44,8 @@ pub struct HybridSplit {
     pub groups: ChunkPlan,
     /// Pieces of each group's tokens (the ring plans' pieces).
     group_pieces: Vec<Vec<Piece>>,
-    heads: Heads,
-    /// Query-head boundaries of the members.
-    bounds: Vec<usize>,
+    /// Each member's head runs (every exchange walks them).
+    runs: Vec<Vec<Run>>,
 }
 
 /// Where rows of a rank's piece lie in its group's pieces.
@@ -82,7 +81,14 @@ impl HybridSplit {
             })
             .collect::<DistResult<_>>()?;
         let heads = Heads::new(plan.heads, plan.kv_heads)?;
-        Ok(HybridSplit { degree, groups, group_pieces, heads, bounds: even_boundaries(plan.heads, degree) })
+        let bounds = even_boundaries(plan.heads, degree);
+        let runs = (0..degree)
+            .map(|u| {
+                let mine = bounds[u]..bounds[u + 1];
+                heads.pieces(&mine).into_iter().map(|q| Run { kv: heads.kv_range(&q), q }).collect()
+            })
+            .collect();
+        Ok(HybridSplit { degree, groups, group_pieces, runs })
     }
 
     /// Groups (`G = P / U`): the length of each ring.
@@ -101,9 +107,8 @@ impl HybridSplit {
     }
 
     /// Member `u`'s query heads cut into runs that each run alone, with their K/V heads.
-    pub fn runs(&self, u: usize) -> Vec<Run> {
-        let mine = self.bounds[u]..self.bounds[u + 1];
-        self.heads.pieces(&mine).into_iter().map(|q| Run { kv: self.heads.kv_range(&q), q }).collect()
+    pub fn runs(&self, u: usize) -> &[Run] {
+        &self.runs[u]
     }
 
     /// Group `g`'s pieces.
@@ -153,7 +158,7 @@ impl HybridSplit {
         let g_count = self.group_count();
         let width = |run: &Run| run.q.len() * d + 2 * run.kv.len() * d;
         let scatter: usize =
-            (0..self.degree).filter(|&o| o != u).flat_map(|o| self.runs(o)).map(|run| b * mine * width(&run)).sum();
+            (0..self.degree).filter(|&o| o != u).flat_map(|o| self.runs(o)).map(|run| b * mine * width(run)).sum();
         let next = self.groups.tokens((g + 1) % g_count).len();
         let ring_rows = if g_count > 1 { plan.seq_len() - next } else { 0 };
         let own = self.runs(u);
@@ -161,6 +166,18 @@ impl HybridSplit {
         let back: usize = own.iter().map(|run| b * (group - mine) * run.q.len() * (d + 1)).sum();
         scatter + ring + back
     }
+}
+
+/// The Ulysses degree that makes a grid of `ranks` ranks with `heads` query heads: the
+/// largest divisor of the ranks below them and not above the heads, so that at least two
+/// groups form a ring (2 x 2 on 4 ranks, 2 x 4 on 8); where none above 1 exists (2 or 3
+/// ranks), the reference's rule (`ring::hybrid_degree`). What `ring_check` and
+/// `ring_bench` run the hybrid with.
+pub fn grid_degree(ranks: usize, heads: usize) -> usize {
+    (2..ranks.min(heads + 1))
+        .filter(|u| ranks % u == 0)
+        .max()
+        .unwrap_or_else(|| ringdil_reference::ring::hybrid_degree(ranks, heads))
 }
 
 fn u32_of(x: usize) -> u32 {

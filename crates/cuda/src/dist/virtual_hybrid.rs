@@ -9,18 +9,13 @@ use super::error::DistResult;
 use super::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use super::hybrid_split::HybridSplit;
 use super::layout::DistPlan;
-use super::ring::hybrid::HybridLists;
-use super::ring::ulysses::{Side, width};
+use super::ring::hybrid::{HybridLists, group_data, group_partials, group_queries};
+use super::ring::ulysses::{Side, backward_inputs, forward_inputs, out_and_lse, width};
 use super::ring::{RankData, RankGrads};
 use super::virtual_ranks::VirtualRanks;
 use crate::gpu::Gpu;
 use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
-
-/// The device buffers of tensors.
-fn of(t: &[DeviceTensor]) -> Vec<&CudaSlice<u16>> {
-    t.iter().map(|t| &t.data).collect()
-}
 
 /// Per rank: one `(side, that rank's piece tensors)` per input.
 type PerRank<'a, T> = Vec<Vec<(Side, Vec<&'a CudaSlice<T>>)>>;
@@ -102,11 +97,7 @@ fn to_tokens(
                             h.gather(gpu, run[ov.group_piece], grid.lists[r].seq[&(ri, u2, k)].of(*side), w)?;
                         let idx = grid.lists[owner].tok[&(u, ri, k)].of(*side);
                         let target = &mut dst[owner][x][ov.piece];
-                        if add {
-                            h.scatter_add(gpu, target, &packed, idx, w)?;
-                        } else {
-                            h.scatter_to(gpu, &packed, target, idx, w)?;
-                        }
+                        h.place(gpu, target, &packed, idx, w, add)?;
                     }
                 }
             }
@@ -115,19 +106,9 @@ fn to_tokens(
     Ok(())
 }
 
-/// Take input `x`'s run `ri` group tensors of `rank` as device tensors of `dims`.
-fn take(
-    moved: &mut Moved<u16>,
-    rank: usize,
-    x: usize,
-    ri: usize,
-    dims: impl Fn(usize) -> [usize; 4],
-) -> Vec<DeviceTensor> {
+/// Input `x`'s run `ri` group tensors of `rank`, taken out of `moved`.
+fn take<T>(moved: &mut Moved<T>, rank: usize, x: usize, ri: usize) -> Vec<CudaSlice<T>> {
     std::mem::take(&mut moved[rank][x][ri])
-        .into_iter()
-        .enumerate()
-        .map(|(gj, data)| DeviceTensor { data, dims: dims(gj) })
-        .collect()
 }
 
 impl VirtualRanks<'_> {
@@ -146,8 +127,7 @@ impl VirtualRanks<'_> {
         let (gpu, plan, h) = (self.gpu, self.plan, &self.helpers);
         let grid = self.hybrid_grid()?;
         let split = &grid.split;
-        let inputs: PerRank<'_, u16> =
-            data.iter().map(|x| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v))]).collect();
+        let inputs: PerRank<'_, u16> = data.iter().map(|x| forward_inputs(x).to_vec()).collect();
         let mut moved = to_groups(gpu, h, plan, &grid, &inputs)?;
         let mut parts: Vec<Vec<Vec<DevicePartial>>> = (0..plan.ranks()).map(|_| Vec::new()).collect();
         for u in 0..split.degree {
@@ -156,11 +136,7 @@ impl VirtualRanks<'_> {
                 let inner: Vec<RankData> = (0..split.group_count())
                     .map(|g| {
                         let r = split.rank(g, u);
-                        RankData {
-                            q: take(&mut moved, r, 0, ri, |gj| rp.piece_dims(g, gj)),
-                            k: take(&mut moved, r, 1, ri, |gj| rp.kv_piece_dims(g, gj)),
-                            v: take(&mut moved, r, 2, ri, |gj| rp.kv_piece_dims(g, gj)),
-                        }
+                        group_data(&rp, g, [0, 1, 2].map(|x| take(&mut moved, r, x, ri)))
                     })
                     .collect();
                 let outs = VirtualRanks::new(gpu, &rp, self.dtype)?.forward(&inner)?;
@@ -194,17 +170,8 @@ impl VirtualRanks<'_> {
         let (gpu, plan, h) = (self.gpu, self.plan, &self.helpers);
         let grid = self.hybrid_grid()?;
         let split = &grid.split;
-        let inputs: PerRank<'_, u16> = data
-            .iter()
-            .zip(dout)
-            .map(|(x, g)| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v)), (Side::Q, of(g))])
-            .collect();
-        let fwd: PerRank<'_, f32> = out
-            .iter()
-            .map(|p| {
-                vec![(Side::Q, p.iter().map(|x| &x.out).collect()), (Side::Lse, p.iter().map(|x| &x.lse).collect())]
-            })
-            .collect();
+        let inputs: PerRank<'_, u16> = data.iter().zip(dout).map(|(x, g)| backward_inputs(x, g).to_vec()).collect();
+        let fwd: PerRank<'_, f32> = out.iter().map(|p| out_and_lse(p).to_vec()).collect();
         let mut moved = to_groups(gpu, h, plan, &grid, &inputs)?;
         let mut moved_fwd = to_groups(gpu, h, plan, &grid, &fwd)?;
         let mut grads: Vec<Vec<RankGrads>> = (0..plan.ranks()).map(|_| Vec::new()).collect();
@@ -214,21 +181,10 @@ impl VirtualRanks<'_> {
                 let (mut inner, mut inner_out, mut inner_dout) = (Vec::new(), Vec::new(), Vec::new());
                 for g in 0..split.group_count() {
                     let r = split.rank(g, u);
-                    inner.push(RankData {
-                        q: take(&mut moved, r, 0, ri, |gj| rp.piece_dims(g, gj)),
-                        k: take(&mut moved, r, 1, ri, |gj| rp.kv_piece_dims(g, gj)),
-                        v: take(&mut moved, r, 2, ri, |gj| rp.kv_piece_dims(g, gj)),
-                    });
-                    inner_dout.push(take(&mut moved, r, 3, ri, |gj| rp.piece_dims(g, gj)));
-                    let o = std::mem::take(&mut moved_fwd[r][0][ri]);
-                    let l = std::mem::take(&mut moved_fwd[r][1][ri]);
-                    let fin: Vec<DevicePartial> = o
-                        .into_iter()
-                        .zip(l)
-                        .enumerate()
-                        .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: rp.piece_dims(g, gj) })
-                        .collect();
-                    inner_out.push(fin);
+                    inner.push(group_data(&rp, g, [0, 1, 2].map(|x| take(&mut moved, r, x, ri))));
+                    inner_dout.push(group_queries(&rp, g, take(&mut moved, r, 3, ri)));
+                    let (o, lse) = (take(&mut moved_fwd, r, 0, ri), take(&mut moved_fwd, r, 1, ri));
+                    inner_out.push(group_partials(&rp, g, o, lse));
                 }
                 let gr = VirtualRanks::new(gpu, &rp, self.dtype)?.backward(&inner, &inner_out, &inner_dout)?;
                 for (g, x) in gr.into_iter().enumerate() {

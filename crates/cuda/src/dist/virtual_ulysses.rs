@@ -9,17 +9,14 @@
 use super::error::DistResult;
 use super::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use super::layout::DistPlan;
-use super::ring::ulysses::{Side, Ulysses, heads, runs_backward, runs_forward, width};
+use super::ring::ulysses::{
+    Side, Ulysses, backward_inputs, forward_inputs, heads, out_and_lse, runs_backward, runs_forward, width,
+};
 use super::ring::{RankData, RankGrads};
 use super::virtual_ranks::VirtualRanks;
 use crate::gpu::Gpu;
 use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
-
-/// The device buffers of tensors.
-fn of(t: &[DeviceTensor]) -> Vec<&CudaSlice<u16>> {
-    t.iter().map(|t| &t.data).collect()
-}
 
 /// Per rank: one `(side, that rank's piece or run tensors)` per input or output.
 type PerRank<'a, T> = Vec<Vec<(Side, Vec<&'a CudaSlice<T>>)>>;
@@ -76,11 +73,7 @@ fn to_tokens(
                         let w = width(*side, d);
                         let packed = h.gather(gpu, run, state.seq[&(ri, o, pi)].of(*side), w)?;
                         let idx = owner.tok[&(r, ri, pi)].of(*side);
-                        if add {
-                            h.scatter_add(gpu, target, &packed, idx, w)?;
-                        } else {
-                            h.scatter_to(gpu, &packed, target, idx, w)?;
-                        }
+                        h.place(gpu, target, &packed, idx, w, add)?;
                     }
                 }
             }
@@ -108,20 +101,14 @@ impl VirtualRanks<'_> {
 
     fn ulysses_forward_with(&self, states: &mut [Ulysses], data: &[RankData]) -> DistResult<Vec<Vec<DevicePartial>>> {
         let (gpu, plan) = (self.gpu, self.plan);
-        let inputs: PerRank<'_, u16> =
-            data.iter().map(|x| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v))]).collect();
+        let inputs: PerRank<'_, u16> = data.iter().map(|x| forward_inputs(x).to_vec()).collect();
         let moved = to_heads(gpu, &self.helpers, plan, states, &inputs)?;
         let mut parts = Vec::with_capacity(states.len());
         for (state, qkv) in states.iter_mut().zip(moved) {
             let qkv: [Vec<CudaSlice<u16>>; 3] = qkv.try_into().expect("three inputs");
             parts.push(runs_forward(gpu, state, qkv, true)?);
         }
-        let outputs: PerRank<'_, f32> = parts
-            .iter()
-            .map(|p| {
-                vec![(Side::Q, p.iter().map(|x| &x.out).collect()), (Side::Lse, p.iter().map(|x| &x.lse).collect())]
-            })
-            .collect();
+        let outputs: PerRank<'_, f32> = parts.iter().map(|p| out_and_lse(p).to_vec()).collect();
         let mut dst = (0..plan.ranks()).map(|o| output_targets(gpu, plan, o)).collect::<DistResult<Vec<_>>>()?;
         to_tokens(gpu, &self.helpers, plan, states, &outputs, &mut dst, false)?;
         Ok(dst.into_iter().enumerate().map(|(o, t)| partials(plan, o, t)).collect())
@@ -149,17 +136,8 @@ impl VirtualRanks<'_> {
         dout: &[Vec<DeviceTensor>],
     ) -> DistResult<Vec<RankGrads>> {
         let (gpu, plan) = (self.gpu, self.plan);
-        let inputs: PerRank<'_, u16> = data
-            .iter()
-            .zip(dout)
-            .map(|(x, g)| vec![(Side::Q, of(&x.q)), (Side::Kv, of(&x.k)), (Side::Kv, of(&x.v)), (Side::Q, of(g))])
-            .collect();
-        let fwd: PerRank<'_, f32> = out
-            .iter()
-            .map(|p| {
-                vec![(Side::Q, p.iter().map(|x| &x.out).collect()), (Side::Lse, p.iter().map(|x| &x.lse).collect())]
-            })
-            .collect();
+        let inputs: PerRank<'_, u16> = data.iter().zip(dout).map(|(x, g)| backward_inputs(x, g).to_vec()).collect();
+        let fwd: PerRank<'_, f32> = out.iter().map(|p| out_and_lse(p).to_vec()).collect();
         let moved = to_heads(gpu, &self.helpers, plan, states, &inputs)?;
         let moved_fwd = to_heads(gpu, &self.helpers, plan, states, &fwd)?;
         let mut grads = Vec::with_capacity(states.len());

@@ -18,6 +18,7 @@
 //! all-gather): those are timed forward only ([`Config::forward_only`]).
 
 use crate::{DIM, HEADS};
+use ringdil_cuda::dist::hybrid_split::grid_degree;
 use ringdil_cuda::dist::{DistPlan, balanced_layout};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
@@ -124,11 +125,9 @@ pub fn plan(pat: &str, split: Split, n: usize, p: usize) -> Result<DistPlan, Str
         .map_err(|e| e.to_string())
 }
 
-/// Ranks per Ulysses group of the hybrid rows on `p` GPUs: the largest divisor of `p`
-/// below it (so that at least two groups form a ring: 2 x 2 on 4 GPUs, 2 x 4 on 8), or
-/// `p` where none above 1 exists (one group: Ulysses over group pieces).
+/// Ranks per Ulysses group of the hybrid rows on `p` GPUs (`hybrid_split::grid_degree`).
 pub fn hybrid_degree(p: usize) -> usize {
-    (2..p).filter(|u| p % u == 0 && *u <= HEADS).max().unwrap_or(p.min(HEADS))
+    grid_degree(p, HEADS)
 }
 
 /// The schedule's name in the tables: the hybrid's with its grid, `groups x members`.

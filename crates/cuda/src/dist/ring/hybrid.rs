@@ -22,7 +22,9 @@
 //! sender, tensor)`), so NCCL matches them by order.
 
 use super::data::{RankData, RankGrads};
-use super::ulysses::{Key4, Lists, Side, heads, recv_buffer, swap, width};
+use super::ulysses::{
+    Key4, Lists, Side, backward_inputs, forward_inputs, heads, out_and_lse, recv_buffer, swap, width,
+};
 use super::{DistRank, Probe, RankState};
 use crate::dist::comm::{Communicator, Wire};
 use crate::dist::error::DistResult;
@@ -139,9 +141,9 @@ pub(crate) fn run_rings(
 ) -> DistResult<Vec<RunRing>> {
     split
         .runs(u)
-        .into_iter()
+        .iter()
         .map(|run| {
-            let ring_plan = split.ring_plan(plan, &run)?;
+            let ring_plan = split.ring_plan(plan, run)?;
             let state = RankState::new(gpu, &ring_plan, g, dtype)?;
             Ok(RunRing { plan: ring_plan, state: Some(state) })
         })
@@ -154,6 +156,55 @@ type Groups<T> = Vec<Vec<CudaSlice<T>>>;
 /// Device tensors of group pieces `xs` with dims `dims(gj)`.
 fn tensors(xs: Vec<CudaSlice<u16>>, dims: impl Fn(usize) -> [usize; 4]) -> Vec<DeviceTensor> {
     xs.into_iter().enumerate().map(|(gj, data)| DeviceTensor { data, dims: dims(gj) }).collect()
+}
+
+/// Ring position `g`'s inputs of ring plan `p` from its group tensors `[q, k, v]`.
+pub(crate) fn group_data(p: &DistPlan, g: usize, [q, k, v]: [Vec<CudaSlice<u16>>; 3]) -> RankData {
+    RankData {
+        q: group_queries(p, g, q),
+        k: tensors(k, |gj| p.kv_piece_dims(g, gj)),
+        v: tensors(v, |gj| p.kv_piece_dims(g, gj)),
+    }
+}
+
+/// Query-side group tensors (Q, dOut) of ring position `g` of ring plan `p`.
+pub(crate) fn group_queries(p: &DistPlan, g: usize, xs: Vec<CudaSlice<u16>>) -> Vec<DeviceTensor> {
+    tensors(xs, |gj| p.piece_dims(g, gj))
+}
+
+/// The finished forward pieces of ring position `g` of ring plan `p` from its group
+/// output and LSE tensors.
+pub(crate) fn group_partials(
+    p: &DistPlan,
+    g: usize,
+    o: Vec<CudaSlice<f32>>,
+    lse: Vec<CudaSlice<f32>>,
+) -> Vec<DevicePartial> {
+    o.into_iter()
+        .zip(lse)
+        .enumerate()
+        .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: p.piece_dims(g, gj) })
+        .collect()
+}
+
+/// `call` on the inner rank of run ring `rr` at ring position `g` over `ring`, with the
+/// run's prepared state (made on first use, kept for the next call).
+fn with_inner<R>(
+    gpu: &Gpu,
+    ring: &Communicator,
+    rr: &mut RunRing,
+    g: usize,
+    dtype: Dtype,
+    call: impl FnOnce(&mut DistRank<'_>) -> DistResult<R>,
+) -> DistResult<R> {
+    let state = match rr.state.take() {
+        Some(s) => s,
+        None => RankState::new(gpu, &rr.plan, g, dtype)?,
+    };
+    let mut inner = DistRank::with_state(gpu, ring, &rr.plan, state)?;
+    let result = call(&mut inner);
+    rr.state = Some(inner.into_state());
+    result
 }
 
 /// Token pieces -> group pieces: for each input `(side, this rank's piece tensors)`, the
@@ -287,11 +338,7 @@ pub(crate) fn to_tokens(
         let side = outputs[x].0;
         let idx = lists.tok[&(u2, ri, k)].of(side);
         let target = &mut dst[x][lists.overlaps[me][k].piece];
-        if add {
-            helpers.scatter_add(gpu, target, buf, idx, width(side, d))?;
-        } else {
-            helpers.scatter_to(gpu, buf, target, idx, width(side, d))?;
-        }
+        helpers.place(gpu, target, buf, idx, width(side, d), add)?;
     }
     Ok(())
 }
@@ -317,29 +364,15 @@ impl DistRank<'_> {
         let (gpu, plan, me) = (self.gpu, self.plan, self.rank());
         let comm = (probe != Probe::ComputeOnly).then_some(&*hy.group);
         let (g, _) = hy.split.place(me);
-        let inputs = [
-            (Side::Q, data.q.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.k.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.v.iter().map(|t| &t.data).collect()),
-        ];
+        let inputs = forward_inputs(data);
         let moved = to_groups(gpu, &self.helpers, comm, plan, &hy.split, &hy.lists, me, &inputs)?;
         let [q, k, v]: [Groups<u16>; 3] = moved.try_into().expect("three inputs");
         let mut parts: Vec<Vec<DevicePartial>> = Vec::with_capacity(hy.mine.len());
         for (rr, ((q, k), v)) in hy.mine.iter_mut().zip(q.into_iter().zip(k).zip(v)) {
-            let p = &rr.plan;
-            let inner_data = RankData {
-                q: tensors(q, |gj| p.piece_dims(g, gj)),
-                k: tensors(k, |gj| p.kv_piece_dims(g, gj)),
-                v: tensors(v, |gj| p.kv_piece_dims(g, gj)),
-            };
-            let state = match rr.state.take() {
-                Some(s) => s,
-                None => RankState::new(gpu, p, g, self.dtype)?,
-            };
-            let mut inner = DistRank::with_state(gpu, &hy.ring, p, state)?;
-            let result = inner.forward_probe(Kind::Ring, &inner_data, probe);
-            rr.state = Some(inner.into_state());
-            parts.push(result?);
+            let inner_data = group_data(&rr.plan, g, [q, k, v]);
+            parts.push(with_inner(gpu, &hy.ring, rr, g, self.dtype, |inner| {
+                inner.forward_probe(Kind::Ring, &inner_data, probe)
+            })?);
         }
         let mut dst = output_targets(gpu, plan, me)?;
         let outputs = [
@@ -374,41 +407,21 @@ impl DistRank<'_> {
         let (gpu, plan, me, h) = (self.gpu, self.plan, self.rank(), &self.helpers);
         let (g, _) = hy.split.place(me);
         let comm = Some(&*hy.group);
-        let inputs = [
-            (Side::Q, data.q.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.k.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.v.iter().map(|t| &t.data).collect()),
-            (Side::Q, dout.iter().map(|t| &t.data).collect()),
-        ];
+        let inputs = backward_inputs(data, dout);
         let moved = to_groups(gpu, h, comm, plan, &hy.split, &hy.lists, me, &inputs)?;
         let [q, k, v, gr]: [Groups<u16>; 4] = moved.try_into().expect("four inputs");
-        let fwd = [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())];
+        let fwd = out_and_lse(out);
         let moved = to_groups(gpu, h, comm, plan, &hy.split, &hy.lists, me, &fwd)?;
         let [o, lse]: [Groups<f32>; 2] = moved.try_into().expect("two inputs");
         let mut grads: Vec<RankGrads> = Vec::with_capacity(hy.mine.len());
         let inputs = q.into_iter().zip(k).zip(v).zip(gr).zip(o.into_iter().zip(lse));
         for (rr, ((((q, k), v), gr), (o, lse))) in hy.mine.iter_mut().zip(inputs) {
-            let p = &rr.plan;
-            let inner_data = RankData {
-                q: tensors(q, |gj| p.piece_dims(g, gj)),
-                k: tensors(k, |gj| p.kv_piece_dims(g, gj)),
-                v: tensors(v, |gj| p.kv_piece_dims(g, gj)),
-            };
-            let inner_dout = tensors(gr, |gj| p.piece_dims(g, gj));
-            let inner_out: Vec<DevicePartial> = o
-                .into_iter()
-                .zip(lse)
-                .enumerate()
-                .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: p.piece_dims(g, gj) })
-                .collect();
-            let state = match rr.state.take() {
-                Some(s) => s,
-                None => RankState::new(gpu, p, g, self.dtype)?,
-            };
-            let mut inner = DistRank::with_state(gpu, &hy.ring, p, state)?;
-            let result = inner.backward(Kind::Ring, &inner_data, &inner_out, &inner_dout);
-            rr.state = Some(inner.into_state());
-            grads.push(result?);
+            let inner_data = group_data(&rr.plan, g, [q, k, v]);
+            let inner_dout = group_queries(&rr.plan, g, gr);
+            let inner_out = group_partials(&rr.plan, g, o, lse);
+            grads.push(with_inner(gpu, &hy.ring, rr, g, self.dtype, |inner| {
+                inner.backward(Kind::Ring, &inner_data, &inner_out, &inner_dout)
+            })?);
         }
         let mut dst = grad_targets(gpu, plan, me)?;
         let outputs = [

@@ -118,6 +118,30 @@ impl Ulysses {
 /// A received message: (input or output index, rank, run, piece) and its buffer's key.
 pub(crate) type Key4 = (usize, usize, usize, usize);
 
+/// The device buffers of tensors.
+fn buffers(t: &[DeviceTensor]) -> Vec<&CudaSlice<u16>> {
+    t.iter().map(|t| &t.data).collect()
+}
+
+/// A head-parallel exchange's inputs for the forward: Q, K, V pieces with their sides.
+pub(crate) fn forward_inputs(data: &RankData) -> [(Side, Vec<&CudaSlice<u16>>); 3] {
+    [(Side::Q, buffers(&data.q)), (Side::Kv, buffers(&data.k)), (Side::Kv, buffers(&data.v))]
+}
+
+/// The backward's 16-bit inputs: Q, K, V and dOut pieces with their sides.
+pub(crate) fn backward_inputs<'a>(
+    data: &'a RankData,
+    dout: &'a [DeviceTensor],
+) -> [(Side, Vec<&'a CudaSlice<u16>>); 4] {
+    let [q, k, v] = forward_inputs(data);
+    [q, k, v, (Side::Q, buffers(dout))]
+}
+
+/// Output and LSE pieces (a forward's results, or the backward's saved inputs) with their sides.
+pub(crate) fn out_and_lse(out: &[DevicePartial]) -> [(Side, Vec<&CudaSlice<f32>>); 2] {
+    [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())]
+}
+
 /// Elements of one row of `side` (`d`-vectors, or single LSE entries).
 pub(crate) fn width(side: Side, d: usize) -> usize {
     match side {
@@ -340,11 +364,7 @@ impl DistRank<'_> {
             let side = outputs[x].0;
             let idx = u.tok[&(r, ri, pi)].of(side);
             let target = &mut dst[x][pi];
-            if add {
-                h.scatter_add(gpu, target, buf, idx, width(side, d))?;
-            } else {
-                h.scatter_to(gpu, buf, target, idx, width(side, d))?;
-            }
+            h.place(gpu, target, buf, idx, width(side, d), add)?;
         }
         Ok(())
     }
@@ -360,17 +380,12 @@ impl DistRank<'_> {
     fn ulysses_forward_with(&self, u: &mut Ulysses, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
         let (gpu, plan, me) = (self.gpu, self.plan, self.rank());
         let (move_rows, compute) = (probe != Probe::ComputeOnly, probe != Probe::CommOnly);
-        let inputs = [
-            (Side::Q, data.q.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.k.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.v.iter().map(|t| &t.data).collect()),
-        ];
+        let inputs = forward_inputs(data);
         let [q, k, v]: [Vec<CudaSlice<u16>>; 3] =
             self.to_heads(u, &inputs, move_rows)?.try_into().expect("three inputs");
         let parts = runs_forward(gpu, u, [q, k, v], compute)?;
         let mut dst = output_targets(gpu, plan, me)?;
-        let outputs =
-            [(Side::Q, parts.iter().map(|x| &x.out).collect()), (Side::Lse, parts.iter().map(|x| &x.lse).collect())];
+        let outputs = out_and_lse(&parts);
         self.to_tokens(u, &outputs, &mut dst, false, move_rows)?;
         Ok(partials(plan, me, dst))
     }
@@ -396,14 +411,9 @@ impl DistRank<'_> {
         dout: &[DeviceTensor],
     ) -> DistResult<RankGrads> {
         let (gpu, plan, me) = (self.gpu, self.plan, self.rank());
-        let inputs = [
-            (Side::Q, data.q.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.k.iter().map(|t| &t.data).collect()),
-            (Side::Kv, data.v.iter().map(|t| &t.data).collect()),
-            (Side::Q, dout.iter().map(|t| &t.data).collect()),
-        ];
+        let inputs = backward_inputs(data, dout);
         let [q, k, v, g]: [Vec<CudaSlice<u16>>; 4] = self.to_heads(u, &inputs, true)?.try_into().expect("four inputs");
-        let fwd = [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())];
+        let fwd = out_and_lse(out);
         let [o, lse]: [Vec<CudaSlice<f32>>; 2] = self.to_heads(u, &fwd, true)?.try_into().expect("two inputs");
         let grads = runs_backward(gpu, u, [q, k, v, g], [o, lse])?;
         let mut dst = grad_targets(gpu, plan, me)?;

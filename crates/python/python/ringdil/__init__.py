@@ -27,40 +27,38 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     """Attention of PyTorch CUDA tensors ``q``, ``k``, ``v`` (``[batch, seq, heads, head_dim]``,
     bfloat16 or float16) on ringdil's GPU kernels, differentiable; the arguments of
     :func:`ringdil.reference.attention`. Full documentation: ``ringdil._torch.attention``."""
-    try:
-        from ._torch import attention as on_gpu
-    except ModuleNotFoundError as e:
-        if e.name != "torch":
-            raise
-        raise ImportError(
-            "ringdil.attention needs PyTorch (it runs on CUDA tensors); ringdil.reference computes on "
-            "NumPy arrays without it"
-        ) from e
-
-    return on_gpu(q, k, v, pattern=pattern, causal=causal, scale=scale, key_lengths=key_lengths,
-                  documents=documents, return_lse=return_lse)
+    return _needs_torch("_torch", "ringdil.attention").attention(q, k, v, **_keywords(locals()))
 
 
-def _needs_torch(what):
-    """Import ``ringdil.<what>``'s PyTorch half, or say why it cannot run."""
+def _keywords(arguments):
+    """The keyword arguments of a wrapper below, to forward by name: every keyword of its
+    signature reaches the PyTorch half, so the two signatures cannot drift apart unnoticed (a
+    test compares them)."""
+    return {name: value for name, value in arguments.items() if name not in ("q", "k", "v", "q_local", "k_local", "v_local")}
+
+
+def _needs_torch(module, caller):
+    """Import ``ringdil.<module>``, the PyTorch half of ``caller``, or say why it cannot run."""
     import importlib
 
     try:
-        return importlib.import_module(f"ringdil.{what}")
+        return importlib.import_module(f"ringdil.{module}")
     except ModuleNotFoundError as e:
         if e.name not in ("torch", "torch.distributed"):
             raise
-        raise ImportError("this part of ringdil runs on PyTorch CUDA tensors and needs PyTorch") from e
+        raise ImportError(
+            f"{caller} needs PyTorch (it runs on CUDA tensors); ringdil.reference computes on NumPy arrays without it"
+        ) from e
 
 
 def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, causal=False, scale=None,
-                   documents=None, schedule="ring", seq_len=None, group=None, return_lse=False):
+                   documents=None, schedule="ring", hybrid_degree=None, seq_len=None, group=None,
+                   return_lse=False):
     """This rank's rows of attention over the whole sequence, by ringdil's NCCL ring over the
     ranks of a ``torch.distributed`` group (``torchrun``), differentiable. Full
     documentation: ``ringdil._ring_torch.ring_attention``."""
-    return _needs_torch("_ring_torch").ring_attention(
-        q_local, k_local, v_local, layout=layout, pattern=pattern, causal=causal, scale=scale, documents=documents,
-        schedule=schedule, seq_len=seq_len, group=group, return_lse=return_lse)
+    return _needs_torch("_ring_torch", "ringdil.ring_attention").ring_attention(
+        q_local, k_local, v_local, **_keywords(locals()))
 
 
 try:

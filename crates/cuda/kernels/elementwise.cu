@@ -1,6 +1,6 @@
 // Elementwise kernels in grid-stride loops (a thread per element, or DELTA_LANES per row): the
 // online-softmax merge of two partials, the merge identity, the backward's per-row
-// delta and lse2, and the conversion of f32 results to 16 bits.
+// delta and lse2, the conversion of f32 results to 16 bits, and the scaling of an f32 buffer.
 
 // The online-softmax merge of two partials (reference: Partial::merge). Writes a new
 // result; never touches its inputs. One thread per output element.
@@ -112,4 +112,11 @@ extern "C" __global__ void bwd_delta_half(const u16* dout, const u16* out, const
 extern "C" __global__ void to_half(const float* x, u32* y, size_t pairs) {
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < pairs; e += (size_t)gridDim.x * blockDim.x)
         y[e] = pack2(x[2 * e], x[2 * e + 1]);
+}
+
+// x <- s * x over an f32 buffer: a pattern's output scale applied to a finished output, to
+// the backward's delta (1 / s) and to its gradients (s) (crate::output_scale).
+extern "C" __global__ void scale_f32(float* x, float s, size_t n) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        x[e] *= s;
 }

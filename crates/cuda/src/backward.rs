@@ -25,9 +25,12 @@ pub(crate) enum KvDest<'a> {
 
 /// Whether dK, dV rows are added into rather than written by one block: with `add`, when
 /// several launches reach them (dilated branches, compact launches), or when a K/V head's
-/// query heads (grouped-query attention) add their contributions from different blocks.
+/// query heads (grouped-query attention) add their contributions from different blocks;
+/// and f32 sums where a pattern's output scale multiplies them afterwards
+/// ([`crate::output_scale`]).
 pub(crate) fn kv_accumulates(prep: &Prepared, add: bool) -> bool {
     add || prep.shape.kv_group() > 1
+        || prep.scales_output()
         || prep.launches.len() > 1
         || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }))
 }
@@ -128,6 +131,9 @@ impl Gpu {
                 return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![got] });
             }
         }
+        if add {
+            prep.refuse_scaled("adding the gradients of a pattern that scales its output (the head-group combine) into running sums")?;
+        }
         let accumulate = kv_accumulates(prep, add);
         let half = matches!(kv, KvDest::Half(..));
         if half && accumulate {
@@ -155,20 +161,43 @@ impl Gpu {
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len() * DELTA_LANES)) }?;
         }
-        let (dk, dv) = match kv {
+        self.unscale_delta(prep)?;
+        if !add {
+            st.memset_zeros(&mut *dq)?;
+        }
+        match kv {
             KvDest::F32(dk, dv) => {
                 if !add && accumulate {
                     st.memset_zeros(&mut *dk)?;
                     st.memset_zeros(&mut *dv)?;
                 }
-                (dk.device_ptr_mut(st), dv.device_ptr_mut(st))
+                {
+                    // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
+                    let ((dkp, _i), (dvp, _j)) = (dk.device_ptr_mut(st), dv.device_ptr_mut(st));
+                    self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, false)?;
+                }
+                self.scale_grads(prep, [dq, dk, dv])
             }
-            KvDest::Half(dk, dv) => (dk.data.device_ptr_mut(st), dv.data.device_ptr_mut(st)),
-        };
-        let ((dkp, _i), (dvp, _j)) = (dk, dv);
-        if !add {
-            st.memset_zeros(&mut *dq)?;
+            KvDest::Half(dk, dv) => {
+                let ((dkp, _i), (dvp, _j)) = (dk.data.device_ptr_mut(st), dv.data.device_ptr_mut(st));
+                self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, true)
+            }
         }
+    }
+
+    /// The backward's attention launches, one per launch of `prep`, writing or adding
+    /// (`accumulate`) dQ into `dq` and dK, dV at `dk_dv` (f32, or 16-bit with `half`).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_launches(
+        &self,
+        prep: &Prepared,
+        [q, k, v, dout]: [&DeviceTensor; 4],
+        dq: &mut CudaSlice<f32>,
+        [dkp, dvp]: [cudarc::driver::sys::CUdeviceptr; 2],
+        accumulate: bool,
+        half: bool,
+    ) -> Result<()> {
+        let st = &self.stream;
         for (l, plan) in &prep.launches {
             let (qp, _a) = q.data.device_ptr(st);
             let (kp, _b) = k.data.device_ptr(st);

@@ -78,7 +78,8 @@ impl Gpu {
 
     /// The forward output in the inputs' 16-bit type (`out`, shaped like q) and the f32
     /// LSE (`[batch, heads, rows]`): rounded by the epilogue when one launch writes every
-    /// row, else computed in f32 and rounded by one pass (module docs).
+    /// row (and no output scale follows), else computed in f32 and rounded by one pass
+    /// (module docs).
     pub fn forward_half_into(
         &self,
         prep: &mut Prepared,
@@ -91,7 +92,7 @@ impl Gpu {
         self.check_inputs(prep, q, k, v)?;
         check_half(&prep.shape, out, lse)?;
         match prep.launches.as_slice() {
-            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
+            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) && !prep.scales_output() => {
                 self.forward_launch(prep, only, q, k, v, Dest::Half(out, lse), false)
             }
             _ => {

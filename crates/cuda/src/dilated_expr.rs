@@ -18,24 +18,57 @@
 //! a dilation per segment, an extra branch mask, a union of several branches) runs
 //! through mask tables instead ([`crate::GpuPattern::dilated_expr`] chooses). A mask
 //! expression that is literally one LongNet branch (`ExprPattern::as_dilated`) runs as
-//! that branch too ([`compact_form`]).
+//! that branch too ([`compact_branches`]).
+//!
+//! The head-group combine of the PyTorch ports (`docs/semantics.md` section 7.6: head `h`
+//! sees only the branch of its group) runs the same way: one compact launch per branch,
+//! whose table gives a head of the branch's group its offset and every other head the
+//! offset `w`. No residue equals `w` (`r <= w`), so the compact row of such a head,
+//! `s w + w + t r`, is past its segment's end: a hole (`row_of` in
+//! `kernels/index_map.cuh`), and the launch reads and writes no row of that head. Each
+//! query row is so written by its group's launch alone, and its output then scaled by
+//! `1/G` (`GpuSpec::output_scale`). The absent heads' tiles are still visited (all holes):
+//! `G` launches over every head, where a launch over the group's heads alone would visit
+//! `1/G` of them.
 
 use crate::error::{CudaError, Result};
 use crate::spec::GpuPattern;
-use ringdil_reference::pattern::expr::{CompactBranch, ExprDilated};
-use std::borrow::Cow;
+use ringdil_reference::pattern::expr::CompactBranch;
+use ringdil_reference::pattern::{Combine, Dilated};
 
-/// The branches `pattern` runs as compact launches with offset tables: a compact
-/// `dilated_expr` pattern's, or the one branch a mask expression literally is.
-pub fn compact_form(pattern: &GpuPattern) -> Option<Cow<'_, ExprDilated>> {
+/// Every branch of `pattern` as a segment, a dilation and an offset per (global) head and
+/// segment, for `heads` pattern heads over `seq_len` positions: a built-in dilated
+/// pattern's (a branch's offset is the same in every segment; under the head-group
+/// combine a head outside the branch's group is absent: module docs), a compact
+/// `dilated_expr` pattern's, or the one branch a mask expression literally is. None for
+/// the other patterns and a `dilated_expr` pattern without a compact form.
+pub fn compact_branches(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Option<Vec<CompactBranch>> {
     match pattern {
-        GpuPattern::DilatedExpr(e) => Some(Cow::Borrowed(e)),
-        GpuPattern::Expr(e) => e.as_dilated().map(Cow::Owned),
+        GpuPattern::Dilated(d) => Some(builtin_branches(d, heads, seq_len)),
+        GpuPattern::DilatedExpr(e) => e.compact_branches(heads, seq_len),
+        GpuPattern::Expr(e) => e.as_dilated()?.compact_branches(heads, seq_len),
         _ => None,
     }
 }
 
-/// Every branch's compact form for one shape and its offset table in the call's buffer.
+fn builtin_branches(d: &Dilated, heads: usize, seq_len: usize) -> Vec<CompactBranch> {
+    d.branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            // A head the branch does not serve gets the offset `w` (the segment as the
+            // launch clamps it to the sequence): module docs.
+            let absent = b.segment.min(seq_len.max(1));
+            let segments = seq_len.div_ceil(b.segment);
+            let served = |h: usize| d.combine == Combine::SoftmaxDenominator || d.head_group(h, heads) == i;
+            let offset = |h: usize| if served(h) { d.offset(b, h, heads) } else { absent };
+            let offsets = (0..heads).flat_map(|h| std::iter::repeat_n(offset(h), segments)).collect();
+            CompactBranch { segment: b.segment, dilation: b.dilation, segments, offsets }
+        })
+        .collect()
+}
+
+/// Every table branch's compact form for one shape and its offset table in the call's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetTables {
     pub branches: Vec<CompactBranch>,
@@ -44,13 +77,25 @@ pub struct OffsetTables {
     pub bytes: Vec<u8>,
 }
 
-/// The offset tables of `pattern` for `heads` pattern heads over `seq_len` positions.
-/// Errors: a pattern with no compact form (the caller should have used mask tables), or
-/// an offset table past 2 GiB (`TooLarge`, naming it).
-pub fn offset_tables(pattern: &ExprDilated, heads: usize, seq_len: usize) -> Result<OffsetTables> {
-    let branches = pattern.compact_branches(heads, seq_len).ok_or(CudaError::Unsupported {
-        what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
-    })?;
+/// The offset tables of the branches `pattern` runs as compact launches reading them
+/// (`OffsetRule::Table`) for `heads` pattern heads over `seq_len` positions: a
+/// `dilated_expr` pattern's, the branch a mask expression literally is, and the head-group
+/// combine's branches (their absent heads are not a rule of the head). None for the
+/// patterns that run otherwise (softmax-combined built-in branches compute their offsets
+/// from the head; other masks are not compact). Errors: a `dilated_expr` pattern with no
+/// compact form (the caller should have used mask tables), or tables past 2 GiB
+/// (`TooLarge`, naming them).
+pub fn offset_tables(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Result<Option<OffsetTables>> {
+    let branches = match pattern {
+        GpuPattern::Dilated(d) if d.combine == Combine::SoftmaxDenominator => return Ok(None),
+        GpuPattern::Expr(e) if e.as_dilated().is_none() => return Ok(None),
+        GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
+            compact_branches(pattern, heads, seq_len).ok_or(CudaError::Unsupported {
+                what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
+            })?
+        }
+        _ => return Ok(None),
+    };
     let (mut starts, mut bytes) = (Vec::with_capacity(branches.len()), Vec::new());
     for b in &branches {
         starts.push(bytes.len());
@@ -59,18 +104,18 @@ pub fn offset_tables(pattern: &ExprDilated, heads: usize, seq_len: usize) -> Res
     }
     if bytes.len() > i32::MAX as usize {
         return Err(CudaError::TooLarge {
-            what: "dilated_expr offset tables (bytes)",
+            what: "dilated offset tables (bytes)",
             value: bytes.len(),
             max: i32::MAX as usize,
         });
     }
-    Ok(OffsetTables { branches, starts, bytes })
+    Ok(Some(OffsetTables { branches, starts, bytes }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine};
+    use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated};
 
     #[test]
     fn tables_hold_each_offset_as_an_i32_at_8_byte_starts() {
@@ -81,7 +126,7 @@ mod tests {
         ];
         let p = ExprDilated { branches, combine: ExprCombine::SoftmaxDenominator };
         let (heads, n) = (3, 10);
-        let t = offset_tables(&p, heads, n).unwrap();
+        let t = offset_tables(&GpuPattern::DilatedExpr(p), heads, n).unwrap().unwrap();
         // Branch 0: 3 segments per head, 9 ints (36 bytes) padded to 40; branch 1: 2 per head.
         assert_eq!(t.starts, vec![0, 40]);
         assert_eq!(t.bytes.len(), 40 + 24);
@@ -98,6 +143,6 @@ mod tests {
             branches: vec![ExprBranch::new("4", "2", "0", Some("k <= q"), &c).unwrap()],
             combine: ExprCombine::SoftmaxDenominator,
         };
-        assert!(matches!(offset_tables(&masked, 2, 8), Err(CudaError::Unsupported { .. })));
+        assert!(matches!(offset_tables(&GpuPattern::DilatedExpr(masked), 2, 8), Err(CudaError::Unsupported { .. })));
     }
 }

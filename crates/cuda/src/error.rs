@@ -18,6 +18,9 @@ pub enum CudaError {
     KvHeads { heads: usize, kv_heads: usize },
     /// Two tensors disagree on a shape.
     ShapeMismatch { what: &'static str, expected: Vec<usize>, got: Vec<usize> },
+    /// A pattern whose heads' outputs are scaled by different factors
+    /// (`Pattern::output_scale`): the GPU applies one factor to a whole result.
+    OutputScales { first: f64, head: usize, other: f64 },
     /// A chunk (ring step) that does not fit in the global sequence.
     ChunkOutOfRange { side: &'static str, offset: usize, rows: usize, stride: usize, seq_len: usize },
     /// A head slice `first..first + heads` that is not inside the pattern's `all_heads`.
@@ -56,6 +59,10 @@ impl fmt::Display for CudaError {
             CudaError::KvHeads { heads, kv_heads } => write!(
                 f,
                 "kv_heads = {kv_heads} does not divide heads = {heads}: grouped-query attention needs whole groups of query heads per K/V head"
+            ),
+            CudaError::OutputScales { first, head, other } => write!(
+                f,
+                "the pattern scales head 0's output by {first} and head {head}'s by {other}: the GPU applies one output scale to every head"
             ),
             CudaError::ShapeMismatch { what, expected, got } => {
                 write!(f, "{what}: expected shape {expected:?}, got {got:?}")

@@ -25,7 +25,8 @@ impl Gpu {
     /// device), written to `out`. One dense/masked launch writes every row. A compacted or
     /// multi-launch (dilated) call first fills `out` with the merge identity, then each
     /// branch's launch merges its result into it in the kernel's epilogue (the
-    /// online-softmax merge, fused: no scratch partials, no separate merge pass).
+    /// online-softmax merge, fused: no scratch partials, no separate merge pass). A
+    /// pattern's output scale is applied last ([`crate::output_scale`]).
     pub fn forward_into(
         &self,
         prep: &mut Prepared,
@@ -38,13 +39,14 @@ impl Gpu {
         self.check_partial("out", prep, out)?;
         match prep.launches.as_slice() {
             [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
-                self.forward_launch(prep, only, q, k, v, Dest::Partial(out), false)
+                self.forward_launch(prep, only, q, k, v, Dest::Partial(out), false)?
             }
             launches => {
                 self.fill_empty(prep, out)?;
-                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(out), true))
+                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(out), true))?
             }
         }
+        self.finish_output(prep, &mut out.out)
     }
 
     /// Merge the attention of `q` over `k`, `v` into the partial `acc` in place:
@@ -64,6 +66,7 @@ impl Gpu {
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("accumulator", prep, acc)?;
+        prep.refuse_scaled("merging a pattern that scales its output (the head-group combine) into a running result")?;
         prep.launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(acc), true))
     }
 

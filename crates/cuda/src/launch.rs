@@ -239,9 +239,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     };
     let table_offsets = mask_table::offsets(&tables);
     // Offset tables of the branches that run as compact launches reading them.
-    let offset_tables = dilated_expr::compact_form(&spec.pattern)
-        .map(|e| dilated_expr::offset_tables(&e, chunk.pattern_heads(shape.heads), chunk.seq_len))
-        .transpose()?;
+    let offset_tables = dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?;
     let heads = chunk.first_head..chunk.first_head + shape.heads;
     // A launch of `params` over `map`: a dilated branch's (`branch`), or a table part's
     // (`part`: its table); `at`: where its table (mask or offsets) starts in the buffer.
@@ -323,6 +321,22 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             build(params, Some(&branch), None, at, identity)
         }
     };
+    // Branches reading offset tables: one compact launch each.
+    if let Some(t) = &offset_tables {
+        return t
+            .branches
+            .iter()
+            .zip(&t.starts)
+            .map(|(b, &at)| {
+                let params = Params {
+                    dil_rule: OffsetRule::Table as i32,
+                    dil_segments: fits_i32("dilated segments", b.segments)?,
+                    ..base
+                };
+                dilated((b.segment, b.dilation), params, at)
+            })
+            .collect();
+    }
     match &spec.pattern {
         GpuPattern::Dense => Ok(vec![build(base, None, None, 0, identity)?]),
         GpuPattern::Window { left, right } => Ok(vec![build(
@@ -344,7 +358,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             };
             Ok(vec![build(params, None, None, 0, identity)?])
         }
-        GpuPattern::Expr(_) if offset_tables.is_none() => {
+        GpuPattern::Expr(_) => {
             Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, 0, identity)?])
         }
         // One launch per part; several merge as a dilated pattern's branches do.
@@ -372,21 +386,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 dilated((b.segment, b.dilation), Params { dil_rule: rule as i32, dil_fixed: fixed, ..base }, 0)
             })
             .collect(),
-        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
-            let t = offset_tables.as_ref().expect("made above for these patterns");
-            t.branches
-                .iter()
-                .zip(&t.starts)
-                .map(|(b, &at)| {
-                    let params = Params {
-                        dil_rule: OffsetRule::Table as i32,
-                        dil_segments: fits_i32("dilated_expr segments", b.segments)?,
-                        ..base
-                    };
-                    dilated((b.segment, b.dilation), params, at)
-                })
-                .collect()
-        }
+        // Every other pattern has offset tables (made above) or was refused there.
+        GpuPattern::DilatedExpr(_) => Err(CudaError::Unsupported {
+            what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
+        }),
     }
 }
 
@@ -398,10 +401,9 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             let n = m.len();
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
-        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => match dilated_expr::compact_form(&spec.pattern) {
-            Some(e) => Some(dilated_expr::offset_tables(&e, chunk.pattern_heads(shape.heads), chunk.seq_len)?.bytes),
-            None => None,
-        },
+        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) | GpuPattern::Dilated(_) => {
+            dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?.map(|t| t.bytes)
+        }
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
         }

@@ -140,6 +140,56 @@ fn dilated_expr_branches_are_compact_launches_reading_offset_tables() {
     assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));
 }
 
+/// The head-group combine runs one compact launch per branch reading an offset table; the
+/// keys the kernels' compact rule gives each (head, query) over all launches (`row_of`,
+/// transcribed here: the kept rows of segment `s` are `s w + o + t r` inside the segment, so
+/// an offset of `w` keeps none) are exactly the reference's, and the output scale is `1/G`.
+#[test]
+fn head_group_branches_are_compact_launches_whose_keys_are_the_references() {
+    use ringdil_reference::pattern::{Offset, Pattern};
+    let mut d = Dilated::head_groups(&[(16, 1), (32, 2), (64, 4), (2000, 8)]);
+    d.branches[1].offset = Offset::HeadMod;
+    let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(true);
+    let (heads, n) = (7, 300);
+    let shape = Shape::square(2, n, heads, 64);
+    let chunk = Chunk::whole(&shape);
+    let l = launches(&shape, &spec, &chunk).unwrap();
+    assert_eq!(l.len(), 4);
+    let bytes = block_mask_bytes(&spec, &shape, &chunk).unwrap().unwrap();
+    let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let mut ours = vec![vec![Vec::new(); n]; heads];
+    for (l, b) in l.iter().zip(&d.branches) {
+        let p = l.params;
+        assert_eq!((p.compact, p.dil_rule), (1, OffsetRule::Table as i32));
+        let (w, r, segments) = (p.dil_segment as usize, p.dil_rate as usize, p.dil_segments as usize);
+        assert_eq!((w, r, segments), (b.segment.min(n), b.dilation, n.div_ceil(b.segment)));
+        for (h, keys) in ours.iter_mut().enumerate() {
+            for (q, keys) in keys.iter_mut().enumerate() {
+                let s = q / w;
+                let o = int(l.table_offset + 4 * (h * segments + s));
+                // Launch row q is compact position s w + o + t r (`row_of`): none past o.
+                if q >= s * w + o && (q - s * w - o) % r == 0 {
+                    keys.extend((s * w + o..(s * w + w).min(n)).step_by(r));
+                }
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    for (h, keys) in ours.iter_mut().enumerate() {
+        for (q, keys) in keys.iter_mut().enumerate() {
+            runs.clear();
+            d.key_runs(q, h, heads, n, &mut runs);
+            let mut want: Vec<usize> = runs.iter().flat_map(|r| (r.start..r.end).step_by(r.step)).collect();
+            want.sort_unstable();
+            keys.sort_unstable();
+            assert_eq!(*keys, want, "head {h}, query {q}");
+        }
+    }
+    // Every head is served by exactly one branch (7 heads in groups of 2, 2, 2, 1).
+    assert!(ours.iter().all(|k| k.iter().any(|k| !k.is_empty())));
+    assert_eq!(spec.output_scale(heads).unwrap(), 0.25);
+}
+
 #[test]
 fn a_mask_that_is_one_longnet_branch_runs_as_its_compact_launch() {
     use ringdil_reference::pattern::ExprPattern;
@@ -246,8 +296,9 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
     );
     let d = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(16, 32)])));
     assert!(err(&shape, &d, &whole).contains("dilation_rate 32 exceeds segment_length 16"));
-    let hg = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(16, 1), (32, 2)])));
-    assert!(err(&shape, &hg, &whole).contains("head-group combine"));
+    let hg = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(16, 1), (32, 2), (64, 4), (8, 8)])));
+    let three = Shape::square(1, 100, 3, 64);
+    assert!(err(&three, &hg, &Chunk::whole(&three)).contains("3 heads cannot be split into 4"));
     assert!(err(&shape, &dense().key_lengths(vec![101]), &whole).contains("length 101 > seq 100"));
     let bad_scale = GpuSpec { scale: Some(-1.0), ..dense() };
     assert!(err(&shape, &bad_scale, &whole).contains("scale -1"));

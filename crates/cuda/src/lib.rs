@@ -49,6 +49,7 @@ pub mod gpu;
 pub mod kernel_source;
 pub mod launch;
 pub mod mask_table;
+pub mod output_scale;
 pub mod params;
 pub mod plan;
 pub mod pool;

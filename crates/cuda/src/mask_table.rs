@@ -23,9 +23,10 @@
 //! A table holds each pair once. A pattern whose keys may count twice (the
 //! softmax-denominator overlap of dilated branches) runs as parts whose counts add up to
 //! its own ([`TablePattern::parts`]): one table and one launch each, merged into the
-//! output as a `dilated` pattern's branches are. What a table cannot hold is refused
-//! with an error naming it: a key counted twice within one part, and a pattern that
-//! scales a head's output (the head-group combine).
+//! output as a `dilated` pattern's branches are. A key counted twice within one part is
+//! refused with an error naming it. A pattern's output scale (`Pattern::output_scale`) is
+//! not in the table: the call applies it to the finished output, as for every pattern
+//! (`GpuSpec::output_scale`).
 
 use crate::error::{CudaError, Result};
 use ringdil_reference::pattern::{KeyRun, Pattern};
@@ -129,11 +130,6 @@ impl MaskTable {
     /// refused).
     pub fn build(pattern: &dyn Pattern, heads: usize, seq_len: usize) -> Result<MaskTable> {
         pattern.validate(heads, seq_len)?;
-        if (0..heads).any(|h| pattern.output_scale(h, heads) != 1.0) {
-            return Err(CudaError::Unsupported {
-                what: "a pattern that scales a head's output (the head-group combine) as a GPU table",
-            });
-        }
         let tiles = seq_len.div_ceil(TABLE_TILE);
         let entry_bytes = (heads * tiles * tiles * 4).next_multiple_of(8);
         if entry_bytes > TABLE_MAX_BYTES {

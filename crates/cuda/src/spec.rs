@@ -10,7 +10,7 @@ use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
 use ringdil_pattern_file::{Builtin, FileError, PatternFile};
 use ringdil_reference::pattern::{
-    BlockSparse, Combine, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow,
+    BlockSparse, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow,
 };
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
@@ -163,13 +163,7 @@ impl GpuSpec {
     /// Reject what the reference rejects (naming the value), then what only the GPU cannot do.
     pub fn validate(&self, batch: usize, heads: usize, seq_len: usize) -> Result<()> {
         self.to_reference().validate(batch, heads, seq_len)?;
-        if let GpuPattern::Dilated(d) = &self.pattern
-            && d.combine == Combine::HeadGroups
-        {
-            return Err(CudaError::Unsupported {
-                what: "dilated head-group combine (use the softmax-denominator combine)",
-            });
-        }
+        self.output_scale(heads)?;
         // The kernels cut each query's key interval to its document: the document-relative
         // rule of a pattern is that cut only where the rule is a difference of positions.
         if self.documents.is_some() && !matches!(self.pattern, GpuPattern::Dense | GpuPattern::Window { .. }) {
@@ -179,6 +173,20 @@ impl GpuSpec {
             });
         }
         Ok(())
+    }
+
+    /// The factor `sigma` every head's finished output is multiplied by (the reference's
+    /// `Pattern::output_scale`, `docs/semantics.md` section 7.6): 1, or `1/G` for the
+    /// head-group combine of `G` branches. The GPU applies one factor to the whole result
+    /// (`out <- sigma O`; the backward takes `delta / sigma` and scales dQ, dK, dV by
+    /// `sigma`), so a pattern whose heads have different factors is refused, naming two.
+    pub fn output_scale(&self, heads: usize) -> Result<f64> {
+        let pattern = self.to_reference().pattern;
+        let first = pattern.output_scale(0, heads);
+        match (1..heads).map(|h| (h, pattern.output_scale(h, heads))).find(|&(_, s)| s != first) {
+            Some((head, other)) => Err(CudaError::OutputScales { first, head, other }),
+            None => Ok(first),
+        }
     }
 
     /// The softmax scale for `head_dim`.
@@ -213,5 +221,40 @@ mod tests {
         }
         let e = spec.clone().documents(Documents::per_row(vec![vec![0, 10]; 2])).batch_rows(0..1, 3, n).unwrap_err();
         assert!(matches!(e, CudaError::Spec(ringdil_reference::Error::DocumentRows { lists: 2, batch: 3 })), "{e}");
+    }
+
+    /// The output scale is the pattern's, one for every head: the head-group combine's
+    /// `1/G` (as a built-in or through a mask table), and a pattern whose heads differ is
+    /// a typed error naming the first head that differs; distributed plans refuse a scale.
+    #[test]
+    fn the_output_scale_is_one_factor_for_every_head() {
+        use ringdil_reference::pattern::{Dilated, KeyRun};
+        #[derive(Debug)]
+        struct HalfOfHeadTwo;
+        impl Pattern for HalfOfHeadTwo {
+            fn validate(&self, _: usize, _: usize) -> ringdil_reference::Result<()> {
+                Ok(())
+            }
+            fn key_runs(&self, q: usize, _: usize, _: usize, _: usize, out: &mut Vec<KeyRun>) {
+                out.push(KeyRun { start: q, end: q + 1, step: 1 });
+            }
+            fn output_scale(&self, head: usize, _: usize) -> f64 {
+                if head == 2 { 0.5 } else { 1.0 }
+            }
+        }
+        let groups = Dilated::head_groups(&[(16, 1), (32, 2), (64, 4)]);
+        for pattern in [GpuPattern::Dilated(groups.clone()), GpuPattern::table(Arc::new(groups))] {
+            assert_eq!(GpuSpec::new(pattern.clone()).output_scale(5).unwrap(), 1.0 / 3.0);
+            assert!(GpuSpec::new(pattern).validate(1, 5, 100).is_ok());
+        }
+        assert_eq!(GpuSpec::new(GpuPattern::Dense).output_scale(5).unwrap(), 1.0);
+        let uneven = GpuSpec::new(GpuPattern::table(Arc::new(HalfOfHeadTwo)));
+        assert_eq!(uneven.output_scale(2).unwrap(), 1.0);
+        let e = uneven.validate(1, 4, 100).unwrap_err();
+        assert!(matches!(e, CudaError::OutputScales { first: 1.0, head: 2, other: 0.5 }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the pattern scales head 0's output by 1 and head 2's by 0.5: the GPU applies one output scale to every head"
+        );
     }
 }

@@ -47,6 +47,9 @@ impl DeviceGrads {
 pub struct Prepared {
     pub(crate) shape: Shape,
     pub(crate) dtype: Dtype,
+    /// The factor of every head's finished output (`GpuSpec::output_scale`): 1, or `1/G`
+    /// for the head-group combine.
+    pub(crate) out_scale: f32,
     pub(crate) launches: Vec<(LaunchSpec, DevicePlan)>,
     pub(crate) key_len: Option<CudaSlice<i32>>,
     pub(crate) block_mask: Option<CudaSlice<u8>>,

@@ -4,8 +4,9 @@
 //! [`super::extreme`], the grouped-query cases of [`super::gqa`], the packed-sequence
 //! cases of [`super::packed`], the cases of head dims 96, 192, 256 of
 //! [`super::head_dims`], the mask expressions of [`super::expressions`], the mask tables
-//! of [`super::tables`] and the compact `dilated_expr` patterns of
-//! [`super::dilated_expr`] (225 cases in all: 64 + 21 + 24 + 24 + 42 + 16 + 16 + 18).
+//! of [`super::tables`], the compact `dilated_expr` patterns of [`super::dilated_expr`]
+//! and the head-group combine of [`super::head_groups`] (241 cases in all: 64 + 21 + 24 +
+//! 24 + 42 + 16 + 16 + 18 + 16).
 //! Lengths favour primes and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -113,6 +114,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::expressions::cases(&mut rng, quick));
     out.extend(super::tables::cases(&mut rng, quick));
     out.extend(super::dilated_expr::cases(&mut rng, quick));
+    out.extend(super::head_groups::cases(&mut rng, quick));
     out
 }
 
@@ -232,11 +234,12 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 225);
+        assert_eq!(c.len(), 241);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 18);
-        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 16);
+        // The table module's 16 and the head-group combine's 4 as tables.
+        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 20);
         // `dilated_expr` chose compact launches for every compact pattern (none fell back
-        // to a table: the 16 above are the table module's), in both lists.
+        // to a table: the 20 above are the table and head-group modules'), in both lists.
         let compact =
             |list: &[Case]| list.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::DilatedExpr(_))).count();
         assert_eq!((compact(&c), compact(&cases(7, true))), (16, 12));

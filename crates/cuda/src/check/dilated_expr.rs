@@ -171,13 +171,13 @@ mod tests {
             let c = cases(&mut SplitMix64::new(7), quick);
             assert_eq!(c.len(), count, "quick = {quick}");
             for x in &c {
-                let Some(p) = crate::dilated_expr::compact_form(&x.spec.pattern) else {
+                let Some(p) = crate::dilated_expr::compact_branches(&x.spec.pattern, x.heads, x.seq) else {
                     panic!("{}: not compact", x.name)
                 };
                 x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", x.name));
                 let shape = Shape::square(x.batch, x.seq, x.heads, x.head_dim).with_kv_heads(x.kv_heads);
                 let l = launches(&shape, &x.spec, &Chunk::whole(&shape)).unwrap();
-                assert_eq!(l.len(), p.branches.len(), "{}", x.name);
+                assert_eq!(l.len(), p.len(), "{}", x.name);
                 assert!(x.name.starts_with("dilated_expr"));
             }
             for kind in [Kind::Forward, Kind::Backward, Kind::RingStep] {

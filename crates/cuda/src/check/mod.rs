@@ -127,6 +127,7 @@ pub mod faults;
 pub mod gqa;
 mod half_results;
 pub mod head_dims;
+pub mod head_groups;
 pub mod inputs;
 pub mod kernels;
 pub mod packed;

@@ -29,7 +29,6 @@ use crate::gpu::Gpu;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use cudarc::nccl::{result, sys};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -98,7 +97,9 @@ pub struct Communicator {
     watched: Option<Watched>,
     /// Communicators split from this one and kept ([`Communicator::split_kept`]), by
     /// partition name.
-    kept: RefCell<HashMap<String, Rc<Communicator>>>,
+    /// In the order they were made, which every rank shares (a split is collective), so
+    /// that every rank destroys them in the same order (reversed) as well.
+    kept: RefCell<Vec<(String, Rc<Communicator>)>>,
 }
 
 /// The watch over a communicator: its registration, and (on the communicator that
@@ -223,11 +224,11 @@ impl Communicator {
     /// call (the hybrid's groups and rings) reuses it. Collective on the first call of a
     /// name, like `split`: every rank asks for the same names in the same order.
     pub fn split_kept(&self, gpu: &Gpu, partition: &str, color: usize, key: usize) -> DistResult<Rc<Communicator>> {
-        if let Some(c) = self.kept.borrow().get(partition) {
+        if let Some((_, c)) = self.kept.borrow().iter().find(|(name, _)| name == partition) {
             return Ok(c.clone());
         }
         let c = Rc::new(self.split(gpu, color, key)?);
-        self.kept.borrow_mut().insert(partition.to_string(), c.clone());
+        self.kept.borrow_mut().push((partition.to_string(), c.clone()));
         Ok(c)
     }
 
@@ -366,8 +367,13 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        // Kept splits go first (a caller's clone keeps its own alive).
-        self.kept.borrow_mut().clear();
+        // Kept splits go first (a caller's clone keeps its own alive), newest first: the
+        // same order on every rank. NCCL finalizes a communicator as it destroys it, which
+        // may wait for the communicator's other ranks; two ranks destroying two shared
+        // splits in opposite orders could then wait for each other for ever.
+        let mut kept = self.kept.borrow_mut();
+        while kept.pop().is_some() {}
+        drop(kept);
         // A tripped rank's stream may hold an aborted transfer: no waiting for it.
         if self.check().is_ok() {
             let _ = self.stream.synchronize();

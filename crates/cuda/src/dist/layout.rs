@@ -23,11 +23,11 @@
 //! left out wrongly.
 
 use super::error::{DistError, DistResult};
+use crate::error::CudaError;
 use crate::launch::launches;
 use crate::shape::{Chunk, Shape};
-use crate::spec::{GpuPattern, GpuSpec};
+use crate::spec::GpuSpec;
 use ringdil_reference::Documents;
-use ringdil_reference::pattern::expr::CompactBranch;
 use ringdil_reference::ring::ChunkPlan;
 use std::sync::OnceLock;
 
@@ -121,6 +121,13 @@ impl DistPlan {
         chunks.validate()?;
         let (n, p) = (chunks.seq_len, chunks.ranks());
         spec.validate(batch, all_heads, n)?;
+        if spec.output_scale(all_heads)? != 1.0 {
+            return Err(CudaError::Unsupported {
+                what: "a pattern that scales its output (the head-group combine) in a distributed schedule: it runs on \
+                       one GPU",
+            }
+            .into());
+        }
         if heads.is_empty() || heads.end > all_heads {
             return Err(DistError::BadHeads { heads, all: all_heads });
         }
@@ -229,18 +236,7 @@ impl DistPlan {
         let (n, piece, all, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.all_heads, self.kv_heads);
         // Each branch as a segment, a dilation and an offset per (global) head and segment
         // (a built-in branch's offset is the same in every segment).
-        let forms: Vec<CompactBranch> = match &self.spec.pattern {
-            GpuPattern::Dilated(d) => d
-                .branches
-                .iter()
-                .map(|b| {
-                    let segments = n.div_ceil(b.segment);
-                    let offsets = (0..all).flat_map(|h| std::iter::repeat_n(d.offset(b, h, all), segments));
-                    CompactBranch { segment: b.segment, dilation: b.dilation, segments, offsets: offsets.collect() }
-                })
-                .collect(),
-            pattern => crate::dilated_expr::compact_form(pattern)?.compact_branches(all, n)?,
-        };
+        let forms = crate::dilated_expr::compact_branches(&self.spec.pattern, all, n)?;
         let branches: Vec<_> = forms.iter().zip(live).filter(|(_, l)| **l).map(|(b, _)| b).collect();
         if branches.is_empty() || branches.iter().any(|b| b.dilation == 1) {
             return None;

@@ -1,6 +1,7 @@
 //! Unit tests of `layout.rs`: pieces, pairs and kept rows of small plans.
 
 use super::*;
+use crate::spec::GpuPattern;
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::ring::Layout;
 
@@ -118,6 +119,15 @@ fn too_many_pieces_is_a_typed_error_naming_the_rank() {
     let chunks = ChunkPlan::new(64, 2, &Layout::Permuted { order, boundaries: None }).unwrap();
     let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense), 1, 1, 64).unwrap_err();
     assert!(matches!(e, DistError::TooManyPieces { rank: 0, pieces: 32, max: MAX_PIECES }), "{e}");
+}
+
+/// The head-group combine scales its output (1/G), which a distributed schedule cannot
+/// apply to results it adds into: refused by name (it runs on one GPU).
+#[test]
+fn a_pattern_that_scales_its_output_is_refused() {
+    let groups = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(8, 1), (16, 2)])));
+    let e = plan(64, 2, Layout::Zigzag, groups).unwrap_err().to_string();
+    assert!(e.contains("scales its output (the head-group combine) in a distributed schedule"), "{e}");
 }
 
 #[test]

@@ -17,7 +17,8 @@
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
 //! packed sequences ([`packed`]), the other head dims ([`head_dims`]), the dense rows
 //! with 16-bit results ([`half`]), mask expressions against the built-ins they equal
-//! ([`expressions`]) and a `dilated_expr` rule in compact launches ([`dilated_expr`]).
+//! ([`expressions`]), a `dilated_expr` rule in compact launches ([`dilated_expr`]) and
+//! the head-group combine ([`head_groups`]).
 //! TFLOP/s counts `4 * b * h * n^2 * d` for the
 //! forward (halved when causal) and 3.5 times that for forward + backward (the
 //! flash-attention convention: the backward does 2.5 forwards' worth of matmuls).
@@ -36,6 +37,7 @@ mod expressions;
 mod gqa;
 mod half;
 mod head_dims;
+mod head_groups;
 mod packed;
 
 const TOKENS: usize = 16384;
@@ -278,10 +280,11 @@ fn main() {
     let half_rows = half::rows(&gpu, &host, &torch, &mut md);
     let expression_rows = expressions::rows(&gpu, &host, &flex, &mut md);
     let dilated_expr_rows = dilated_expr::rows(&gpu, &host, &flex, &mut md);
+    let head_group_rows = head_groups::rows(&gpu, &host, &mut md);
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
         "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
-        "expressions": expression_rows, "dilated_expr": dilated_expr_rows,
+        "expressions": expression_rows, "dilated_expr": dilated_expr_rows, "head_groups": head_group_rows,
         "flex": flex});
     if let Some(p) = args.value("--json") {
         std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");

@@ -186,7 +186,7 @@ impl Gpu {
     }
 
     /// The backward's attention launches, one per launch of `prep`, writing or adding
-    /// (`accumulate`) dQ into `dq` and dK, dV at `dk_dv` (f32, or 16-bit with `half`).
+    /// (`accumulate`) dQ into `dq` and dK, dV at `dkp`, `dvp` (f32, or 16-bit with `half`).
     #[allow(clippy::too_many_arguments)]
     fn backward_launches(
         &self,

@@ -68,6 +68,11 @@ fn builtin_branches(d: &Dilated, heads: usize, seq_len: usize) -> Vec<CompactBra
         .collect()
 }
 
+/// A `dilated_expr` pattern without a compact form asked to run as compact launches.
+pub(crate) const NOT_COMPACT: CudaError = CudaError::Unsupported {
+    what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
+};
+
 /// Every table branch's compact form for one shape and its offset table in the call's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetTables {
@@ -90,9 +95,7 @@ pub fn offset_tables(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Resu
         GpuPattern::Dilated(d) if d.combine == Combine::SoftmaxDenominator => return Ok(None),
         GpuPattern::Expr(e) if e.as_dilated().is_none() => return Ok(None),
         GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
-            compact_branches(pattern, heads, seq_len).ok_or(CudaError::Unsupported {
-                what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
-            })?
+            compact_branches(pattern, heads, seq_len).ok_or(NOT_COMPACT)?
         }
         _ => return Ok(None),
     };

@@ -387,9 +387,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             })
             .collect(),
         // Every other pattern has offset tables (made above) or was refused there.
-        GpuPattern::DilatedExpr(_) => Err(CudaError::Unsupported {
-            what: "a dilated_expr pattern without a compact form as compact launches (it runs through mask tables)",
-        }),
+        GpuPattern::DilatedExpr(_) => Err(dilated_expr::NOT_COMPACT),
     }
 }
 

@@ -132,7 +132,9 @@ impl Gpu {
             }
         }
         if add {
-            prep.refuse_scaled("adding the gradients of a pattern that scales its output (the head-group combine) into running sums")?;
+            prep.refuse_scaled(
+                "adding the gradients of a pattern that scales its output (the head-group combine) into running sums",
+            )?;
         }
         let accumulate = kv_accumulates(prep, add);
         let half = matches!(kv, KvDest::Half(..));

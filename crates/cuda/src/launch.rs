@@ -400,7 +400,8 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             m.iter().flat_map(|row| (0..n).map(|j| row.get(j).copied().unwrap_or(false) as u8)).collect()
         }),
         GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) | GpuPattern::Dilated(_) => {
-            dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?.map(|t| t.bytes)
+            dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?
+                .map(|t| t.bytes)
         }
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))

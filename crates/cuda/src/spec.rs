@@ -9,9 +9,7 @@
 use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
 use ringdil_pattern_file::{Builtin, FileError, PatternFile};
-use ringdil_reference::pattern::{
-    BlockSparse, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow,
-};
+use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
 use std::sync::Arc;

@@ -35,11 +35,8 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
                 out.push(Case { kv_heads: heads.1, ..Case::new(kind, &name, combo, [batch, seq, heads.0], spec) });
             };
             let causal = rng.uniform() < 0.5;
-            let mut three = Dilated::head_groups(&[
-                (rng.range(16, 128), 1),
-                (rng.range(64, 400), 2),
-                (rng.range(256, 1200), 4),
-            ]);
+            let mut three =
+                Dilated::head_groups(&[(rng.range(16, 128), 1), (rng.range(64, 400), 2), (rng.range(256, 1200), 4)]);
             // The middle group's offsets by head (`h mod r`) rather than fixed.
             three.branches[1].offset = Offset::HeadMod;
             let heads = rng.range(3, 7);

@@ -137,8 +137,10 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 let at_rounded: Option<Vec<Vec<f64>>> = match prep.scales_output() {
                     false => None,
                     true => {
-                        let rounded = Attention { out: half_results::decoded(gpu, case, &out16)?, lse: want.lse.clone() };
-                        let g = attention_backward(q.view(), k.view(), v.view(), &reference_spec, &rounded, dout.view())?;
+                        let rounded =
+                            Attention { out: half_results::decoded(gpu, case, &out16)?, lse: want.lse.clone() };
+                        let g =
+                            attention_backward(q.view(), k.view(), v.view(), &reference_spec, &rounded, dout.view())?;
                         Some([&g.dq, &g.dk, &g.dv].iter().map(|r| r.iter().copied().collect()).collect())
                     }
                 };
@@ -183,8 +185,12 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                         quantity!(case.logits, "dv added"),
                     ];
                     let mut twice = Vec::new();
-                    for ((((what, buf), reference), first), floor) in
-                        names.into_iter().zip([&grads.dq, &grads.dk, &grads.dv]).zip(&references).zip(&first).zip(floors)
+                    for ((((what, buf), reference), first), floor) in names
+                        .into_iter()
+                        .zip([&grads.dq, &grads.dk, &grads.dv])
+                        .zip(&references)
+                        .zip(&first)
+                        .zip(floors)
                     {
                         let sum = to_f64(&gpu.download(buf)?);
                         let added: Vec<f64> = sum.iter().zip(first).map(|(b, a)| b - a).collect();

@@ -4,14 +4,16 @@
 //! same work (one branch's segments as a batch of short sequences).
 //!
 //! `gpu_bench [--torch TORCH.json] [--flex FLEX.json] [--json OUT.json] [--md OUT.md]
-//! [--label TEXT] [--date DATE] [--forward-only]`; `gpu_bench --write-documents DOCS.json`
+//! [--label TEXT] [--date DATE] [--forward-only] [--sections LIST]`;
+//! `gpu_bench --write-documents DOCS.json`
 //! writes the packed rows' boundaries for `bench/flex_peer.py DOCS.json FLEX.json`.
 //!
 //! The report (JSON and Markdown) records the device, the date given and the command line,
 //! so that a committed table says how and when it was made.
 //!
 //! `--forward-only` times the dense forward rows alone (quick A/B runs of kernel sources
-//! through `RINGDIL_CUDA_SOURCE`).
+//! through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups` runs the named sections
+//! only (names as in [`SECTIONS`]); the others are `null` in the JSON and absent from the table.
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
@@ -123,8 +125,28 @@ fn tflops(flops: f64, ms: f64) -> f64 {
     flops / (ms * 1e-3) / 1e12
 }
 
+/// The benchmark's sections, in the order they run; `--sections` picks among them.
+const SECTIONS: [&str; 9] =
+    ["dense", "dilated", "gqa", "packed", "head_dims", "half", "expressions", "dilated_expr", "head_groups"];
+
+/// The sections `--sections LIST` names (every section without the flag); an unknown name
+/// stops the run before any GPU work.
+fn sections(args: &Args) -> Vec<&'static str> {
+    let Some(list) = args.value("--sections") else { return SECTIONS.to_vec() };
+    list.split(',')
+        .map(|name| {
+            SECTIONS.iter().copied().find(|s| *s == name.trim()).unwrap_or_else(|| {
+                eprintln!("gpu_bench: unknown section {name:?}; sections are {}", SECTIONS.join(", "));
+                std::process::exit(2)
+            })
+        })
+        .collect()
+}
+
 fn main() {
     let args = Args::from_env(Program::GpuBench);
+    let sections = sections(&args);
+    let wanted = |name: &str| sections.contains(&name);
     // `--write-documents PATH`: the packed rows' boundaries as JSON, for flex_peer.py to
     // time the same documents; no GPU needed.
     if let Some(path) = args.value("--write-documents") {
@@ -168,13 +190,16 @@ fn main() {
         writeln!(md, "Kernels, bf16, d = {d}: {res}.\n").unwrap();
         println!("d={d}: {res}");
     }
-    writeln!(
-        md,
-        "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |"
-    )
-    .unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
-    for seq in [4096, 16384] {
+    let dense_shapes: &[usize] = if wanted("dense") { &[4096, 16384] } else { &[] };
+    if !dense_shapes.is_empty() {
+        writeln!(
+            md,
+            "| seq | b x h | d | causal | pass | ringdil ms | TFLOP/s | flash TFLOP/s | ratio | cuDNN TFLOP/s | ratio |"
+        )
+        .unwrap();
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    }
+    for &seq in dense_shapes {
         for d in [64, 128] {
             let (b, h) = (TOKENS / seq, HIDDEN / d);
             let shape = Shape::square(b, seq, h, d);
@@ -216,10 +241,36 @@ fn main() {
         }
         return;
     }
-    // Dilated branches against dense attention at the same length (forward, non-causal).
+    let dilated = wanted("dilated").then(|| dilated_rows(&gpu, &host, &flex, &mut md));
+    let run_section = |name: &str, md: &mut String, f: &dyn Fn(&mut String) -> Value| -> Value {
+        if wanted(name) { f(md) } else { Value::Null }
+    };
+    let gqa_rows = run_section("gqa", &mut md, &|md| json!(gqa::rows(&gpu, &host, &torch, md)));
+    let packed_rows = run_section("packed", &mut md, &|md| packed::rows(&gpu, &host, &flex, md));
+    let head_dim_rows = run_section("head_dims", &mut md, &|md| json!(head_dims::rows(&gpu, &host, &torch, md)));
+    let half_rows = run_section("half", &mut md, &|md| json!(half::rows(&gpu, &host, &torch, md)));
+    let expression_rows = run_section("expressions", &mut md, &|md| expressions::rows(&gpu, &host, &flex, md));
+    let dilated_expr_rows = run_section("dilated_expr", &mut md, &|md| dilated_expr::rows(&gpu, &host, &flex, md));
+    let head_group_rows = run_section("head_groups", &mut md, &|md| head_groups::rows(&gpu, &host, md));
+    let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
+        "dilated": dilated,
+        "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
+        "expressions": expression_rows, "dilated_expr": dilated_expr_rows, "head_groups": head_group_rows,
+        "flex": flex});
+    if let Some(p) = args.value("--json") {
+        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
+    }
+    if let Some(p) = args.value("--md") {
+        std::fs::write(p, md).expect("write md");
+    }
+}
+
+/// Dilated branches against dense attention at the same length and at equal work
+/// (forward, non-causal), with FlexAttention's time for the same branch where given.
+fn dilated_rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Value {
     let (n, h, d) = (16384, 16, 128);
     let shape = Shape::square(1, n, h, d);
-    let (dense_ms, _) = run(&gpu, &host, &shape, &GpuSpec::new(GpuPattern::Dense), false);
+    let (dense_ms, _) = run(gpu, host, &shape, &GpuSpec::new(GpuPattern::Dense), false);
     writeln!(md, "\n### Dilated branches vs dense, n = {n}, h = {h}, d = {d}, bf16 forward\n").unwrap();
     writeln!(md, "Dense: {dense_ms:.3} ms. A branch (w, r) does n*w/r^2 of the dense n^2 work per head.").unwrap();
     writeln!(
@@ -241,11 +292,11 @@ fn main() {
         [&[(2048, 1)], &[(4096, 4)], &[(8192, 8)], &[(16384, 16)], &[(2048, 1), (4096, 4), (8192, 8), (16384, 16)]];
     for branches in patterns {
         let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(branches)));
-        let (ms, _) = run(&gpu, &host, &shape, &spec, false);
+        let (ms, _) = run(gpu, host, &shape, &spec, false);
         let share: f64 = branches.iter().map(|&(w, r)| w as f64 / (r * r) as f64 / n as f64).sum();
         let equal_ms = match branches {
             &[(w, r)] => {
-                Some(run(&gpu, &host, &Shape::square(n / w, w / r, h, d), &GpuSpec::new(GpuPattern::Dense), false).0)
+                Some(run(gpu, host, &Shape::square(n / w, w / r, h, d), &GpuSpec::new(GpuPattern::Dense), false).0)
             }
             _ => None,
         };
@@ -274,22 +325,5 @@ fn main() {
         dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms,
             "equal_work_dense_ms": equal_ms, "flex_ms": flex_ms}));
     }
-    let gqa_rows = gqa::rows(&gpu, &host, &torch, &mut md);
-    let packed_rows = packed::rows(&gpu, &host, &flex, &mut md);
-    let head_dim_rows = head_dims::rows(&gpu, &host, &torch, &mut md);
-    let half_rows = half::rows(&gpu, &host, &torch, &mut md);
-    let expression_rows = expressions::rows(&gpu, &host, &flex, &mut md);
-    let dilated_expr_rows = dilated_expr::rows(&gpu, &host, &flex, &mut md);
-    let head_group_rows = head_groups::rows(&gpu, &host, &mut md);
-    let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
-        "dilated": {"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated},
-        "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
-        "expressions": expression_rows, "dilated_expr": dilated_expr_rows, "head_groups": head_group_rows,
-        "flex": flex});
-    if let Some(p) = args.value("--json") {
-        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap()).expect("write json");
-    }
-    if let Some(p) = args.value("--md") {
-        std::fs::write(p, md).expect("write md");
-    }
+    json!({"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated})
 }

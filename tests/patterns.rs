@@ -173,6 +173,26 @@ proptest! {
     }
 }
 
+/// `Dilated::head_group_range` (the heads a GPU launch of one branch covers) and
+/// `head_group` agree with the port's group sizes (`H / G`, the first `H % G` one larger,
+/// contiguous), for every `G <= H <= 40`.
+#[test]
+fn head_group_ranges_are_the_ports_contiguous_groups() {
+    for groups in 1..=8 {
+        let d = Dilated::head_groups(&vec![(4, 1); groups]);
+        for heads in groups..=40 {
+            let mut start = 0;
+            for g in 0..groups {
+                let size = heads / groups + usize::from(g < heads % groups);
+                assert_eq!(d.head_group_range(g, heads), start..start + size, "G = {groups}, H = {heads}, group {g}");
+                assert!((start..start + size).all(|h| d.head_group(h, heads) == g));
+                start += size;
+            }
+            assert_eq!(start, heads);
+        }
+    }
+}
+
 /// The `dilated-attention-pytorch` head-group loop (fkodom), transcribed: heads are
 /// split into `G = branches` contiguous groups of `H / G` (the first `H % G` one
 /// larger); group `i` uses segment `w_i`, dilation `r_i` and offset `i % r_i`: each

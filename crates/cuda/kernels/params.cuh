@@ -30,6 +30,7 @@ struct Params {
     int q_offset, k_offset;    // global position of physical row 0 (see Axis)
     int seq_len;               // global sequence length the pattern is defined on
     int head_base, pattern_heads;  // query head h is head head_base + h of pattern_heads (a head slice)
+    int head_first, head_count;    // the launch's work: query heads head_first .. + head_count of the tensors'
     int causal;
     int pattern;               // PATTERN_DENSE, _WINDOW, _BLOCK_SPARSE, _DILATED (one branch)
     int win_left, win_right;

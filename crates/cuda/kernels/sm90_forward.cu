@@ -153,7 +153,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     typedef FwdBlock<WGS> B;
     extern __shared__ __align__(1024) u16 smem_wg[];
     const FwdSmem sm = fwd_smem(smem_wg);
-    const unsigned tiles = (p.nq + B::ROWS - 1) / B::ROWS, items = tiles * p.heads * p.batch;
+    const unsigned tiles = (p.nq + B::ROWS - 1) / B::ROWS, items = tiles * p.head_count * p.batch;
     if (threadIdx.x == 0) {
         for (int s = 0; s < FWD_STAGES; ++s) {
             mbar_init(sm.full(s), 1);

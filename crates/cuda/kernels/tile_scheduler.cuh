@@ -23,9 +23,11 @@
 struct Coords {
     int tile, h, b;
 };
-// Coordinates of work item `lin` (in start order) of tiles x heads x batch.
+// Coordinates of work item `lin` (in start order) of tiles x heads x batch, the heads being
+// the launch's (head_first .. head_first + head_count of the tensors': a launch may serve
+// some heads only, as a head-group branch does).
 __device__ __forceinline__ Coords coords_of(const Params& p, unsigned lin, unsigned tiles, bool heavy_last) {
-    const unsigned heads = p.heads, hb = heads * p.batch;  // (head, batch) pairs, head fastest
+    const unsigned heads = p.head_count, hb = heads * p.batch;  // (head, batch) pairs, head fastest
     unsigned tile, pair;
     if (!LPT_ORDER || !p.causal) {
         tile = lin % tiles;
@@ -36,12 +38,13 @@ __device__ __forceinline__ Coords coords_of(const Params& p, unsigned lin, unsig
         tile = r / size;
         pair = first + r % size;
     }
-    return {heavy_last ? (int)(tiles - 1 - tile) : (int)tile, (int)(pair % heads), (int)(pair / heads)};
+    return {heavy_last ? (int)(tiles - 1 - tile) : (int)tile, p.head_first + (int)(pair % heads), (int)(pair / heads)};
 }
-// A block's coordinates in a grid of (tiles, heads, batch) blocks.
+// A block's coordinates in a grid of (tiles, launch heads, batch) blocks.
 __device__ __forceinline__ Coords block_coords(const Params& p, bool heavy_last) {
     if (!LPT_ORDER || !p.causal)
-        return {heavy_last ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+        return {heavy_last ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, p.head_first + (int)blockIdx.y,
+                (int)blockIdx.z};
     return coords_of(p, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x, heavy_last);
 }
 

@@ -20,16 +20,12 @@
 //! expression that is literally one LongNet branch (`ExprPattern::as_dilated`) runs as
 //! that branch too ([`compact_branches`]).
 //!
-//! The head-group combine of the PyTorch ports (`docs/semantics.md` section 7.6: head `h`
-//! sees only the branch of its group) runs the same way: one compact launch per branch,
-//! whose table gives a head of the branch's group its offset and every other head the
-//! offset `w`. No residue equals `w` (`r <= w`), so the compact row of such a head,
-//! `s w + w + t r`, is past its segment's end: a hole (`row_of` in
-//! `kernels/index_map.cuh`), and the launch reads and writes no row of that head. Each
-//! query row is so written by its group's launch alone, and its output then scaled by
-//! `1/G` (`GpuSpec::output_scale`). The absent heads' tiles are still visited (all holes):
-//! `G` launches over every head, where a launch over the group's heads alone would visit
-//! `1/G` of them.
+//! The head-group combine of the PyTorch ports (`docs/semantics.md` section 7.6) needs no
+//! table: each branch is a built-in launch over its group's heads alone
+//! (`Params::head_first`, `head_count`). Its compact form here gives the heads of other
+//! groups the offset `w`, past every kept residue, i.e. no rows (the kernels' `row_of`
+//! would find every such row past its segment's end), so that the form is right for
+//! every pattern.
 
 use crate::error::{CudaError, Result};
 use crate::spec::GpuPattern;
@@ -84,17 +80,15 @@ pub struct OffsetTables {
 
 /// The offset tables of the branches `pattern` runs as compact launches reading them
 /// (`OffsetRule::Table`) for `heads` pattern heads over `seq_len` positions: a
-/// `dilated_expr` pattern's, the branch a mask expression literally is, and the head-group
-/// combine's branches (their absent heads are not a rule of the head). None for the
-/// patterns that run otherwise (softmax-combined built-in branches compute their offsets
-/// from the head; other masks are not compact). Errors: a `dilated_expr` pattern with no
+/// `dilated_expr` pattern's and the branch a mask expression literally is. None for the
+/// patterns that run otherwise (built-in branches compute their offsets from the head;
+/// other masks are not compact). Errors: a `dilated_expr` pattern with no
 /// compact form (the caller should have used mask tables), or tables past 2 GiB
 /// (`TooLarge`, naming them).
 pub fn offset_tables(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Result<Option<OffsetTables>> {
     let branches = match pattern {
-        GpuPattern::Dilated(d) if d.combine == Combine::SoftmaxDenominator => return Ok(None),
         GpuPattern::Expr(e) if e.as_dilated().is_none() => return Ok(None),
-        GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
+        GpuPattern::DilatedExpr(_) | GpuPattern::Expr(_) => {
             compact_branches(pattern, heads, seq_len).ok_or(NOT_COMPACT)?
         }
         _ => return Ok(None),

@@ -12,7 +12,7 @@ use crate::plan::expression::{self, ExprScope};
 use crate::plan::{IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
-use ringdil_reference::pattern::{Branch, Offset};
+use ringdil_reference::pattern::{Branch, Combine, Offset};
 
 // The call description and the family table, where launch construction takes them.
 
@@ -87,15 +87,15 @@ pub struct LaunchDims {
 }
 
 impl LaunchSpec {
-    /// Work items of the forward: (query tiles, heads, batch).
+    /// Work items of the forward: (query tiles, the launch's heads, batch).
     pub fn grid_fwd(&self) -> (u32, u32, u32) {
-        (self.fwd.row_tiles as u32, self.params.heads as u32, self.params.batch as u32)
+        (self.fwd.row_tiles as u32, self.params.head_count as u32, self.params.batch as u32)
     }
 
-    /// Grid of the backward kernel: (blocks of `key_tiles` key tiles, heads, batch); see
-    /// [`Family::backward_key_tiles`].
+    /// Grid of the backward kernel: (blocks of `key_tiles` key tiles, the launch's heads,
+    /// batch); see [`Family::backward_key_tiles`].
     pub fn grid_cols(&self, key_tiles: usize) -> (u32, u32, u32) {
-        (self.cols.row_tiles.div_ceil(key_tiles) as u32, self.params.heads as u32, self.params.batch as u32)
+        (self.cols.row_tiles.div_ceil(key_tiles) as u32, self.params.head_count as u32, self.params.batch as u32)
     }
 
     /// The forward launch on a device of `sms` multiprocessors.
@@ -217,6 +217,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         seq_len: chunk.seq_len as i32,
         head_base: chunk.first_head as i32,
         pattern_heads: chunk.pattern_heads(shape.heads) as i32,
+        head_first: 0,
+        head_count: shape.heads as i32,
         causal: spec.causal as i32,
         scale: scale as f32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
@@ -275,7 +277,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         for (what, tiles) in
             [("query tiles x heads x batch", fwd.row_tiles), ("key tiles x heads x batch", cols.row_tiles)]
         {
-            fits_i32(what, tiles * shape.heads * shape.batch)?;
+            fits_i32(what, tiles * params.head_count as usize * shape.batch)?;
         }
         let params = Params {
             nq: fits_i32("query launch rows", nq)?,
@@ -374,16 +376,34 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 build(params, None, Some(t.as_ref()), at, identity)
             })
             .collect(),
+        // One launch per branch; under the head-group combine over its group's heads only
+        // (those of the launch's heads: a head slice may hold part of a group, or none).
         GpuPattern::Dilated(d) => d
             .branches
             .iter()
-            .map(|b| {
+            .enumerate()
+            .filter_map(|(i, b)| {
                 let (rule, fixed) = match b.offset {
                     Offset::HeadMod => (OffsetRule::HeadMod, 0),
                     Offset::HeadBlock => (OffsetRule::HeadBlock, 0),
                     Offset::Fixed(o) => (OffsetRule::Fixed, o as i32),
                 };
-                dilated((b.segment, b.dilation), Params { dil_rule: rule as i32, dil_fixed: fixed, ..base }, 0)
+                let heads = match d.combine {
+                    Combine::SoftmaxDenominator => 0..shape.heads,
+                    Combine::HeadGroups => {
+                        let group = d.head_group_range(i, chunk.pattern_heads(shape.heads));
+                        let (first, end) = (chunk.first_head, chunk.first_head + shape.heads);
+                        group.start.clamp(first, end) - first..group.end.clamp(first, end) - first
+                    }
+                };
+                let params = Params {
+                    dil_rule: rule as i32,
+                    dil_fixed: fixed,
+                    head_first: heads.start as i32,
+                    head_count: heads.len() as i32,
+                    ..base
+                };
+                (!heads.is_empty()).then(|| dilated((b.segment, b.dilation), params, 0))
             })
             .collect(),
         // Every other pattern has offset tables (made above) or was refused there.

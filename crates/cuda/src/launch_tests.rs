@@ -140,53 +140,63 @@ fn dilated_expr_branches_are_compact_launches_reading_offset_tables() {
     assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));
 }
 
-/// The head-group combine runs one compact launch per branch reading an offset table; the
-/// keys the kernels' compact rule gives each (head, query) over all launches (`row_of`,
-/// transcribed here: the kept rows of segment `s` are `s w + o + t r` inside the segment, so
-/// an offset of `w` keeps none) are exactly the reference's, and the output scale is `1/G`.
+/// The head-group combine runs one compact launch per branch over its group's heads
+/// (`head_first`, `head_count`); the keys the kernels' compact rule gives each (head,
+/// query) over all launches (`row_of` and `offset_code`, transcribed here: the kept rows of
+/// segment `s` are `s w + o + t r` inside the segment, `o` the branch's rule for the head;
+/// a head outside a launch's range gets nothing from it) are exactly the reference's, on a
+/// whole sequence and on a head slice that cuts a group; the output scale is `1/G`.
 #[test]
-fn head_group_branches_are_compact_launches_whose_keys_are_the_references() {
+fn head_group_branches_run_over_their_groups_heads_with_the_references_keys() {
     use ringdil_reference::pattern::{Offset, Pattern};
     let mut d = Dilated::head_groups(&[(16, 1), (32, 2), (64, 4), (2000, 8)]);
     d.branches[1].offset = Offset::HeadMod;
     let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(true);
     let (heads, n) = (7, 300);
-    let shape = Shape::square(2, n, heads, 64);
-    let chunk = Chunk::whole(&shape);
-    let l = launches(&shape, &spec, &chunk).unwrap();
-    assert_eq!(l.len(), 4);
-    let bytes = block_mask_bytes(&spec, &shape, &chunk).unwrap().unwrap();
-    let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    let mut ours = vec![vec![Vec::new(); n]; heads];
-    for (l, b) in l.iter().zip(&d.branches) {
-        let p = l.params;
-        assert_eq!((p.compact, p.dil_rule), (1, OffsetRule::Table as i32));
-        let (w, r, segments) = (p.dil_segment as usize, p.dil_rate as usize, p.dil_segments as usize);
-        assert_eq!((w, r, segments), (b.segment.min(n), b.dilation, n.div_ceil(b.segment)));
-        for (h, keys) in ours.iter_mut().enumerate() {
-            for (q, keys) in keys.iter_mut().enumerate() {
-                let s = q / w;
-                let o = int(l.table_offset + 4 * (h * segments + s));
-                // Launch row q is compact position s w + o + t r (`row_of`): none past o.
-                if q >= s * w + o && (q - s * w - o) % r == 0 {
-                    keys.extend((s * w + o..(s * w + w).min(n)).step_by(r));
+    // The whole call, and heads 3..6 of the 7 (groups 1 and 2 cut, groups 0 and 3 absent).
+    for (first, count) in [(0, heads), (3, 3)] {
+        let shape = Shape::square(2, n, count, 64);
+        let chunk = if count == heads { Chunk::whole(&shape) } else { Chunk::whole(&shape).heads_of(first, heads) };
+        let l = launches(&shape, &spec, &chunk).unwrap();
+        let mut ours = vec![vec![Vec::new(); n]; count];
+        for l in &l {
+            let p = l.params;
+            assert_eq!((p.compact, p.head_base, p.pattern_heads), (1, first as i32, heads as i32));
+            let (w, r) = (p.dil_segment as usize, p.dil_rate as usize);
+            let launch_heads = p.head_first as usize..(p.head_first + p.head_count) as usize;
+            // The launch's branch: the one whose group holds its first (global) head.
+            let branch = &d.branches[d.head_group(first + launch_heads.start, heads)];
+            assert_eq!((w, r), (branch.segment.min(n), branch.dilation));
+            assert_eq!(l.grid_fwd().1, p.head_count as u32);
+            for h in launch_heads {
+                let o = match p.dil_rule {
+                    x if x == OffsetRule::HeadMod as i32 => (first + h) % r,
+                    x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
+                    x => panic!("offset rule {x}"),
+                };
+                for (q, keys) in ours[h].iter_mut().enumerate() {
+                    let s = q / w;
+                    if q >= s * w + o && (q - s * w - o) % r == 0 {
+                        keys.extend((s * w + o..(s * w + w).min(n)).step_by(r));
+                    }
                 }
             }
         }
-    }
-    let mut runs = Vec::new();
-    for (h, keys) in ours.iter_mut().enumerate() {
-        for (q, keys) in keys.iter_mut().enumerate() {
-            runs.clear();
-            d.key_runs(q, h, heads, n, &mut runs);
-            let mut want: Vec<usize> = runs.iter().flat_map(|r| (r.start..r.end).step_by(r.step)).collect();
-            want.sort_unstable();
-            keys.sort_unstable();
-            assert_eq!(*keys, want, "head {h}, query {q}");
+        let mut runs = Vec::new();
+        for (h, keys) in ours.iter_mut().enumerate() {
+            for (q, keys) in keys.iter_mut().enumerate() {
+                runs.clear();
+                d.key_runs(q, first + h, heads, n, &mut runs);
+                let mut want: Vec<usize> = runs.iter().flat_map(|r| (r.start..r.end).step_by(r.step)).collect();
+                want.sort_unstable();
+                keys.sort_unstable();
+                assert_eq!(*keys, want, "head {}, query {q}", first + h);
+            }
         }
+        // Every head is served by exactly one launch: 4 branches, or the 2 groups cut.
+        assert_eq!(l.len(), if count == heads { 4 } else { 2 });
+        assert!(block_mask_bytes(&spec, &shape, &chunk).unwrap().is_none());
     }
-    // Every head is served by exactly one branch (7 heads in groups of 2, 2, 2, 1).
-    assert!(ours.iter().all(|k| k.iter().any(|k| !k.is_empty())));
     assert_eq!(spec.output_scale(heads).unwrap(), 0.25);
 }
 

@@ -75,6 +75,10 @@ params! {
     /// defined on (a head slice: Ulysses; 0 and `heads` otherwise).
     head_base: i32,
     pattern_heads: i32,
+    /// The launch's work covers query heads `head_first .. head_first + head_count` of the
+    /// tensors' `heads` (every head: 0 and `heads`; a head-group branch: its group's).
+    head_first: i32,
+    head_count: i32,
     causal: i32,
     /// A [`PatternCode`].
     pattern: i32,

@@ -124,6 +124,15 @@ impl Dilated {
         if head < big { head / (base + 1) } else { extra + (head - big) / base }
     }
 
+    /// The heads of group `group` under [`Combine::HeadGroups`], of `heads`: the range
+    /// whose every head [`Dilated::head_group`] puts in `group`.
+    pub fn head_group_range(&self, group: usize, heads: usize) -> std::ops::Range<usize> {
+        let groups = self.branches.len();
+        let (base, extra) = (heads / groups, heads % groups);
+        let start = |g: usize| g * base + g.min(extra);
+        start(group)..start(group + 1)
+    }
+
     /// The run of keys that `query` sees in one branch, if it takes part in it.
     fn branch_run(&self, branch: &Branch, query: usize, head: usize, heads: usize, seq_len: usize) -> Option<KeyRun> {
         let start = query - query % branch.segment;

@@ -9,7 +9,8 @@ The branch combine is selectable (``combine=``):
 * ``"head_groups"`` (the default, the port's rule; ``docs/semantics.md`` section 7.6): the
   heads are split into one contiguous group per branch (the first ``H mod G`` groups one
   head larger), group ``g`` attends with branch ``g`` alone at the fixed offset ``g mod r_g``,
-  and every output is divided by ``G``. Each group is one GPU call on its slice of heads.
+  and every output is divided by ``G``. One GPU call: each branch's launch covers its
+  group's heads, and the output is scaled by ``1/G`` (``docs/gpu.md``, "Head-group combine").
 * ``"softmax_denominator"`` (LongNet's formula, section 7.5): every head sees every branch,
   offsets ``h mod r``, the branches weighted by their softmax denominators; one GPU call.
 
@@ -86,14 +87,10 @@ class DilatedAttention(nn.Module):
             pattern = {"kind": "dilated", "segment_lengths": self.segment_lengths,
                        "dilation_rates": self.dilation_rates, "offsets": "head_mod"}
             return attention(query, key, value, pattern=pattern, causal=causal, scale=self.softmax_scale)
-        groups = len(self.segment_lengths)
-        outs = []
-        for g, (lo, hi) in enumerate(head_group_bounds(query.shape[2], groups)):
-            w, r = self.segment_lengths[g], self.dilation_rates[g]
-            pattern = {"kind": "dilated", "segment_lengths": [w], "dilation_rates": [r], "offsets": [g % r]}
-            outs.append(attention(query[:, :, lo:hi], key[:, :, lo:hi], value[:, :, lo:hi], pattern=pattern,
-                                  causal=causal, scale=self.softmax_scale))
-        return torch.cat(outs, dim=2) / groups
+        head_group_bounds(query.shape[2], len(self.segment_lengths))  # one head per group at least, by name
+        pattern = {"kind": "dilated", "segment_lengths": self.segment_lengths, "dilation_rates": self.dilation_rates,
+                   "offsets": [g % r for g, r in enumerate(self.dilation_rates)], "combine": "head_groups"}
+        return attention(query, key, value, pattern=pattern, causal=causal, scale=self.softmax_scale)
 
 
 class MultiheadDilatedAttention(nn.Module):

@@ -4,10 +4,10 @@
 //! offset: the work of the combine with nothing else, what `ringdil.nn` ran before the
 //! combine had a GPU form, less its slicing copies, concatenation and division).
 //!
-//! The one call runs a compact launch per branch over every head, the heads of other
-//! groups absent from its offset table (`ringdil_cuda::dilated_expr`), then scales the
-//! output by `1/G` (`ringdil_cuda::output_scale`); the ratio says what the absent heads
-//! and the scaling passes cost.
+//! The one call runs a compact launch per branch over its group's heads
+//! (`Params::head_first`, `head_count`), then scales the output by `1/G`
+//! (`ringdil_cuda::output_scale`); the ratio says what the shared call and the scaling
+//! passes cost over the groups' own work.
 
 use crate::{HostInputs, run};
 use ringdil_cuda::{GpuPattern, GpuSpec, Shape};
@@ -26,8 +26,8 @@ pub fn rows(gpu: &ringdil_cuda::Gpu, host: &HostInputs, md: &mut String) -> Valu
         md,
         "\n### Head-group combine (the PyTorch ports' rule), n = {SEQ}, {HEADS} heads, d = {DIM}, bf16\n\n\
          Branches {BRANCHES:?}, one contiguous group of heads per branch at offset `g mod r_g`, outputs divided \
-         by the number of groups: one call (a compact launch per branch over every head, other groups' heads \
-         absent, then the scale) against the sum of the groups as separate calls on their heads alone.\n\n\
+         by the number of groups: one call (a compact launch per branch over its group's heads, then the \
+         scale) against the sum of the groups as separate calls on their heads alone.\n\n\
          | causal | pass | one call ms | groups apart ms | one call / apart |\n|---|---|---|---|---|"
     )
     .unwrap();

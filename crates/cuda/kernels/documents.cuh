@@ -25,12 +25,6 @@ __device__ __forceinline__ DocSpan doc_span(const Params& p, int b, int pos) {
     const size_t at = (size_t)b * p.seq_len + pos;
     return {__ldg(p.doc_first + at), __ldg(p.doc_last + at)};
 }
-// A query's cut (the last key position it may see, MASK_AFFINE) lowered to its document's
-// last position.
-__device__ __forceinline__ int doc_cut(int qcut, DocSpan d) { return DOCS ? min(qcut, d.hi) : qcut; }
-// Does the key at position (or cut) `kpos` lie before `lo`, the start of the query's
-// document?
-__device__ __forceinline__ bool before_doc(int kpos, int lo) { return DOCS && kpos < lo; }
 // Does the key at position `kpos` lie inside the query's document?
 __device__ __forceinline__ bool in_doc(int kpos, DocSpan d) { return !DOCS || (kpos >= d.lo && kpos <= d.hi); }
 // Do the queries at positions qfirst..qlast (ascending) and the keys at kfirst..klast all

@@ -1,8 +1,8 @@
 // Masks: which (query, key) pairs a launch lets through, from global positions. The
 // element rule (allowed / visible) mirrors the reference's patterns plus causality and
 // padding; tile_full proves a whole tile visible; mask_kind picks per (warp, tile) between
-// no mask, the affine one-compare mask (dense with causality / padding) and the generic
-// bit mask; mask_scores (forward) and mask_scores_t (backward, transposed) apply it to a
+// no mask, the interval mask (patterns where a query sees one interval of keys) and the
+// generic bit mask; mask_scores (forward) and mask_scores_t (backward, transposed) apply it to a
 // warp's scores. A new GPU pattern's element rule goes in `allowed`.
 
 #if TABLE
@@ -123,34 +123,79 @@ __device__ __forceinline__ bool marked_tile_full(const Params& p, int b, int q0,
                       ka.offset + k0 * ka.stride, klast);
 }
 // How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
-// MASK_AFFINE for the common case (pattern 0 = dense, not compact: causal and / or key padding
-// only), where positions are affine in the launch index and the mask is one integer compare
-// per element (see key_cut, query_cut); MASK_GENERIC otherwise (`visible`, evaluated in a
-// rolled loop into a bit mask, so that the pattern code is not unrolled into every element).
+// MASK_INTERVAL when every query row sees one interval of key positions (interval_pattern),
+// so the mask is two integer compares per element against bounds taken once per row (see
+// key_span, query_span); MASK_GENERIC otherwise (`visible`, evaluated in a rolled loop into
+// a bit mask, so that the pattern code is not unrolled into every element).
 #define MASK_NONE 0
-#define MASK_AFFINE 1
+#define MASK_INTERVAL 1
 #define MASK_GENERIC 2
 #ifndef FAST_MASK
 #define FAST_MASK 1
 #endif
+// Patterns whose rule lets query position i see one interval of key positions, on a plain
+// (not compact) launch whose positions are affine in the launch index: dense; a window
+// [i - left, i + right]; a dilated branch of dilation 1 (every position kept: i's segment);
+// a block-sparse band without global tokens, stride or user mask (the blocks within the
+// radius of i's block). Causality, key padding and documents cut an interval to an interval.
+__device__ __forceinline__ bool interval_pattern(const Params& p) {
+    if (p.compact) return false;
+    if (p.pattern == PATTERN_DENSE || p.pattern == PATTERN_WINDOW) return true;
+    if (p.pattern == PATTERN_DILATED) return p.dil_rate == 1;
+    return p.pattern == PATTERN_BLOCK_SPARSE && p.bs_radius >= 0 && p.bs_global == 0 && p.bs_stride == 0 &&
+           p.block_mask == 0;
+}
 __device__ __forceinline__ int mask_kind(const Params& p, bool full) {
-    return full ? MASK_NONE : (FAST_MASK && !p.compact && p.pattern == PATTERN_DENSE) ? MASK_AFFINE : MASK_GENERIC;
+    return full ? MASK_NONE : (FAST_MASK && interval_pattern(p)) ? MASK_INTERVAL : MASK_GENERIC;
 }
 #define CUT_MAX 0x7fffffff
-// MASK_AFFINE: key launch index kc is visible to query launch index qc iff
-// key_cut(kc) <= query_cut(qc), and (packed sequences) the key lies in the query's
-// document: key_cut(kc) >= lo and the query cut lowered to the document's last position
-// (doc_span; lo = -1 and no lowering without documents). A key cut is the key's global position, CUT_MAX for no key
-// (index past the launch or position past the padding limit); a query cut is the query's
-// position under a causal mask and CUT_MAX - 1 (every key) otherwise. A query index past the
-// launch is never stored (forward); the backward passes -1 for it (no key).
+// An inclusive interval of positions; empty when lo > hi.
+struct Span {
+    int lo, hi;
+};
+// The positions an interval pattern's rule alone (before causality, padding and documents)
+// pairs with position `pos` (>= 0): `before` and `after` are a window's reach below and
+// above pos. The rules are symmetric (i sees j iff j's interval holds i) except a window's,
+// whose reaches swap: the forward asks for the keys of a query (left, right), the backward
+// for the queries of a key (right, left). Bounds stay in [0, CUT_MAX - 1].
+__device__ __forceinline__ Span rule_span(const Params& p, int pos, int before, int after) {
+    if (p.pattern == PATTERN_WINDOW) return {max(pos - before, 0), pos + min(after, CUT_MAX - 1 - pos)};
+    if (p.pattern == PATTERN_DILATED) {
+        const int s0 = pos - pos % p.dil_segment;
+        return {s0, s0 + min(p.dil_segment - 1, CUT_MAX - 1 - s0)};
+    }
+    if (p.pattern == PATTERN_BLOCK_SPARSE) {
+        const long long a = pos / p.bs_block, r = p.bs_radius, bl = p.bs_block;
+        return {(int)(max(a - r, 0ll) * bl), (int)min((a + r + 1) * bl - 1, (long long)CUT_MAX - 1)};
+    }
+    return {0, CUT_MAX - 1};
+}
+// MASK_INTERVAL, forward: the key positions the query at global position qpos (-1: none,
+// nothing visible) sees in batch row b: the rule's interval cut to keys at or before qpos
+// (causal) and to qpos's document. A key index past the launch or past the padding limit
+// has position CUT_MAX (key_cut), above every interval.
+__device__ __forceinline__ Span key_span(const Params& p, int b, int qpos) {
+    if (qpos < 0) return {1, 0};
+    const Span r = rule_span(p, qpos, p.win_left, p.win_right);
+    const DocSpan d = doc_span(p, b, qpos);
+    return {max(r.lo, d.lo), min(min(r.hi, p.causal ? qpos : CUT_MAX - 1), d.hi)};
+}
+// MASK_INTERVAL, backward: the query positions that see the key whose cut is kcut (key_cut;
+// CUT_MAX: no key, nothing): the rule's interval with the window's reaches swapped, cut to
+// queries at or after the key (causal) and to the key's document (one document holds both).
+// Its lower end is >= 0, so a missing query (position -1) falls outside.
+__device__ __forceinline__ Span query_span(const Params& p, int b, int kcut) {
+    if (kcut == CUT_MAX) return {1, 0};
+    const Span r = rule_span(p, kcut, p.win_right, p.win_left);
+    const DocSpan d = doc_span(p, b, kcut);
+    return {max(max(r.lo, p.causal ? kcut : 0), d.lo), min(r.hi, d.hi)};
+}
+// The global position of key launch index kc, or CUT_MAX for no key (index past the
+// launch, position past the padding limit `klimit`).
 __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
     if (kc >= p.nk) return CUT_MAX;
     const int pos = p.k_offset + kc * p.k_stride;
     return pos < klimit ? pos : CUT_MAX;
-}
-__device__ __forceinline__ int query_cut(const Params& p, int qc) {
-    return p.causal && qc < p.nq ? p.q_offset + qc * p.q_stride : CUT_MAX - 1;
 }
 // Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
 // lane's g = lane / 4 added) is `qbase`.
@@ -161,16 +206,14 @@ __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase 
 template <int WMT, int NK = NKB>
 __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int kind, int klimit,
                                             float (&s)[WMT][NK][4], int qbase, int k0, int t) {
-    if (kind == MASK_AFFINE) {
-        int qcut[WMT][2], qlo[WMT][2];
+    if (kind == MASK_INTERVAL) {
+        Span ks[WMT][2];
         #pragma unroll
         for (int mt = 0; mt < WMT; ++mt)
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int qc = row_idx(qbase, mt, r);
-                const DocSpan d = doc_span(p, b, qc < p.nq ? p.q_offset + qc * p.q_stride : -1);
-                qcut[mt][r] = doc_cut(query_cut(p, qc), d);
-                qlo[mt][r] = d.lo;
+                ks[mt][r] = key_span(p, b, qc < p.nq ? p.q_offset + qc * p.q_stride : -1);
             }
         #pragma unroll
         for (int nb = 0; nb < NK; ++nb)
@@ -181,7 +224,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
                 for (int mt = 0; mt < WMT; ++mt)
                     #pragma unroll
                     for (int r = 0; r < 2; ++r)
-                        if (kcut > qcut[mt][r] || before_doc(kcut, qlo[mt][r])) s[mt][nb][2 * r + e] = NEG_INF;
+                        if (kcut < ks[mt][r].lo || kcut > ks[mt][r].hi) s[mt][nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
@@ -231,20 +274,18 @@ template <int NB>
 __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int kind, int klimit, float (&s)[NB][4],
                                               int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
                                               const int* sP, int t) {
-    if (kind == MASK_AFFINE) {
-        int kcut[2];
+    if (kind == MASK_INTERVAL) {
+        Span qs[2];
         #pragma unroll
-        for (int r = 0; r < 2; ++r) kcut[r] = key_cut(p, kidx + 8 * r, klimit);
+        for (int r = 0; r < 2; ++r) qs[r] = query_span(p, b, key_cut(p, kidx + 8 * r, klimit));
         #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int qp = sP[nb * 8 + 2 * t + e];
-                const DocSpan d = doc_span(p, b, qp);
-                const int qcut = qp < 0 ? -1 : doc_cut(p.causal ? qp : CUT_MAX - 1, d);
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    if (kcut[r] > qcut || before_doc(kcut[r], d.lo)) s[nb][2 * r + e] = NEG_INF;
+                    if (qp < qs[r].lo || qp > qs[r].hi) s[nb][2 * r + e] = NEG_INF;
             }
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.

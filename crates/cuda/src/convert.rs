@@ -21,7 +21,6 @@ use crate::backward::{KvDest, Saved, check_half, kv_accumulates};
 use crate::error::{CudaError, Result};
 use crate::forward::Dest;
 use crate::gpu::{Gpu, elementwise};
-use crate::plan::IndexMap;
 use crate::shape::Dtype;
 use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, Prepared};
 use crate::variant::Variant;
@@ -92,7 +91,7 @@ impl Gpu {
         self.check_inputs(prep, q, k, v)?;
         check_half(&prep.shape, out, lse)?;
         match prep.launches.as_slice() {
-            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) && !prep.scales_output() => {
+            [only] if only.0.writes_every_row() && !prep.scales_output() => {
                 self.forward_launch(prep, only, q, k, v, Dest::Half(out, lse), false)
             }
             _ => {

@@ -6,7 +6,6 @@ use crate::family::Family;
 use crate::gpu::{Gpu, elementwise, launch_config};
 use crate::launch::LaunchSpec;
 use crate::params::Params;
-use crate::plan::IndexMap;
 use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DevicePlan, DeviceTensor, Prepared};
 use crate::tma::{Elem, TensorMap, TensorPair};
@@ -22,9 +21,10 @@ pub(crate) enum Dest<'a> {
 
 impl Gpu {
     /// Attention of `q` over `k`, `v` (a [`Partial`](ringdil_reference::Partial) on the
-    /// device), written to `out`. One dense/masked launch writes every row. A compacted or
-    /// multi-launch (dilated) call first fills `out` with the merge identity, then each
-    /// branch's launch merges its result into it in the kernel's epilogue (the
+    /// device), written to `out`. A plain launch over all heads writes every row
+    /// ([`LaunchSpec::writes_every_row`]): the call runs one first, else fills `out` with
+    /// the merge identity; every other launch (a dilated pattern's branches) merges its
+    /// result into `out` in the kernel's epilogue (the
     /// online-softmax merge, fused: no scratch partials, no separate merge pass). A
     /// pattern's output scale is applied last ([`crate::output_scale`]).
     pub fn forward_into(
@@ -37,14 +37,16 @@ impl Gpu {
     ) -> Result<()> {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("out", prep, out)?;
-        match prep.launches.as_slice() {
-            [only] if !matches!(only.0.map, IndexMap::Compact { .. }) => {
-                self.forward_launch(prep, only, q, k, v, Dest::Partial(out), false)?
-            }
-            launches => {
-                self.fill_empty(prep, out)?;
-                launches.iter().try_for_each(|l| self.forward_launch(prep, l, q, k, v, Dest::Partial(out), true))?
-            }
+        // A launch that writes every row goes first and lays the ground the others merge
+        // into; without one, the merge identity does.
+        let first = prep.launches.iter().position(|l| l.0.writes_every_row());
+        if first.is_none() {
+            self.fill_empty(prep, out)?;
+        }
+        let order = first.into_iter().chain((0..prep.launches.len()).filter(|&i| Some(i) != first));
+        for (n, i) in order.enumerate() {
+            let accumulate = n > 0 || first.is_none();
+            self.forward_launch(prep, &prep.launches[i], q, k, v, Dest::Partial(out), accumulate)?;
         }
         self.finish_output(prep, &mut out.out)
     }

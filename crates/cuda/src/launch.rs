@@ -129,6 +129,15 @@ impl LaunchSpec {
             IndexMap::Identity { .. } => 1,
         }
     }
+
+    /// Does the forward write every query row of every head (a plain launch over all the
+    /// tensors' heads)? Each query tile's block writes its rows, an empty result (`lse =
+    /// -inf`) where they see no key, so such a launch needs no merge identity beneath it.
+    pub fn writes_every_row(&self) -> bool {
+        matches!(self.map, IndexMap::Identity { .. })
+            && self.params.head_first == 0
+            && self.params.head_count == self.params.heads
+    }
 }
 
 fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
@@ -253,12 +262,14 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
      -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
         // 128-row blocks for a mask with structure inside the sequence
-        // (`Family::forward_q_tile_for`); packed dense documents keep 192 (their partial
-        // tiles are few, and 128-row blocks measured slower there).
-        let masked = matches!(
-            spec.pattern,
-            GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
-        );
+        // (`Family::forward_q_tile_for`): a pattern's or a dilated branch's segments on a
+        // plain launch; packed dense documents keep 192 (their partial tiles are few, and
+        // 128-row blocks measured slower there).
+        let masked = branch.is_some()
+            || matches!(
+                spec.pattern,
+                GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
+            );
         let (fwd_q_tile, fwd_k_tile) =
             (family.forward_q_tile_for(&map, masked), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
@@ -315,8 +326,13 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             ..params
         };
         // Compaction needs contiguous rows (kept positions are found from segment starts);
-        // a strided (striped-layout) axis evaluates the branch mask in place.
-        if qa.stride == 1 && ka.stride == 1 {
+        // a strided (striped-layout) axis evaluates the branch mask in place. A built-in
+        // branch of dilation 1 keeps every position (any offset is 0), so a plain launch
+        // visits exactly its work: whole tiles inside a segment, unmasked (the plan marks
+        // them full), and one interval per query row at segment ends (`MASK_INTERVAL`),
+        // where a compact launch would test its segments per tile and per element.
+        let every_position = branch.dilation == 1 && params.dil_rule != OffsetRule::Table as i32;
+        if qa.stride == 1 && ka.stride == 1 && !every_position {
             let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
             build(Params { compact: 1, ..params }, Some(&branch), None, at, map)
         } else {

@@ -73,7 +73,16 @@ fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
     let shape = Shape::square(1, 4096, 8, 64);
     let l = launches(&shape, &spec, &Chunk::whole(&shape)).unwrap();
     assert_eq!(l.len(), 3);
-    assert!(l.iter().all(|l| l.params.compact == 1 && l.params.pattern == 3));
+    // Dilation 1 keeps every position: a plain launch that writes every row.
+    let compact: Vec<i32> = l.iter().map(|l| l.params.compact).collect();
+    assert_eq!(compact, [0, 1, 1]);
+    assert!(l.iter().all(|l| l.params.pattern == 3));
+    let writes: Vec<bool> = l.iter().map(|l| l.writes_every_row()).collect();
+    assert_eq!(writes, [true, false, false]);
+    assert_eq!((l[0].params.nq, l[0].params.dil_rate), (4096, 1));
+    // Its tiles are the diagonal blocks of 512 x 512, all full (64-row backward tiles).
+    assert_eq!(l[0].cols.visits(), 8 * 8 * 8);
+    assert!(l[0].cols.full.iter().all(|&f| f == 1));
     assert_eq!(l[1].params.nq, 4096 / 4);
     assert_eq!(l[1].params.dil_per_seg, 256);
     // The segment longer than the sequence is clamped to it: 4096 / 16 rows.
@@ -85,9 +94,10 @@ fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
     // bases per side), so the (1024, 4) branch costs its share of the step.
     let ring = Shape { q_rows: 1024, k_rows: 1024, ..shape };
     let l = launches(&ring, &spec, &Chunk::new(2048, 1024, 4096)).unwrap();
-    assert!(l.iter().all(|l| l.params.compact == 1 && l.params.q_offset == 2048 && l.params.k_offset == 1024));
-    assert_eq!((l[1].params.nq, l[1].params.q_cbase, l[1].params.k_cbase), (256, 2 * 256, 256));
+    assert!(l.iter().all(|l| l.params.q_offset == 2048 && l.params.k_offset == 1024));
+    assert_eq!((l[1].params.compact, l[1].params.nq, l[1].params.q_cbase, l[1].params.k_cbase), (1, 256, 2 * 256, 256));
     assert_eq!(l[1].cols.visits(), 0, "segments 2 and 1 of 1024 tokens do not meet");
+    assert_eq!((l[0].params.compact, l[0].cols.visits()), (0, 0), "nor do segments of 512");
     // A striped axis (stride 2) evaluates the branch mask in place.
     let striped = Chunk { q_stride: 2, k_stride: 2, ..Chunk::new(1, 0, 4096) };
     let l = launches(&Shape { q_rows: 2048, k_rows: 2048, ..shape }, &spec, &striped).unwrap();
@@ -161,8 +171,9 @@ fn head_group_branches_run_over_their_groups_heads_with_the_references_keys() {
         let mut ours = vec![vec![Vec::new(); n]; count];
         for l in &l {
             let p = l.params;
-            assert_eq!((p.compact, p.head_base, p.pattern_heads), (1, first as i32, heads as i32));
             let (w, r) = (p.dil_segment as usize, p.dil_rate as usize);
+            // Dilation 1 runs as a plain launch (the same rule: every position kept).
+            assert_eq!((p.compact, p.head_base, p.pattern_heads), ((r > 1) as i32, first as i32, heads as i32));
             let launch_heads = p.head_first as usize..(p.head_first + p.head_count) as usize;
             // The launch's branch: the one whose group holds its first (global) head.
             let branch = &d.branches[d.head_group(first + launch_heads.start, heads)];

@@ -155,6 +155,32 @@ fn dilated_identity_plan_is_sound_per_branch() {
     assert_eq!(p.visits(), 10);
 }
 
+/// A built-in branch of dilation 1 on a plain launch: planned and marked exactly (every
+/// pair of a tile inside one segment is allowed, for every head and offset rule), on every
+/// tile shape, with segments that tiles straddle (100) and that they divide (128).
+#[test]
+fn dilation_one_plans_and_marks_are_exact() {
+    use ringdil_reference::pattern::Offset;
+    let n = 333;
+    for (w, offset) in [(100, Offset::HeadMod), (128, Offset::HeadBlock), (64, Offset::Fixed(0))] {
+        let mut d = Dilated::longnet(&[(w, 1)]);
+        d.branches[0].offset = offset;
+        for causal in [false, true] {
+            let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(causal);
+            for shape in SHAPES {
+                let p = plan(&spec.pattern, Some(&d.branches[0]), causal, IndexMap::whole(n), shape);
+                let what = format!("w {w} causal {causal} {shape:?}");
+                assert_eq!(planned(&p), needed_tiles_of(&spec, 4, n, shape), "{what}");
+                assert_eq!(marked_full(&p), full_tiles_of(&spec, 4, n, shape), "{what}: marks");
+            }
+        }
+    }
+    // Dilation 2 keeps half the positions: never marked.
+    let d = Dilated::longnet(&[(128, 2)]);
+    let p = plan(&GpuPattern::Dilated(d.clone()), Some(&d.branches[0]), false, IndexMap::whole(n), (TILE, TILE));
+    assert!(marked_full(&p).is_empty());
+}
+
 #[test]
 fn ring_chunk_plan_uses_global_positions() {
     // Queries 128..256 against keys 0..128 under causality: every tile is below the

@@ -5,8 +5,8 @@
 //! cases of [`super::packed`], the cases of head dims 96, 192, 256 of
 //! [`super::head_dims`], the mask expressions of [`super::expressions`], the mask tables
 //! of [`super::tables`], the compact `dilated_expr` patterns of [`super::dilated_expr`]
-//! and the head-group combine of [`super::head_groups`] (241 cases in all: 64 + 21 + 24 +
-//! 24 + 42 + 16 + 16 + 18 + 16).
+//! the head-group combine of [`super::head_groups`] and the interval masks of
+//! [`super::intervals`] (265 cases in all: 64 + 21 + 24 + 24 + 42 + 16 + 16 + 18 + 16 + 24).
 //! Lengths favour primes and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -115,6 +115,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::tables::cases(&mut rng, quick));
     out.extend(super::dilated_expr::cases(&mut rng, quick));
     out.extend(super::head_groups::cases(&mut rng, quick));
+    out.extend(super::intervals::cases(&mut rng, quick));
     out
 }
 
@@ -234,7 +235,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 241);
+        assert_eq!(c.len(), 265);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 18);
         // The table module's 16 and the head-group combine's 4 as tables.
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 20);

@@ -129,6 +129,7 @@ mod half_results;
 pub mod head_dims;
 pub mod head_groups;
 pub mod inputs;
+pub mod intervals;
 pub mod kernels;
 pub mod packed;
 pub mod ring;

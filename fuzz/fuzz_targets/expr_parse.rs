@@ -3,7 +3,8 @@
 //! names a position inside the input, and whatever is accepted evaluates without a
 //! panic (debug assertions on: no unchecked overflow) on extreme variable values and
 //! drives `ExprPattern` / `ExprDilated` on small shapes with every key in range, and
-//! compact forms keep exactly the pattern's keys.
+//! compact forms keep exactly the pattern's keys; a mask recognised as a sliding window
+//! holds exactly on the window's pairs.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -69,6 +70,23 @@ fn check_error(text: &str, e: &ExprError) {
     assert!(!e.to_string().is_empty());
 }
 
+/// A mask recognised as a sliding window (what the GPU then runs as its built-in window)
+/// holds exactly on the window's pairs, for positions up to the GPU's `2^31 - 1`, any
+/// head and length: the evaluator against `q - left <= k <= q + right`, pair by pair.
+fn check_window(pattern: &ExprPattern) {
+    let Some((left, right)) = pattern.as_window() else { return };
+    const EDGE: i64 = i32::MAX as i64;
+    let reach = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+    let positions = [0, 1, 2, 3, 7, 100, 511, 512, 513, 1 << 20, EDGE - 513, EDGE - 2, EDGE - 1, EDGE];
+    for (&q, &k) in positions.iter().flat_map(|q| positions.iter().map(move |k| (q, k))) {
+        for (n, heads) in [(EDGE, 1), (1000, 7)] {
+            let env = Env::default().with(Var::Query, q).with(Var::Key, k).with(Var::SeqLen, n).with(Var::Heads, heads);
+            let window = q - k <= reach(left) && k - q <= reach(right);
+            assert_eq!(pattern.mask().eval(&env) != 0, window, "window ({left}, {right}) at q {q}, k {k}");
+        }
+    }
+}
+
 /// Every run lies inside `0..n` and steps forward.
 fn check_runs(runs: &[KeyRun], n: usize) {
     for run in runs {
@@ -104,6 +122,7 @@ fuzz_target!(|data: &[u8]| {
 
     let mut runs = Vec::new();
     if let Ok(pattern) = ExprPattern::new(&text, &constants) {
+        check_window(&pattern);
         for (n, heads) in [(0, 1), (1, 1), (7, 2), (12, 3)] {
             for (q, h) in (0..n).flat_map(|q| (0..heads).map(move |h| (q, h))) {
                 runs.clear();

@@ -236,9 +236,12 @@ impl Gpu {
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
         // A mask expression runs compiled into the kernels, unless it is one LongNet
-        // branch (then it runs as compact launches: `dilated_expr::compact_form`).
+        // branch (then it runs as compact launches: `dilated_expr::compact_form`) or a
+        // sliding window (the built-in window: `GpuPattern::lowered`).
         let expr = match &spec.pattern {
-            GpuPattern::Expr(e) if e.as_dilated().is_none() => Some(crate::expr_source::register(e)),
+            GpuPattern::Expr(e) if e.as_dilated().is_none() && spec.pattern.lowered().is_none() => {
+                Some(crate::expr_source::register(e))
+            }
             _ => None,
         };
         let variant = Variant::new(dtype, shape.head_dim)

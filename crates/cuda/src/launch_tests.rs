@@ -239,6 +239,33 @@ fn a_mask_that_is_one_longnet_branch_runs_as_its_compact_launch() {
     assert_eq!(block_mask_bytes(&other, &shape, &whole).unwrap(), None);
 }
 
+/// A mask expression that is a sliding window launches exactly as the built-in window:
+/// same parameters, same plans and full marks, no expression module.
+#[test]
+fn a_mask_that_is_a_window_runs_as_the_builtin_window() {
+    use ringdil_reference::pattern::ExprPattern;
+    use ringdil_reference::pattern::expr::Constants;
+    let expr = |t: &str| GpuPattern::Expr(ExprPattern::new(t, &Constants::new()).unwrap());
+    let shape = Shape::square(2, 1000, 3, 128);
+    let whole = Chunk::whole(&shape);
+    for causal in [false, true] {
+        for (mask, left, right) in [("k <= q && q - k < 512", 511, 0), ("abs(q - k) <= 100", 100, 100)] {
+            let ours = launches_for(&shape, &GpuSpec::new(expr(mask)).causal(causal), &whole, Family::Wgmma).unwrap();
+            let builtin = GpuSpec::new(GpuPattern::Window { left, right }).causal(causal);
+            let theirs = launches_for(&shape, &builtin, &whole, Family::Wgmma).unwrap();
+            assert_eq!(ours.len(), 1);
+            assert_eq!(format!("{:?}", ours[0].params), format!("{:?}", theirs[0].params), "{mask}");
+            assert_eq!((&ours[0].fwd, &ours[0].cols), (&theirs[0].fwd, &theirs[0].cols), "{mask}");
+        }
+    }
+    // A side the mask leaves open reaches the whole sequence.
+    let l = launches(&shape, &GpuSpec::new(expr("k <= q")), &whole).unwrap();
+    assert_eq!(
+        (l[0].params.pattern, l[0].params.win_left, l[0].params.win_right),
+        (PatternCode::Window as i32, 1000, 0)
+    );
+}
+
 #[test]
 fn wgmma_forward_tiles_do_not_straddle_dilated_segments() {
     // Kept rows per segment: 512 / 1 = 512 and 1024 / 4 = 256 (not multiples of 192),

@@ -42,6 +42,17 @@ pub enum GpuPattern {
 }
 
 impl GpuPattern {
+    /// The built-in pattern the kernels run in place of this one, where there is one with
+    /// the same pairs: a mask expression that is literally a sliding window
+    /// ([`ExprPattern::as_window`]) runs as [`GpuPattern::Window`] (one key interval per
+    /// query: no per-element expression, exact tile marks).
+    pub fn lowered(&self) -> Option<GpuPattern> {
+        match self {
+            GpuPattern::Expr(e) => e.as_window().map(|(left, right)| GpuPattern::Window { left, right }),
+            _ => None,
+        }
+    }
+
     /// `pattern` on the GPU through a mask table ([`GpuPattern::Table`]).
     pub fn table(pattern: Arc<dyn Pattern>) -> Self {
         GpuPattern::Table(TablePattern::new(pattern))

@@ -206,6 +206,18 @@ impl Node {
         }
     }
 
+    /// The conjuncts of the node (`a && b` flattened, left to right).
+    pub fn conjuncts(&self) -> Vec<&Node> {
+        match &self.kind {
+            Kind::Binary(Binary::And, a, b) => {
+                let mut out = a.conjuncts();
+                out.extend(b.conjuncts());
+                out
+            }
+            _ => vec![self],
+        }
+    }
+
     /// The number of nodes of the tree (what [`super::MAX_NODES`] limits).
     pub fn size(&self) -> usize {
         1 + self.children().iter().map(|c| c.size()).sum::<usize>()

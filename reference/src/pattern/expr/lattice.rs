@@ -27,9 +27,7 @@ use super::scope::Constants;
 impl ExprPattern {
     /// The mask as one dilated branch, if it is literally one (module docs).
     pub fn as_dilated(&self) -> Option<ExprDilated> {
-        let mut parts = Vec::new();
-        conjuncts(self.mask().root(), &mut parts);
-        let [a, b, c] = parts[..] else { return None };
+        let [a, b, c] = self.mask().root().conjuncts()[..] else { return None };
         // The same-segment test may be any of the three; the residues are the other two.
         [(a, b, c), (b, a, c), (c, a, b)].into_iter().find_map(|(seg, x, y)| {
             let w = same_segment(seg)?;
@@ -46,17 +44,6 @@ impl ExprPattern {
             let branch = ExprBranch::new(&w.to_string(), &rq.to_string(), &print(oq), None, &Constants::new()).ok()?;
             Some(ExprDilated { branches: vec![branch], combine: ExprCombine::SoftmaxDenominator })
         })
-    }
-}
-
-/// The conjuncts of `node` (`a && b` flattened).
-fn conjuncts<'a>(node: &'a Node, out: &mut Vec<&'a Node>) {
-    match &node.kind {
-        Kind::Binary(Binary::And, a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
-        }
-        _ => out.push(node),
     }
 }
 

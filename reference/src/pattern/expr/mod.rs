@@ -49,6 +49,7 @@ mod scope;
 mod tests;
 mod tile_map;
 mod tiles;
+mod window;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
 pub use c_source::{PRELUDE as C_PRELUDE, c_function};
@@ -61,6 +62,7 @@ pub use mask::ExprPattern;
 pub use scope::{Constants, Scope};
 pub use tile_map::{Run, TileMap};
 pub use tiles::{ENUMERATE_PAIRS, SMALL_BUDGET, Tile, TileClass, classify, exact_budget};
+pub use window::{MAX_COEFFICIENT, MAX_CONSTANT};
 
 /// The longest accepted source, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;

@@ -6,9 +6,10 @@ Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
   d = 128, bf16), causal within each document, boundaries read from DOCS.json
   (`gpu_bench --write-documents DOCS.json`), so both sides time the same documents;
 - "dense causal": the same row with one document, the rate the packed row is held to;
-- "longnet (w, r)": one LongNet branch at n = 16384, 16 heads of d = 128 (segment w,
-  dilation r, offset h mod r: a query attends the keys of its segment on its dilation
-  lattice, rows off the lattice attend nothing), forward only, as gpu_bench's dilated rows;
+- "longnet (w, r)" and "longnet (w, r) causal": one LongNet branch at n = 16384, 16 heads
+  of d = 128 (segment w, dilation r, offset h mod r: a query attends the keys of its segment
+  on its dilation lattice, rows off the lattice attend nothing; causal: and k <= q), forward
+  and forward + backward, as gpu_bench's dilated rows;
 - "window 512 causal" (k <= q < k + 512) and "block local 128" (|q // 128 - k // 128| <= 1)
   at n = 16384, forward and forward + backward: the masks of gpu_bench's expression rows;
 - "rotating offsets": notebook 01's rule (LongNet (2048, 1), (4096, 4), (8192, 8), causal,
@@ -19,6 +20,7 @@ use: a mask is reused across layers and steps). Times as torch_peer.py takes the
 
 usage: python3 flex_peer.py DOCS.json OUT.json
 """
+import itertools
 import json
 import sys
 
@@ -74,14 +76,16 @@ def main():
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, seq, True)}
         rows.append(row)
         print(row, flush=True)
-    for w, r in LONGNET_BRANCHES:
-        def branch(b, h, q, kv, w=w, r=r):
+    for (w, r), causal_branch in itertools.product(LONGNET_BRANCHES, (False, True)):
+        def branch(b, h, q, kv, w=w, r=r, causal_branch=causal_branch):
             o = h % r
-            return (q // w == kv // w) & ((q % w) % r == o) & ((kv % w) % r == o)
+            kept = (q // w == kv // w) & ((q % w) % r == o) & ((kv % w) % r == o)
+            return kept & (q >= kv) if causal_branch else kept
 
         mask = create_block_mask(branch, None, HEADS, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
-        row = {"what": f"longnet ({w}, {r})", "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
-               "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, False)}
+        what = f"longnet ({w}, {r})" + (" causal" if causal_branch else "")
+        row = {"what": what, "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
+               "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, True)}
         rows.append(row)
         print(row, flush=True)
     def rotating(b, h, q, kv):

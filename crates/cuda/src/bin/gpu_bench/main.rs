@@ -1,7 +1,8 @@
 //! The GPU benchmark: ringdil-cuda's kernels against torch's scaled_dot_product_attention
-//! (flash and cuDNN backends, timed by `bench/torch_peer.py` in the same run), and dilated
-//! branches against dense attention at the same length and against dense attention of the
-//! same work (one branch's segments as a batch of short sequences).
+//! (flash and cuDNN backends, timed by `bench/torch_peer.py` in the same run), and LongNet's
+//! branches and pattern against dense attention at the same length and against dense
+//! attention of the same work (one branch's segments as a batch of short sequences), causal
+//! and not, forward and forward + backward ([`dilated`]).
 //!
 //! `gpu_bench [--torch TORCH.json] [--flex FLEX.json] [--json OUT.json] [--md OUT.md]
 //! [--label TEXT] [--date DATE] [--forward-only] [--sections LIST]`;
@@ -29,11 +30,11 @@ use ringdil_cuda::check::rounded_bits;
 use ringdil_cuda::programs::{Args, Program};
 use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
-use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use serde_json::{Value, json};
 use std::fmt::Write;
 
+mod dilated;
 mod dilated_expr;
 mod expressions;
 mod gqa;
@@ -241,7 +242,7 @@ fn main() {
         }
         return;
     }
-    let dilated = wanted("dilated").then(|| dilated_rows(&gpu, &host, &flex, &mut md));
+    let dilated = wanted("dilated").then(|| dilated::rows(&gpu, &host, &flex, &mut md));
     let run_section = |name: &str, md: &mut String, f: &dyn Fn(&mut String) -> Value| -> Value {
         if wanted(name) { f(md) } else { Value::Null }
     };
@@ -263,67 +264,4 @@ fn main() {
     if let Some(p) = args.value("--md") {
         std::fs::write(p, md).expect("write md");
     }
-}
-
-/// Dilated branches against dense attention at the same length and at equal work
-/// (forward, non-causal), with FlexAttention's time for the same branch where given.
-fn dilated_rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Value {
-    let (n, h, d) = (16384, 16, 128);
-    let shape = Shape::square(1, n, h, d);
-    let (dense_ms, _) = run(gpu, host, &shape, &GpuSpec::new(GpuPattern::Dense), false);
-    writeln!(md, "\n### Dilated branches vs dense, n = {n}, h = {h}, d = {d}, bf16 forward\n").unwrap();
-    writeln!(md, "Dense: {dense_ms:.3} ms. A branch (w, r) does n*w/r^2 of the dense n^2 work per head.").unwrap();
-    writeln!(
-        md,
-        "Equal work: dense attention over n/w sequences of w/r tokens (batch n/w), the FLOPs of one\n\
-         branch without its index map; branch / equal is what the compact launch costs over that.\n\
-         Flex: compiled flex_attention with the branch's mask (offset h mod r; block mask built once,\n\
-         not timed), same run (`bench/flex_peer.py`); Flex / ringdil > 1 means ringdil is faster.\n"
-    )
-    .unwrap();
-    writeln!(
-        md,
-        "| branches | work share | time / dense | ms | equal-work dense ms | branch / equal | Flex ms | Flex / ringdil |\n\
-         |---|---|---|---|---|---|---|---|"
-    )
-    .unwrap();
-    let mut dilated = Vec::new();
-    let patterns: [&[(usize, usize)]; 5] =
-        [&[(2048, 1)], &[(4096, 4)], &[(8192, 8)], &[(16384, 16)], &[(2048, 1), (4096, 4), (8192, 8), (16384, 16)]];
-    for branches in patterns {
-        let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(branches)));
-        let (ms, _) = run(gpu, host, &shape, &spec, false);
-        let share: f64 = branches.iter().map(|&(w, r)| w as f64 / (r * r) as f64 / n as f64).sum();
-        let equal_ms = match branches {
-            &[(w, r)] => {
-                Some(run(gpu, host, &Shape::square(n / w, w / r, h, d), &GpuSpec::new(GpuPattern::Dense), false).0)
-            }
-            _ => None,
-        };
-        let (equal, over) =
-            equal_ms.map_or(("-".into(), "-".into()), |e| (format!("{e:.3}"), format!("{:.2}", ms / e)));
-        // FlexAttention's time for the same single branch (flex_peer.py's "longnet (w, r)").
-        let flex_ms = match branches {
-            &[(w, r)] => flex["rows"].as_array().and_then(|rows| {
-                rows.iter()
-                    .find_map(|x| (x["what"] == format!("longnet ({w}, {r})")).then(|| x["fwd_ms"].as_f64()).flatten())
-            }),
-            _ => None,
-        };
-        let (flex_col, flex_over) =
-            flex_ms.map_or(("-".into(), "-".into()), |f| (format!("{f:.3}"), format!("{:.1}", f / ms)));
-        writeln!(
-            md,
-            "| {branches:?} | {share:.4} | {:.4} | {ms:.3} | {equal} | {over} | {flex_col} | {flex_over} |",
-            ms / dense_ms
-        )
-        .unwrap();
-        println!(
-            "dilated {branches:?}: {ms:.3} ms = {:.4} of dense (work share {share:.4}); equal-work dense {equal} ms",
-            ms / dense_ms
-        );
-        dilated.push(json!({"branches": branches, "work_share": share, "ms": ms, "time_vs_dense": ms / dense_ms,
-            "equal_work_dense_ms": equal_ms, "flex_ms": flex_ms}));
-    }
-    json!({"seq": n, "heads": h, "head_dim": d, "dense_ms": dense_ms, "branches": dilated})
 }

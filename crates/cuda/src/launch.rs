@@ -328,12 +328,14 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             ..params
         };
         // Compaction needs contiguous rows (kept positions are found from segment starts);
-        // a strided (striped-layout) axis evaluates the branch mask in place. A built-in
-        // branch of dilation 1 keeps every position (any offset is 0), so a plain launch
-        // visits exactly its work: whole tiles inside a segment, unmasked (the plan marks
-        // them full), and one interval per query row at segment ends (`MASK_INTERVAL`),
-        // where a compact launch would test its segments per tile and per element.
-        let every_position = branch.dilation == 1 && params.dil_rule != OffsetRule::Table as i32;
+        // a strided (striped-layout) axis evaluates the branch mask in place. A branch of
+        // dilation 1 (built-in, or of a compact `dilated_expr` pattern) keeps every
+        // position (any offset is 0), so a plain launch visits exactly its work: whole
+        // tiles inside a segment, unmasked (the plan marks them full), and one interval
+        // per query row at segment ends (`MASK_INTERVAL`), where a compact launch would
+        // test its segments per tile and per element.
+        let every_position =
+            branch.dilation == 1 && matches!(spec.pattern, GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_));
         if qa.stride == 1 && ka.stride == 1 && !every_position {
             let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
             build(Params { compact: 1, ..params }, Some(&branch), None, at, map)

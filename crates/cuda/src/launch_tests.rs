@@ -145,6 +145,17 @@ fn dilated_expr_branches_are_compact_launches_reading_offset_tables() {
             assert_eq!(int(384 + 4 * (h * 10 + s)), ((h * s) % 2) as i32);
         }
     }
+    // A dilation-1 branch keeps every position whatever its offsets: a plain launch,
+    // its tiles inside one segment marked full (the built-in branch's launch).
+    let one =
+        ExprDilated { branches: vec![ExprBranch::new("128", "1", "h + s", None, &c).unwrap()], ..pattern.clone() };
+    let spec = GpuSpec::new(GpuPattern::dilated_expr(one, "one".into())).causal(true);
+    let ours = &launches(&shape, &spec, &chunk).unwrap()[0];
+    let builtin = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 1)]))).causal(true);
+    let theirs = &launches(&shape, &builtin, &chunk).unwrap()[0];
+    assert_eq!((ours.params.compact, ours.params.dil_rate), (0, 1));
+    assert_eq!((&ours.fwd, &ours.cols), (&theirs.fwd, &theirs.cols));
+    assert!(ours.cols.full.contains(&1));
     // A union of several branches has no compact form: mask tables.
     let union = ExprDilated { combine: ExprCombine::Union, ..pattern };
     assert!(matches!(GpuPattern::dilated_expr(union, "u".into()), GpuPattern::Table(_)));

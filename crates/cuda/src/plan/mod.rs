@@ -428,16 +428,17 @@ fn ranges_visit(
         }
         GpuPattern::BlockSparse(bs) if block_sparse_may_attend(bs, causal, q, k) => full(block_sparse_all(bs, q, k)),
         GpuPattern::BlockSparse(_) => Visit::Skip,
-        // Same segment needed; residues are left to the element mask. A built-in branch
-        // of dilation 1 keeps every position of its segments: a tile pair inside one
-        // segment holds only allowed pairs.
+        // Same segment needed; residues are left to the element mask. A branch of
+        // dilation 1 keeps every position of its segments (a compact `dilated_expr`
+        // branch has no extra mask): a tile pair inside one segment holds only allowed
+        // pairs.
         GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) => {
             let b = branch.expect("a dilated launch names its branch");
             let w = b.segment;
             if (q.0 / w).max(k.0 / w) > (q.1 / w).min(k.1 / w) {
                 return Visit::Skip;
             }
-            let every_position = b.dilation == 1 && matches!(pattern, GpuPattern::Dilated(_));
+            let every_position = b.dilation == 1;
             full(every_position && q.0 / w == q.1 / w && k.0 / w == k.1 / w && q.0 / w == k.0 / w)
         }
         // Expression and table launches are planned by `expression::plan` and

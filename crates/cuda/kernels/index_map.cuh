@@ -1,7 +1,7 @@
 // Index mapping: where a launch index lives. A launch's query and key sides are Axis
 // values; in a compact (dilated-branch) launch, index c is the global compact index
 // c + cbase, i.e. kept position t of segment s (row_of). The padding limit and the ends
-// of compact tiles are here too; docs/gpu.md ("Dilated attention") has the math.
+// of compact tiles are here too; docs/gpu-patterns.md ("Dilated attention") has the math.
 
 // A dilated branch's offsets for launch head h, as one int: the offset itself (>= 0) where
 // the rule gives every segment the same (OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED: o(h), from

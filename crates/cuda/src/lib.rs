@@ -32,7 +32,7 @@
 //!   pattern-aware plan, all-gather, virtual ranks on one GPU, a launcher.
 //!
 //! The f64 reference is the specification: [`check`] compares every kernel with it.
-//! Design notes: `docs/gpu.md`.
+//! Design notes: `docs/gpu.md` (kernels) and `docs/gpu-patterns.md` (masks and patterns).
 
 pub mod backward;
 pub mod check;

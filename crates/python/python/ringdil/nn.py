@@ -10,7 +10,7 @@ The branch combine is selectable (``combine=``):
   heads are split into one contiguous group per branch (the first ``H mod G`` groups one
   head larger), group ``g`` attends with branch ``g`` alone at the fixed offset ``g mod r_g``,
   and every output is divided by ``G``. One GPU call: each branch's launch covers its
-  group's heads, and the output is scaled by ``1/G`` (``docs/gpu.md``, "Head-group combine").
+  group's heads, and the output is scaled by ``1/G`` (``docs/gpu-patterns.md``, "Head-group combine").
 * ``"softmax_denominator"`` (LongNet's formula, section 7.5): every head sees every branch,
   offsets ``h mod r``, the branches weighted by their softmax denominators; one GPU call.
 

@@ -389,8 +389,14 @@ pub fn plan(
                 })
             })
         }
-        IndexMap::Identity { .. } => {
+        // Dense, window and dilated spans are decided in O(1) for any run of tiles, so a
+        // query tile costs about `2 log2 c` of them (`build_runs`) instead of `c`; the
+        // block rule's cost grows with the blocks a span holds, so it is asked per tile.
+        IndexMap::Identity { .. } if matches!(pattern, GpuPattern::BlockSparse(_)) => {
             TilePlan::build_spans(map, (q_tile, k_tile), |q, k| ranges_visit(pattern, branch, causal, q, k))
+        }
+        IndexMap::Identity { .. } => {
+            TilePlan::build_runs(map, (q_tile, k_tile), |q, k| ranges_visit(pattern, branch, causal, q, k))
         }
     }
 }

@@ -11,8 +11,6 @@
 //! * random masks drive attention: the reference's key sets equal the interpreter's
 //!   mask, and the blocked engine equals the naive oracle of `support.rs` under it, with
 //!   several heads, batch rows, causality, key padding and lengths that divide nothing;
-//! * a mask read as a sliding window (`as_window`, the GPU's lowering) has that window's
-//!   key sets, for random affine comparisons and random masks;
 //! * expressions equal to built-ins give the built-in's key sets (sliding window,
 //!   block-sparse local, a LongNet branch as a mask; `ExprDilated` with the offset rules
 //!   `h % r`, torchscale's head blocks and fixed offsets equals `Dilated`), the union
@@ -330,45 +328,6 @@ proptest! {
         );
         prop_assert_eq!(pattern_counts(&longnet, heads, n), pattern_counts(&Dilated::longnet(&[(w, r)]), heads, n));
         prop_assert_eq!(pattern_counts(&mask("true", &[]), heads, n), pattern_counts(&Dense, heads, n));
-    }
-
-    /// (c') A mask that `ExprPattern::as_window` reads as a window `(left, right)` (what
-    /// the GPU then runs as its built-in window) has that window's key sets: conjunctions
-    /// of random comparisons between affine forms `a q + b k + c` (windows whenever every
-    /// form has `b = -a`, with or without `abs`), and random masks of any shape (sound
-    /// when recognised).
-    #[test]
-    fn masks_read_as_windows_are_those_windows(
-        [_, n, heads, _] in shape(),
-        forms in prop::collection::vec((-3i64..=3, prop::bool::ANY, -9i64..=9, 0usize..6, prop::bool::ANY), 1..=3),
-        random in bool_e(3, false),
-    ) {
-        const OPS: [&str; 6] = ["<=", "<", ">=", ">", "==", "!="];
-        let affine = |a: i64, paired: bool, c: i64| {
-            let b = if paired { -a } else { a + 1 };
-            format!("{a} * q + {b} * k + {c}")
-        };
-        let parts: Vec<String> = forms
-            .iter()
-            .map(|&(a, paired, c, op, abs)| match abs {
-                true => format!("abs({}) {} {}", affine(a, paired, 0), ["<=", "<"][op % 2], c.abs()),
-                false => format!("{} {} {}", affine(a, paired, c), OPS[op], -c),
-            })
-            .collect();
-        for text in [parts.join(" && "), print(&random, false)] {
-            let Ok(p) = ExprPattern::new(&text, &constants()) else { continue };
-            if let Some((left, right)) = p.as_window() {
-                let window = SlidingWindow { left: left.min(n), right: right.min(n) };
-                prop_assert_eq!(pattern_counts(&p, heads, n), pattern_counts(&window, heads, n), "{}", text);
-            }
-        }
-        // Paired forms compared by <=, <, >=, > or == without abs, where d = q - k = 0 passes, are windows.
-        let paired = forms.iter().all(|&(a, paired, _, op, abs)| paired && a != 0 && !abs && op < 5);
-        let p = ExprPattern::new(&parts.join(" && "), &constants()).expect("affine comparisons parse");
-        let holds_at_zero = p.mask().eval(&Env::default()) != 0;
-        if paired && holds_at_zero {
-            prop_assert!(p.as_window().is_some(), "{} is a window", parts.join(" && "));
-        }
     }
 
     /// (d) `ExprDilated` with constant `w`, `r` and the offset rules written as

@@ -234,14 +234,14 @@ impl Gpu {
     /// Validate a call, build its tile plans (for the family of its head dim,
     /// [`Gpu::family_for`]) and copy them to the device.
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
+        // The pattern the kernels run: a built-in in place of an expression equal to it.
+        let lowered = spec.lowered();
+        let spec = lowered.as_ref().unwrap_or(spec);
         let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
         // A mask expression runs compiled into the kernels, unless it is one LongNet
-        // branch (then it runs as compact launches: `dilated_expr::compact_form`) or a
-        // sliding window (the built-in window: `GpuPattern::lowered`).
+        // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {
-            GpuPattern::Expr(e) if e.as_dilated().is_none() && spec.pattern.lowered().is_none() => {
-                Some(crate::expr_source::register(e))
-            }
+            GpuPattern::Expr(e) if e.as_dilated().is_none() => Some(crate::expr_source::register(e)),
             _ => None,
         };
         let variant = Variant::new(dtype, shape.head_dim)

@@ -127,6 +127,12 @@ impl GpuSpec {
         self
     }
 
+    /// The spec with its pattern [`GpuPattern::lowered`], where the kernels run a built-in
+    /// in its place; None where they run the pattern itself.
+    pub fn lowered(&self) -> Option<GpuSpec> {
+        self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() })
+    }
+
     /// The same attention as a reference spec (the ground truth of every GPU check).
     pub fn to_reference(&self) -> Spec {
         let mut spec = match &self.pattern {

@@ -10,7 +10,7 @@
 //! backward, and a ring step of a LongNet pattern whose first branch has dilation 1 (a
 //! plain launch beside a compact one, on contiguous or striped rows).
 
-use super::cases::{Case, Kind, fit_spec, sizes};
+use super::cases::{Case, Kind};
 use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
@@ -22,11 +22,8 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [Dtype::Bf16, Dtype::F16] {
         for head_dim in [64, 128] {
-            let combo = (dtype, head_dim);
             let mut add = |kind: Kind, what: &str, spec: GpuSpec, rng: &mut SplitMix64| {
-                let (seq, batch, heads) = sizes(quick, rng);
-                let spec = fit_spec(spec, batch, seq, rng);
-                out.push(Case::new(kind, &format!("interval {what}"), combo, [batch, seq, heads], spec));
+                out.push(Case::drawn(kind, &format!("interval {what}"), (dtype, head_dim), spec, quick, rng));
             };
             let causal = rng.uniform() < 0.5;
             let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };

@@ -444,8 +444,8 @@ fn ranges_visit(
             if (q.0 / w).max(k.0 / w) > (q.1 / w).min(k.1 / w) {
                 return Visit::Skip;
             }
-            let every_position = b.dilation == 1;
-            full(every_position && q.0 / w == q.1 / w && k.0 / w == k.1 / w && q.0 / w == k.0 / w)
+            // Past the test above, both spans inside one segment each means the same one.
+            full(b.dilation == 1 && q.0 / w == q.1 / w && k.0 / w == k.1 / w)
         }
         // Expression and table launches are planned by `expression::plan` and
         // `table::plan`, which know the heads and the sequence length; without them every

@@ -282,6 +282,7 @@ impl Gpu {
             shape: *shape,
             dtype,
             out_scale: spec.output_scale(chunk.pattern_heads(shape.heads))? as f32,
+            scale_deferred: false,
             launches,
             key_len,
             block_mask,

@@ -50,6 +50,9 @@ pub struct Prepared {
     /// The factor of every head's finished output (`GpuSpec::output_scale`): 1, or `1/G`
     /// for the head-group combine.
     pub(crate) out_scale: f32,
+    /// The caller applies `out_scale` itself ([`Prepared::defer_output_scale`]: a
+    /// distributed schedule, which merges and sums this call's results first).
+    pub(crate) scale_deferred: bool,
     pub(crate) launches: Vec<(LaunchSpec, DevicePlan)>,
     pub(crate) key_len: Option<CudaSlice<i32>>,
     pub(crate) block_mask: Option<CudaSlice<u8>>,

@@ -2,7 +2,7 @@
 //! against the f64 reference for every schedule the GPU runs, layout (contiguous,
 //! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
 //! (dense, causal, window, LongNet dilated, with segments inside one rank and across
-//! ranks; a mask expression, a mask table, and compact `dilated_expr` patterns whose
+//! ranks; the head-group combine, whose 1/G scale is applied once after the steps; a mask expression, a mask table, and compact `dilated_expr` patterns whose
 //! offsets change per segment), on lengths that do not divide evenly; grouped-query
 //! attention (8 query heads over 2 K/V heads, and multi-query), whose K/V pieces travel
 //! at K/V heads; and packed documents ([`super::ring_packed`], also on the work-balanced split).
@@ -64,6 +64,12 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
             GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2), (512.min(n), 4)]))).causal(true),
         ),
         ("dilated (128,2)", GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(128, 2)])))),
+        // The head-group combine: each group of heads sees its own branch, and outputs and
+        // gradients are scaled by 1/G once, after the steps' unscaled merges and sums.
+        (
+            "head groups (64,1)(256,2) causal",
+            GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(64, 1), (256, 2)]))).causal(true),
+        ),
         // A mask expression (its own kernel module): a band whose width grows with the
         // head, plus global keys, at global positions on every rank's pieces.
         ("expr band per head + globals causal", expression("abs(q - k) <= 40 + 20 * h || k < 4").causal(true)),

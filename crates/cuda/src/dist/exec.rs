@@ -28,6 +28,12 @@ extern "C" __global__ void ringdil_add_f32(float* __restrict__ dst, const float*
         dst[i] += src[i];
     }
 }
+extern "C" __global__ void ringdil_scale_f32(float* __restrict__ dst, float s, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        dst[i] *= s;
+    }
+}
 extern "C" __global__ void ringdil_fill_f32(float* __restrict__ dst, float value, unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
@@ -57,6 +63,7 @@ static PTX: OnceLock<Ptx> = OnceLock::new();
 /// The helper kernels, loaded into one GPU's context.
 pub(crate) struct Helpers {
     add: CudaFunction,
+    scale: CudaFunction,
     fill: CudaFunction,
     gather_u16: CudaFunction,
     scatter_u16: CudaFunction,
@@ -88,6 +95,7 @@ impl Helpers {
         let module = gpu.context().load_module(ptx)?;
         Ok(Helpers {
             add: module.load_function("ringdil_add_f32")?,
+            scale: module.load_function("ringdil_scale_f32")?,
             fill: module.load_function("ringdil_fill_f32")?,
             gather_u16: module.load_function("ringdil_gather_u16")?,
             scatter_u16: module.load_function("ringdil_scatter_u16")?,
@@ -103,6 +111,19 @@ impl Helpers {
         let mut l = gpu.stream().launch_builder(&self.add);
         l.arg(dst).arg(src).arg(&n);
         // SAFETY: n is within both buffers.
+        unsafe { l.launch(grid(n as usize)) }?;
+        Ok(())
+    }
+
+    /// `dst *= s` on the compute stream (nothing for `s = 1`).
+    pub(crate) fn scale(&self, gpu: &Gpu, dst: &mut CudaSlice<f32>, s: f32) -> DistResult<()> {
+        if s == 1.0 {
+            return Ok(());
+        }
+        let n = dst.len() as u64;
+        let mut l = gpu.stream().launch_builder(&self.scale);
+        l.arg(dst).arg(&s).arg(&n);
+        // SAFETY: n is the buffer's own length.
         unsafe { l.launch(grid(n as usize)) }?;
         Ok(())
     }
@@ -277,7 +298,10 @@ impl RankCompute {
         for src in 0..plan.ranks() {
             for &(qi, kj) in plan.needed(rank, src) {
                 let (shape, chunk) = plan.pair(rank, qi, src, kj);
-                preps.insert((src, qi, kj), gpu.prepare(&shape, dtype, &plan.spec, &chunk)?);
+                let mut prep = gpu.prepare(&shape, dtype, &plan.spec, &chunk)?;
+                // Steps merge and sum unscaled results; `finish` and `finish_grads` scale.
+                prep.defer_output_scale();
+                preps.insert((src, qi, kj), prep);
             }
         }
         Ok(RankCompute { rank, preps })
@@ -346,8 +370,10 @@ pub(crate) fn alloc_partial(gpu: &Gpu, dims: [usize; 4]) -> DistResult<DevicePar
     Ok(DevicePartial { out, lse, dims })
 }
 
-/// The finished output of each query piece: query pieces that saw no key at all hold the
-/// merge identity (output 0, LSE `-inf`), as in the reference.
+/// The finished output of each query piece: the merged steps times the pattern's output
+/// scale ([`DistPlan::output_scale`]; the LSE stays the unscaled attention's, as in the
+/// reference); query pieces that saw no key at all hold the merge identity (output 0, LSE
+/// `-inf`), as in the reference.
 pub(crate) fn finish(
     gpu: &Gpu,
     helpers: &Helpers,
@@ -358,7 +384,10 @@ pub(crate) fn finish(
     acc.into_iter()
         .enumerate()
         .map(|(qi, a)| match a {
-            Some(p) => Ok(p),
+            Some(mut p) => {
+                helpers.scale(gpu, &mut p.out, plan.output_scale())?;
+                Ok(p)
+            }
             None => {
                 let dims = plan.piece_dims(rank, qi);
                 let [b, n, h, d] = dims;
@@ -369,6 +398,14 @@ pub(crate) fn finish(
             }
         })
         .collect()
+}
+
+/// A rank's complete gradients, summed over every step (and, for dK/dV, brought home):
+/// times the output scale, since each step's are `grad / sigma` (`crate::output_scale`,
+/// "Deferred scale").
+pub(crate) fn finish_grads(gpu: &Gpu, helpers: &Helpers, plan: &DistPlan, grads: &mut RankGrads) -> DistResult<()> {
+    let s = plan.output_scale();
+    grads.dq.iter_mut().chain(&mut grads.dk).chain(&mut grads.dv).try_for_each(|g| helpers.scale(gpu, g, s))
 }
 
 /// `kv[kj]` views of a whole block.

@@ -23,7 +23,6 @@
 //! left out wrongly.
 
 use super::error::{DistError, DistResult};
-use crate::error::CudaError;
 use crate::launch::launches;
 use crate::shape::{Chunk, Shape};
 use crate::spec::GpuSpec;
@@ -78,6 +77,10 @@ pub struct DistPlan {
     /// so per-head dilated offsets stay those of the whole problem.
     pub first_head: usize,
     pub all_heads: usize,
+    /// The pattern's output scale (`GpuSpec::output_scale`: `1/G` for the head-group
+    /// combine, else 1), applied once to each finished output and summed gradient
+    /// ([`DistPlan::output_scale`]).
+    out_scale: f32,
     /// Ranks per Ulysses group of [`Kind::Hybrid`](ringdil_reference::ring::Kind::Hybrid)
     /// ([`DistPlan::with_hybrid_degree`]; `None`: the reference's rule).
     hybrid: Option<usize>,
@@ -121,13 +124,7 @@ impl DistPlan {
         chunks.validate()?;
         let (n, p) = (chunks.seq_len, chunks.ranks());
         spec.validate(batch, all_heads, n)?;
-        if spec.output_scale(all_heads)? != 1.0 {
-            return Err(CudaError::Unsupported {
-                what: "a pattern that scales its output (the head-group combine) in a distributed schedule: it runs on \
-                       one GPU",
-            }
-            .into());
-        }
+        let out_scale = spec.output_scale(all_heads)? as f32;
         if heads.is_empty() || heads.end > all_heads {
             return Err(DistError::BadHeads { heads, all: all_heads });
         }
@@ -149,6 +146,7 @@ impl DistPlan {
             head_dim,
             first_head: heads.start,
             all_heads,
+            out_scale,
             hybrid: None,
             pieces,
             needed: vec![vec![]; p],
@@ -293,6 +291,13 @@ impl DistPlan {
 
     pub fn ranks(&self) -> usize {
         self.chunks.ranks()
+    }
+
+    /// The factor of every finished output and gradient (`crate::output_scale`): the
+    /// token-split schedules run their steps unscaled and apply it once at the end
+    /// (`dist::exec`); Ulysses' whole-sequence calls apply it themselves.
+    pub fn output_scale(&self) -> f32 {
+        self.out_scale
     }
 
     pub fn seq_len(&self) -> usize {

@@ -121,13 +121,21 @@ fn too_many_pieces_is_a_typed_error_naming_the_rank() {
     assert!(matches!(e, DistError::TooManyPieces { rank: 0, pieces: 32, max: MAX_PIECES }), "{e}");
 }
 
-/// The head-group combine scales its output (1/G), which a distributed schedule cannot
-/// apply to results it adds into: refused by name (it runs on one GPU).
+/// The head-group combine scales its output (1/G): a distributed plan carries the factor
+/// its schedules apply once to finished outputs and summed gradients, and plans the same
+/// piece pairs as its branches over their groups' heads.
 #[test]
-fn a_pattern_that_scales_its_output_is_refused() {
-    let groups = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(8, 1), (16, 2)])));
-    let e = plan(64, 2, Layout::Zigzag, groups).unwrap_err().to_string();
-    assert!(e.contains("scales its output (the head-group combine) in a distributed schedule"), "{e}");
+fn a_pattern_that_scales_its_output_carries_its_scale() {
+    let groups = GpuSpec::new(GpuPattern::Dilated(Dilated::head_groups(&[(8, 1), (64, 2)])));
+    let p = plan(64, 2, Layout::Zigzag, groups).unwrap();
+    assert_eq!(p.output_scale(), 0.5);
+    assert_eq!(plan(64, 2, Layout::Zigzag, GpuSpec::new(GpuPattern::Dense)).unwrap().output_scale(), 1.0);
+    // Zigzag rank 0 holds tokens 0..16 and 48..64: the (64, 2) group reaches across ranks,
+    // the (8, 1) group alone would not.
+    let first_alone = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(8, 1)])));
+    let alone = plan(64, 2, Layout::Zigzag, first_alone).unwrap();
+    assert!(alone.needed(0, 1).is_empty(), "{:?}", alone.needed(0, 1));
+    assert!(!p.needed(0, 1).is_empty());
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! `virtual_ulysses.rs`.
 
 use super::error::{DistError, DistResult};
-use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, zeros};
+use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, finish_grads, zeros};
 use super::layout::DistPlan;
 use super::ring::{RankData, RankGrads};
 use crate::gpu::Gpu;
@@ -88,6 +88,9 @@ impl<'a> VirtualRanks<'a> {
                     .backward(self.gpu, self.plan, src, &data[r].q, &kv, &out[r], &dout[r], &mut dq[r], &mut dkv)?;
             }
         }
-        Ok(dq.into_iter().zip(dk).zip(dv).map(|((dq, dk), dv)| RankGrads { dq, dk, dv }).collect())
+        let mut grads: Vec<RankGrads> =
+            dq.into_iter().zip(dk).zip(dv).map(|((dq, dk), dv)| RankGrads { dq, dk, dv }).collect();
+        grads.iter_mut().try_for_each(|g| finish_grads(self.gpu, &self.helpers, self.plan, g))?;
+        Ok(grads)
     }
 }

@@ -7,7 +7,7 @@ use super::DistRank;
 use super::data::{RankData, RankGrads};
 use super::transfers::{Block, GradPieces};
 use crate::dist::error::{DistError, DistResult};
-use crate::dist::exec::{all_of, all_of_mut, zeros};
+use crate::dist::exec::{all_of, all_of_mut, finish_grads, zeros};
 use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
 use ringdil_reference::ring::Kind;
@@ -16,7 +16,9 @@ impl DistRank<'_> {
     /// The backward pass for `out` (this rank's finished forward, from
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
     /// On return the compute stream is ordered after every transfer of the call
-    /// ([`DistRank::settle`]).
+    /// ([`DistRank::settle`]). The token-split schedules sum unscaled steps and apply the
+    /// pattern's output scale to the complete gradients ([`finish_grads`]); Ulysses'
+    /// calls, and the hybrid's inner rings, apply it themselves.
     pub fn backward(
         &mut self,
         schedule: Kind,
@@ -24,7 +26,10 @@ impl DistRank<'_> {
         out: &[DevicePartial],
         dout: &[DeviceTensor],
     ) -> DistResult<RankGrads> {
-        let grads = self.backward_steps(schedule, data, out, dout)?;
+        let mut grads = self.backward_steps(schedule, data, out, dout)?;
+        if !matches!(schedule, Kind::Ulysses | Kind::Hybrid) {
+            finish_grads(self.gpu, &self.helpers, self.plan, &mut grads)?;
+        }
         self.settle()?;
         Ok(grads)
     }

@@ -35,6 +35,24 @@ pub(crate) fn kv_accumulates(prep: &Prepared, add: bool) -> bool {
         || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }))
 }
 
+/// Of a call that adds nothing into running sums (`!add`) and whose blocks own their dK,
+/// dV rows (no grouped-query heads, whose query heads add into one K/V head from several
+/// blocks): the launch that writes its dK, dV rows instead of adding them, and whether it
+/// writes every row. Every backward block stores all its key rows (zeros where no query
+/// sees them), so a plain launch over all heads (`LaunchSpec::writes_every_row`) leaves
+/// no row for a zeroing to cover, and with one first the other launches add onto it;
+/// without one, the first launch writes onto zeroed buffers, which only saves reading its
+/// rows back.
+fn kv_writer(prep: &Prepared, add: bool) -> Option<(usize, bool)> {
+    if add || prep.shape.kv_group() > 1 || prep.launches.is_empty() {
+        return None;
+    }
+    Some(match prep.launches.iter().position(|(l, _)| l.writes_every_row()) {
+        Some(i) => (i, true),
+        None => (0, false),
+    })
+}
+
 /// A 16-bit output shaped like q and its f32 LSE.
 pub(crate) fn check_half(s: &Shape, out: &DeviceTensor, lse: &CudaSlice<f32>) -> Result<()> {
     if out.dims != s.q_dims() || out.data.len() != s.q_len() || lse.len() != s.lse_len() {
@@ -58,10 +76,11 @@ impl Gpu {
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
     /// from the saved LSE, written into `grads`. One kernel per key tile: dK and dV rows are
-    /// written by one block (a single launch overwrites them; several, as dilated branches,
-    /// and grouped-query attention, whose group of query heads adds into one K/V head,
-    /// clear the buffers and accumulate); dQ rows
-    /// receive f32 reductions from every key tile, so dq is always cleared first.
+    /// written by one block. With several launches (dilated branches) the first writes
+    /// and the others add ([`kv_writer`]; the buffers are cleared first unless that launch
+    /// writes every row); under grouped-query attention, whose group of query heads adds
+    /// into one K/V head, the buffers are cleared and every launch adds. dQ rows receive
+    /// f32 reductions from every key tile, so dq is always cleared first.
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_into(
         &self,
@@ -169,26 +188,29 @@ impl Gpu {
         }
         match kv {
             KvDest::F32(dk, dv) => {
-                if !add && accumulate {
+                let writer = kv_writer(prep, add);
+                if !add && accumulate && !writer.is_some_and(|(_, every_row)| every_row) {
                     st.memset_zeros(&mut *dk)?;
                     st.memset_zeros(&mut *dv)?;
                 }
                 {
                     // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
                     let ((dkp, _i), (dvp, _j)) = (dk.device_ptr_mut(st), dv.device_ptr_mut(st));
-                    self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, false)?;
+                    let writer = writer.map(|(i, _)| i);
+                    self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, writer, false)?;
                 }
                 self.scale_grads(prep, [dq, dk, dv])
             }
             KvDest::Half(dk, dv) => {
                 let ((dkp, _i), (dvp, _j)) = (dk.data.device_ptr_mut(st), dv.data.device_ptr_mut(st));
-                self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, true)
+                self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, None, true)
             }
         }
     }
 
-    /// The backward's attention launches, one per launch of `prep`, writing or adding
-    /// (`accumulate`) dQ into `dq` and dK, dV at `dkp`, `dvp` (f32, or 16-bit with `half`).
+    /// The backward's attention launches, one per launch of `prep`, reducing dQ into `dq`
+    /// and writing or adding (`accumulate`) dK, dV at `dkp`, `dvp` (f32, or 16-bit with
+    /// `half`); launch `writer` ([`kv_writer`]) goes first and writes its dK, dV rows.
     #[allow(clippy::too_many_arguments)]
     fn backward_launches(
         &self,
@@ -197,10 +219,14 @@ impl Gpu {
         dq: &mut CudaSlice<f32>,
         [dkp, dvp]: [cudarc::driver::sys::CUdeviceptr; 2],
         accumulate: bool,
+        writer: Option<usize>,
         half: bool,
     ) -> Result<()> {
         let st = &self.stream;
-        for (l, plan) in &prep.launches {
+        let order = writer.into_iter().chain((0..prep.launches.len()).filter(|&i| Some(i) != writer));
+        for i in order {
+            let (l, plan) = &prep.launches[i];
+            let accumulate = accumulate && Some(i) != writer;
             let (qp, _a) = q.data.device_ptr(st);
             let (kp, _b) = k.data.device_ptr(st);
             let (vp, _c) = v.data.device_ptr(st);

@@ -38,15 +38,16 @@ impl Gpu {
         self.check_inputs(prep, q, k, v)?;
         self.check_partial("out", prep, out)?;
         // A launch that writes every row goes first and lays the ground the others merge
-        // into; without one, the merge identity does.
+        // into; without one, the merge identity does. Either way the first launch writes:
+        // after the fill its rows hold the identity, and `merge(identity, x) = x`, so
+        // merging would only read them back (a lone compact branch: 1/r of the output).
         let first = prep.launches.iter().position(|l| l.0.writes_every_row());
         if first.is_none() {
             self.fill_empty(prep, out)?;
         }
         let order = first.into_iter().chain((0..prep.launches.len()).filter(|&i| Some(i) != first));
         for (n, i) in order.enumerate() {
-            let accumulate = n > 0 || first.is_none();
-            self.forward_launch(prep, &prep.launches[i], q, k, v, Dest::Partial(out), accumulate)?;
+            self.forward_launch(prep, &prep.launches[i], q, k, v, Dest::Partial(out), n > 0)?;
         }
         self.finish_output(prep, &mut out.out)
     }

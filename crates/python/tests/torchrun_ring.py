@@ -27,6 +27,9 @@ from ringdil import ring
 BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 LONGNET = {"kind": "dilated", "segment_lengths": [256, 512, 1024], "dilation_rates": [1, 2, 4],
            "offsets": "head_mod", "combine": "softmax_denominator"}
+# The PyTorch ports' combine (ringdil.nn's default): one head group per branch, outputs / 3.
+HEAD_GROUPS = {"kind": "dilated", "segment_lengths": [256, 512, 1024], "dilation_rates": [1, 2, 4],
+               "offsets": [0, 1, 2], "combine": "head_groups"}
 # (name, batch, seq, heads, kv_heads, head_dim, dtype, keyword arguments, layout)
 CASES = [
     ("dense causal", 1, 2000, 8, 8, 128, torch.bfloat16, {"causal": True}, "zigzag"),
@@ -38,6 +41,8 @@ CASES = [
     ("packed documents causal", 1, 3000, 4, 4, 128, torch.bfloat16,
      {"causal": True, "documents": [0, 700, 701, 1900, 3000]}, "balanced"),
     ("dense causal f16", 1, 2000, 8, 8, 128, torch.float16, {"causal": True}, "zigzag"),
+    ("head groups causal (ringdil.nn's combine)", 1, 2048, 6, 6, 64, torch.bfloat16,
+     {"pattern": HEAD_GROUPS, "causal": True}, "zigzag"),
 ]
 # (schedule, hybrid_degree): the hybrid in one group of all ranks (the default rule on 2
 # ranks) and in groups of one rank (the ring over groups, on head-slice plans).

@@ -1,0 +1,82 @@
+//! One attention call's launches, repeated a few times, for a kernel profiler:
+//!
+//! ```text
+//! profile_call [--causal] [--backward] [--calls N] [BRANCH ...]    BRANCH = SEGMENT,DILATION
+//! ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+//!     profile_call --backward 4096,4
+//! ```
+//!
+//! The call is the LongNet pattern of the branches given (dense attention without any) at
+//! n = 16384, 16 heads, d = 128, bf16, on random bf16 inputs: `gpu_bench`'s dilated rows.
+//! A profiler then shows each kernel of the call (fill, attention launches, scale, delta,
+//! backward launches) with its duration and DRAM traffic: where a call's time goes beyond
+//! its attention work, which `gpu_bench`'s totals cannot say. Memsets are not kernels and
+//! do not appear. Without a CUDA device it says so and exits 0.
+
+use ringdil_cuda::check::rounded_bits;
+use ringdil_cuda::{Chunk, Dtype, Gpu, GpuPattern, GpuSpec, Shape};
+use ringdil_reference::pattern::Dilated;
+use ringdil_reference::random::SplitMix64;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [SEGMENT,DILATION ...]";
+
+fn branch(arg: &str) -> Result<(usize, usize), String> {
+    let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("branch {arg:?}: {e}"));
+    match arg.split_once(',') {
+        Some((w, r)) => Ok((parse(w)?, parse(r)?)),
+        None => Err(format!("branch {arg:?}: expected SEGMENT,DILATION\n{USAGE}")),
+    }
+}
+
+fn run() -> Result<(), String> {
+    let (mut causal, mut backward, mut calls, mut branches) = (false, false, 3, Vec::new());
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--causal" => causal = true,
+            "--backward" => backward = true,
+            "--calls" => {
+                let n = args.next().ok_or(USAGE)?;
+                calls = n.parse().map_err(|e| format!("--calls {n:?}: {e}"))?;
+            }
+            _ => branches.push(branch(&a)?),
+        }
+    }
+    let Some(gpu) = Gpu::probe().map_err(|e| e.to_string())? else {
+        println!("profile_call: skipped: no CUDA device");
+        return Ok(());
+    };
+    let pattern = match branches.is_empty() {
+        true => GpuPattern::Dense,
+        false => GpuPattern::Dilated(Dilated::longnet(&branches)),
+    };
+    let spec = GpuSpec::new(pattern).causal(causal);
+    let shape = Shape::square(1, 16384, 16, 128);
+    let err = |e: ringdil_cuda::CudaError| e.to_string();
+    let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).map_err(err)?;
+    let mut rng = SplitMix64::new(1);
+    let mut input = || gpu.upload(&rounded_bits(shape.q_len(), Dtype::Bf16, &mut rng), shape.q_dims()).map_err(err);
+    let (q, k, v, dout) = (input()?, input()?, input()?, input()?);
+    let mut out = gpu.alloc_partial(&prep).map_err(err)?;
+    let mut grads = gpu.alloc_grads(&prep).map_err(err)?;
+    for _ in 0..calls {
+        gpu.forward_into(&mut prep, &q, &k, &v, &mut out).map_err(err)?;
+        if backward {
+            gpu.backward_into(&mut prep, &q, &k, &v, &out, &dout, &mut grads).map_err(err)?;
+        }
+    }
+    gpu.synchronize().map_err(err)?;
+    println!("profile_call: {calls} calls, branches {branches:?} (none: dense), causal {causal}, backward {backward}");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("profile_call: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -6,6 +6,12 @@
 //! `0`, `i64::MAX`, where sums, products, `abs`, `-` and `i64::MIN / -1` wrap and the
 //! divisions meet their special divisors), and every value must equal `Expression::eval`.
 //!
+//! The 32-bit functions (`c_function_i32`, which the kernels use where `fits_i32` holds)
+//! are checked the same way on boxes of inputs as the kernels see them (`q`, `k` in
+//! `[0, n)`, `h` in `[0, H)`, for lengths up to `i32::MAX`): wherever `fits_i32` accepts an
+//! expression on a box, its 32-bit value equals the evaluator's at the box's corners and
+//! at random points inside it.
+//!
 //! The compiler is `$CC`, else `cc`; warnings about overflow or conversions are errors
 //! (`-Wall -Wextra -Werror`), and UBSan (where the compiler has it) turns any undefined
 //! operation the transcription might still contain into a failure. A missing compiler
@@ -17,7 +23,9 @@ mod expr_gen;
 use expr_gen::{bool_e, constants, int_e, print};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, TestRng, TestRunner};
-use ringdil_reference::pattern::expr::{C_PRELUDE, Env, Expression, Scope, Ty, Var, c_function};
+use ringdil_reference::pattern::expr::{
+    C_PRELUDE, Env, Expression, Interval, Ranges, Scope, Ty, Var, c_function, c_function_i32, fits_i32,
+};
 use ringdil_reference::random::SplitMix64;
 use std::io::Write;
 use std::process::Command;
@@ -156,4 +164,109 @@ fn c_source_computes_what_the_evaluator_computes() {
     }
     std::fs::remove_dir_all(&dir).ok();
     println!("{checked} values equal ({} expressions x {} points)", exprs.len(), points.len());
+}
+
+/// The boxes of the 32-bit check: `(n, H)`, with `q, k` in `[0, n)`, `h` in `[0, H)`.
+const BOXES: [(i64, i64); 6] = [(1, 1), (7, 3), (1000, 8), (65536, 16), (1 << 20, 64), (i32::MAX as i64, 128)];
+
+/// The box of `(n, H)` (`b` is 0 in the kernels; no mask names `s`, `w`, `r`).
+fn kernel_box((n, heads): (i64, i64)) -> Ranges {
+    Ranges::at(&Env::default().with(Var::SeqLen, n).with(Var::Heads, heads))
+        .with(Var::Query, Interval::between(0, n - 1))
+        .with(Var::Key, Interval::between(0, n - 1))
+        .with(Var::Head, Interval::between(0, heads - 1))
+}
+
+/// Points of the box `(n, H)`: its corners, then random points.
+fn box_points((n, heads): (i64, i64), rng: &mut SplitMix64) -> Vec<Env> {
+    let at = |h: i64, q: i64, k: i64| {
+        Env::default().with(Var::SeqLen, n).with(Var::Heads, heads).with(Var::Head, h).with(Var::Query, q).with(Var::Key, k)
+    };
+    let mut out = Vec::new();
+    for h in [0, heads - 1] {
+        for q in [0, n - 1] {
+            for k in [0, n - 1] {
+                out.push(at(h, q, k));
+            }
+        }
+    }
+    let mut draw = |m: i64| (rng.next_u64() % m as u64) as i64;
+    out.extend((0..16).map(|_| {
+        let (h, q, k) = (draw(heads), draw(n), draw(n));
+        at(h, q, k)
+    }));
+    out
+}
+
+/// Expressions whose operands go negative inside the kernels' boxes (differences of
+/// positions), where floor division and modulo differ from C's truncating ones, added to
+/// the random ones of the 32-bit check.
+const NEGATIVE_OPERANDS: [&str; 8] = [
+    "(q - k) / 3",
+    "(q - k) % 5",
+    "(k - q) / (h + 1) + (k - q) % (h + 2)",
+    "-q % 7 + (h - q) / -3",
+    "(q - k) % -4 - abs(q - k) / 2",
+    "min(q - k, h - q) / 7",
+    "if q < k then (q - k) / 2 else (k - q) % 3",
+    "(q - k) / (q - k) + (q - k) % (h - 1)",
+];
+
+#[test]
+fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
+    let mut exprs = expressions();
+    exprs.extend(NEGATIVE_OPERANDS.iter().map(|src| {
+        Expression::new(src, &Scope::MASK, &constants(), Ty::Int).unwrap_or_else(|e| panic!("{src}: {e}"))
+    }));
+    let mut rng = SplitMix64::new(32);
+    // (expression, point) of every box where the expression fits.
+    let mut cases: Vec<(usize, Env)> = Vec::new();
+    let mut fitting = vec![false; exprs.len()];
+    let mut boxes_fit = 0;
+    for (i, e) in exprs.iter().enumerate() {
+        for b in BOXES {
+            if fits_i32(e.root(), &kernel_box(b)) {
+                fitting[i] = true;
+                boxes_fit += 1;
+                cases.extend(box_points(b, &mut rng).into_iter().map(|p| (i, p)));
+            }
+        }
+    }
+    // Enough of the generated expressions fit somewhere for the check to mean something,
+    // and enough are refused (large literals, products of positions) for the test of fits_i32 to.
+    let refused = exprs.len() * BOXES.len() - boxes_fit;
+    assert!(boxes_fit >= 300 && refused >= 300, "{boxes_fit} boxes fit, {refused} refused");
+    let mut src = String::from("#include <stdio.h>\n");
+    src.push_str(C_PRELUDE);
+    for (i, e) in exprs.iter().enumerate().filter(|(i, _)| fitting[*i]) {
+        src.push_str(&c_function_i32(&format!("expr32_{i}"), e));
+    }
+    src.push_str("static rd_i32 call(int f, const rd_i32* p) {\n    switch (f) {\n");
+    let args: Vec<String> = (0..Var::ALL.len()).map(|j| format!("p[{j}]")).collect();
+    for i in (0..exprs.len()).filter(|&i| fitting[i]) {
+        src.push_str(&format!("    case {i}: return expr32_{i}({});\n", args.join(", ")));
+    }
+    src.push_str("    default: return 0;\n    }\n}\n");
+    src.push_str(&format!("static const rd_i32 P[{}][{}] = {{\n", cases.len(), Var::ALL.len() + 1));
+    for (i, p) in &cases {
+        let row: Vec<String> = std::iter::once(i.to_string()).chain(Var::ALL.iter().map(|&v| p.get(v).to_string())).collect();
+        src.push_str(&format!("    {{{}}},\n", row.join(", ")));
+    }
+    src.push_str(&format!(
+        "}};\nint main(void) {{\n    for (int i = 0; i < {}; ++i) printf(\"%d\\n\", call(P[i][0], P[i] + 1));\n    return 0;\n}}\n",
+        cases.len()
+    ));
+    let dir = std::env::temp_dir().join(format!("ringdil-expr-c32-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = compile(&src, &dir);
+    let run = Command::new(&exe).output().expect("run the compiled expressions");
+    assert!(run.status.success(), "the compiled program failed:\n{}", String::from_utf8_lossy(&run.stderr));
+    let values: Vec<i64> =
+        String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().expect("an integer per line")).collect();
+    assert_eq!(values.len(), cases.len());
+    for ((i, p), got) in cases.iter().zip(&values) {
+        assert_eq!(*got, exprs[*i].eval(p), "expression {:?} at {p:?}: 32-bit C gives {got}", exprs[*i].source());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    println!("{} values equal ({boxes_fit} expression boxes fit, {refused} refused)", cases.len());
 }

@@ -26,12 +26,11 @@ extern "C" __global__ void merge_partials(const float* oa, const float* la, cons
     }
 }
 
-// The merge identity (out = 0, lse = -inf): what a dilated branch leaves in rows it skips.
-extern "C" __global__ void fill_empty(float* out, float* lse, size_t n_out, size_t n_lse) {
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n_out; e += (size_t)gridDim.x * blockDim.x) {
-        out[e] = 0.f;
-        if (e < n_lse) lse[e] = NEG_INF;
-    }
+// The LSE of the merge identity (-inf; its output, 0, is a memset): what a dilated branch
+// leaves in rows it skips.
+extern "C" __global__ void fill_empty_lse(float* lse, size_t n) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        lse[e] = NEG_INF;
 }
 
 // delta_i = sum_d dout_id * out_id (flash-attention 2's D), and the row's lse in the form

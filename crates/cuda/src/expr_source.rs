@@ -10,13 +10,20 @@
 //! pattern is defined on, `H` the pattern's heads; `b` is 0 (mask expressions have no
 //! batch row).
 //!
+//! **Width.** Where the call's sequence length and heads keep every node of the mask an
+//! `i32` ([`ExprPattern::fits_i32`]), the mask is the 32-bit transcription
+//! ([`c_function_i32`], equal to the evaluator there): the kernels evaluate it per element
+//! of every partial tile, and 64-bit division and modulo, even by constants, cost several
+//! times the 32-bit ones. Other calls get the 64-bit one. The two are different sources,
+//! so different modules.
+//!
 //! A module is compiled per expression: [`Variant::expr`](crate::Variant) carries an
 //! [`ExprId`], the index of the expression's source in a process-wide registry, so that
 //! `Variant` stays a small `Copy` key of the module cache and equal sources share one id
 //! (and one module).
 
 use ringdil_reference::pattern::ExprPattern;
-use ringdil_reference::pattern::expr::{C_PRELUDE, Var, c_function};
+use ringdil_reference::pattern::expr::{C_PRELUDE, Var, c_function, c_function_i32};
 use std::sync::{Mutex, OnceLock};
 
 /// The id of a registered expression source (see the module docs).
@@ -27,30 +34,36 @@ pub struct ExprId(pub u32);
 static SOURCES: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
 
 /// The CUDA source of `pattern`'s mask for the translation unit: the operator prelude,
-/// the expression as `ringdil_expr_mask`, and `expr_allowed`.
-fn kernel_source(pattern: &ExprPattern) -> String {
-    let args: Vec<&str> = Var::ALL
+/// the expression as `ringdil_expr_mask` (32-bit with `narrow`, module docs), and
+/// `expr_allowed`.
+fn kernel_source(pattern: &ExprPattern, narrow: bool) -> String {
+    let ty = if narrow { "rd_i32" } else { "rd_i64" };
+    let args: Vec<String> = Var::ALL
         .iter()
         .map(|v| match v {
-            Var::Head => "(rd_i64)(p.head_base + h)",
-            Var::Query => "(rd_i64)i",
-            Var::Key => "(rd_i64)j",
-            Var::SeqLen => "(rd_i64)p.seq_len",
-            Var::Heads => "(rd_i64)p.pattern_heads",
+            Var::Head => format!("({ty})(p.head_base + h)"),
+            Var::Query => format!("({ty})i"),
+            Var::Key => format!("({ty})j"),
+            Var::SeqLen => format!("({ty})p.seq_len"),
+            Var::Heads => format!("({ty})p.pattern_heads"),
             // No batch row in mask expressions; the branch variables are not in a mask's scope.
-            Var::Batch | Var::SegmentIndex | Var::Segment | Var::Dilation => "0",
+            Var::Batch | Var::SegmentIndex | Var::Segment | Var::Dilation => "0".into(),
         })
         .collect();
+    let function = match narrow {
+        true => c_function_i32("ringdil_expr_mask", pattern.mask()),
+        false => c_function("ringdil_expr_mask", pattern.mask()),
+    };
     format!(
-        "#define RINGDIL_EXPR 1\n{C_PRELUDE}{}__device__ __forceinline__ bool expr_allowed(const Params& p, int h, int i, int j) {{\n    return ringdil_expr_mask({}) != 0;\n}}\n",
-        c_function("ringdil_expr_mask", pattern.mask()),
+        "#define RINGDIL_EXPR 1\n{C_PRELUDE}{function}__device__ __forceinline__ bool expr_allowed(const Params& p, int h, int i, int j) {{\n    return ringdil_expr_mask({}) != 0;\n}}\n",
         args.join(", ")
     )
 }
 
-/// The id of `pattern`'s source, registering it at its first use.
-pub fn register(pattern: &ExprPattern) -> ExprId {
-    let source = kernel_source(pattern);
+/// The id of `pattern`'s source for a call on `seq_len` tokens and `heads` pattern heads
+/// (which decide its width), registering it at its first use.
+pub fn register(pattern: &ExprPattern, seq_len: usize, heads: usize) -> ExprId {
+    let source = kernel_source(pattern, pattern.fits_i32(seq_len, heads));
     let mut sources = SOURCES.get_or_init(Default::default).lock().expect("expression registry lock");
     let index = match sources.iter().position(|s| *s == source) {
         Some(i) => i,

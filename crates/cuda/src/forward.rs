@@ -152,11 +152,14 @@ impl Gpu {
     }
 
     fn fill_empty(&self, prep: &Prepared, p: &mut DevicePartial) -> Result<()> {
-        let (n_out, n_lse) = (p.out.len(), p.lse.len());
+        // The output's zeros by the driver's memset (as the backward clears dq), the LSE's
+        // -inf by a kernel.
+        self.stream.memset_zeros(&mut p.out)?;
+        let n = p.lse.len();
         let mut b = self.stream.launch_builder(&prep.kernels.fill);
-        b.arg(&mut p.out).arg(&mut p.lse).arg(&n_out).arg(&n_lse);
-        // SAFETY: lengths are the buffers' own.
-        unsafe { b.launch(elementwise(n_out)) }?;
+        b.arg(&mut p.lse).arg(&n);
+        // SAFETY: n is the buffer's own length.
+        unsafe { b.launch(elementwise(n)) }?;
         Ok(())
     }
 

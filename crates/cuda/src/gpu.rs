@@ -199,7 +199,7 @@ impl Gpu {
             family,
             attention,
             merge: load("merge_partials", 0)?,
-            fill: load("fill_empty", 0)?,
+            fill: load("fill_empty_lse", 0)?,
             delta: load("bwd_delta", 0)?,
             delta_half: load("bwd_delta_half", 0)?,
             to_half: load("to_half", 0)?,
@@ -241,7 +241,9 @@ impl Gpu {
         // A mask expression runs compiled into the kernels, unless it is one LongNet
         // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {
-            GpuPattern::Expr(e) if e.as_dilated().is_none() => Some(crate::expr_source::register(e)),
+            GpuPattern::Expr(e) if e.as_dilated().is_none() => {
+                Some(crate::expr_source::register(e, chunk.seq_len, chunk.pattern_heads(shape.heads)))
+            }
             _ => None,
         };
         let variant = Variant::new(dtype, shape.head_dim)

@@ -46,16 +46,25 @@ fn refused_at(family: Family, arch: &str, dir: &Path, expect: &str, head_dim: us
     }
 }
 
-/// A module with a mask expression compiled in (`expr_source`): every operator,
-/// `i64::MIN`, `if`, the head and the sequence variables, for `family` on `arch`.
-fn expression_module(family: Family, arch: &str) -> Result<(), String> {
+/// A module with a mask expression compiled in (`expr_source`): every operator, `if`,
+/// the head and the sequence variables, for `family` on `arch`; 64-bit (with
+/// `i64::MIN`, which no 32-bit box holds) or, with `narrow`, a mask that fits 32 bits on
+/// 4096 tokens and 8 heads (`ExprPattern::fits_i32`).
+fn expression_module(family: Family, arch: &str, narrow: bool) -> Result<(), String> {
     use ringdil_reference::pattern::ExprPattern;
     use ringdil_reference::pattern::expr::Constants;
-    let text = "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
-                || min(q, k) * -9223372036854775807 - 1 == max(n - q, abs(k)) % -3";
+    let text = match narrow {
+        true => "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
+                 || min(q, k) * -9 - 1 == max(n - q, abs(k)) % -3",
+        false => "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
+                  || min(q, k) * -9223372036854775807 - 1 == max(n - q, abs(k)) % -3",
+    };
     let constants: Constants = [("w0".to_string(), 16)].into_iter().collect();
     let pattern = ExprPattern::new(text, &constants).map_err(|e| format!("{text}: {e}"))?;
-    let variant = Variant::new(Dtype::Bf16, 64).with_expr(Some(ringdil_cuda::expr_source::register(&pattern)));
+    if pattern.fits_i32(4096, 8) != narrow {
+        return Err(format!("{text}: fits_i32(4096, 8) is not {narrow}"));
+    }
+    let variant = Variant::new(Dtype::Bf16, 64).with_expr(Some(ringdil_cuda::expr_source::register(&pattern, 4096, 8)));
     compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string())
 }
 
@@ -142,7 +151,8 @@ fn main() {
     // A mask expression compiled into a module of each family (issue 21; the host compiler
     // runs the same C against the evaluator in `tests/expr_c.rs`).
     for (family, arch) in TARGETS {
-        check(format!("{arch}: a module with a mask expression"), expression_module(family, arch));
+        check(format!("{arch}: a module with a 64-bit mask expression"), expression_module(family, arch, false));
+        check(format!("{arch}: a module with a 32-bit mask expression"), expression_module(family, arch, true));
     }
     // The mask-table lookup (PATTERN_TABLE) compiled into a module of each family.
     for (family, arch) in TARGETS {

@@ -6,8 +6,10 @@
 //! For each element type and head dim: a forward with a band whose width depends on the
 //! head plus global keys (causal or not), a backward over diagonal blocks and a lattice
 //! (tiles the plan keeps only partly, and tiles it skips), a ring step (query and key
-//! pieces at offsets: the expression sees global positions), and a grouped-query forward
-//! whose heads of one group see different keys.
+//! pieces at offsets: the expression sees global positions), a grouped-query forward
+//! whose heads of one group see different keys, and a backward of a mask whose
+//! arithmetic leaves 32 bits (so its module keeps the 64-bit transcription, while the
+//! others run the 32-bit one: `expr_source`, "Width").
 
 use super::cases::{Case, Kind, fit_spec, sizes};
 use crate::shape::Dtype;
@@ -17,11 +19,12 @@ use ringdil_reference::pattern::expr::Constants;
 use ringdil_reference::random::SplitMix64;
 
 /// The masks, each with the constants it names.
-const MASKS: [(&str, &str); 4] = [
+const MASKS: [(&str, &str); 5] = [
     ("band per head + globals", "abs(q - k) <= width + 9 * h || k < globals"),
     ("blocks + lattice", "q / 64 == k / 64 || (q - k) % 7 == 0"),
     ("late keys for upper heads", "if h < H / 2 then q - k < 90 && k <= q + 5 else k >= n - 70"),
     ("residues per head", "(q + h) % 3 == k % 3 && abs(q - k) < 300"),
+    ("64-bit hash + band", "(q * 5000000000 + k) % 1000003 < 700000 || abs(q - k) < 20"),
 ];
 
 fn spec(mask: &str) -> GpuSpec {
@@ -51,7 +54,24 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
             add(Kind::Backward, MASKS[1], !causal, 1, rng);
             add(Kind::RingStep, MASKS[2], false, 1, rng);
             add(Kind::Forward, MASKS[3], true, 2, rng);
+            add(Kind::Backward, MASKS[4], causal, 1, rng);
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first four masks run 32-bit at every size the check draws, the last 64-bit
+    /// (once a query past 0 exists), so both transcriptions run on the GPU.
+    #[test]
+    fn both_widths_are_checked() {
+        for c in cases(&mut SplitMix64::new(5), false) {
+            let GpuPattern::Expr(e) = &c.spec.pattern else { panic!("{}: not an expression", c.name) };
+            let narrow = e.fits_i32(c.seq, c.heads);
+            assert_eq!(narrow, !c.name.contains("64-bit") || c.seq < 2, "{} at n = {}", c.name, c.seq);
+        }
+    }
 }

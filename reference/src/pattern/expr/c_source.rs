@@ -13,10 +13,19 @@
 //! `&&`, `||`, `!`, `if` are C's own (0/1 values, lazy evaluation, which nothing can
 //! observe since nothing fails).
 //!
+//! **Two widths.** [`c_function`] computes in 64 bits, the evaluator's width, for every
+//! input. [`c_function_i32`] computes the same operators in 32 bits (`rd32_*`: the same
+//! rules in `unsigned int`), which a GPU runs several times faster (a 64-bit division by
+//! a constant is a multi-word multiply, a 32-bit one a single high multiply); it is exact
+//! only where [`super::fits_i32`] holds for the box of inputs it will see (every node's
+//! value an `i32`), which the kernels' caller checks for the call's sequence length and
+//! heads before choosing it.
+//!
 //! The source compiles as CUDA (functions `__device__ __forceinline__`) and as C99 (where
 //! `RINGDIL_EXPR_FN` is `static inline`); `tests/expr_c.rs` compiles generated functions
-//! with the host's C compiler and compares them with [`super::eval`] on random and extreme
-//! values, and `kernels_compile` compiles them with NVRTC.
+//! of both widths with the host's C compiler and compares them with [`super::eval`] on
+//! random and extreme values (the 32-bit ones on boxes where they fit), and
+//! `kernels_compile` compiles them with NVRTC.
 
 use super::Expression;
 use super::ast::{Binary, Kind, Node, Unary, Var};
@@ -54,6 +63,28 @@ RINGDIL_EXPR_FN rd_i64 rd_mod(rd_i64 a, rd_i64 b) {
     rd_i64 r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* The same operators in 32 bits (c_function_i32: exact where fits_i32 holds). */
+typedef int rd_i32;
+typedef unsigned int rd_u32;
+RINGDIL_EXPR_FN rd_i32 rd32_add(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a + (rd_u32)b); }
+RINGDIL_EXPR_FN rd_i32 rd32_sub(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a - (rd_u32)b); }
+RINGDIL_EXPR_FN rd_i32 rd32_mul(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a * (rd_u32)b); }
+RINGDIL_EXPR_FN rd_i32 rd32_neg(rd_i32 a) { return (rd_i32)(0U - (rd_u32)a); }
+RINGDIL_EXPR_FN rd_i32 rd32_abs(rd_i32 a) { return a < 0 ? rd32_neg(a) : a; }
+RINGDIL_EXPR_FN rd_i32 rd32_min(rd_i32 a, rd_i32 b) { return a < b ? a : b; }
+RINGDIL_EXPR_FN rd_i32 rd32_max(rd_i32 a, rd_i32 b) { return a > b ? a : b; }
+RINGDIL_EXPR_FN rd_i32 rd32_div(rd_i32 a, rd_i32 b) {
+    if (b == 0) return 0;
+    if (b == -1) return rd32_neg(a);
+    rd_i32 q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+RINGDIL_EXPR_FN rd_i32 rd32_mod(rd_i32 a, rd_i32 b) {
+    if (b == 0) return a;
+    if (b == -1) return 0;
+    rd_i32 r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 "#;
 
 /// The parameters of every generated function, in [`Var::ALL`] order, as C names.
@@ -62,56 +93,80 @@ fn param(var: Var) -> String {
     format!("v_{}", var.name())
 }
 
+/// The integer type and operator functions of one width.
+#[derive(Clone, Copy)]
+struct Width {
+    ty: &'static str,
+    ops: &'static str,
+}
+
+const WIDE: Width = Width { ty: "rd_i64", ops: "rd_" };
+const NARROW: Width = Width { ty: "rd_i32", ops: "rd32_" };
+
 /// `expr` as the C function `name`, of every variable of [`Var::ALL`] (in that order,
 /// all `long long`), returning its value (0 or 1 for a boolean expression). `name` must
 /// be a C identifier.
 pub fn c_function(name: &str, expr: &Expression) -> String {
-    let params: Vec<String> = Var::ALL.iter().map(|&v| format!("rd_i64 {}", param(v))).collect();
+    function(name, expr, WIDE)
+}
+
+/// [`c_function`] in 32-bit arithmetic (variables and value `int`): equal to the
+/// evaluator on every input of a box where [`super::fits_i32`] holds, and undefined as a
+/// transcription elsewhere (module docs).
+pub fn c_function_i32(name: &str, expr: &Expression) -> String {
+    function(name, expr, NARROW)
+}
+
+fn function(name: &str, expr: &Expression, w: Width) -> String {
+    let params: Vec<String> = Var::ALL.iter().map(|&v| format!("{} {}", w.ty, param(v))).collect();
     let mut body = String::new();
-    emit(expr.root(), &mut body);
-    format!("RINGDIL_EXPR_FN rd_i64 {name}({}) {{\n    return {body};\n}}\n", params.join(", "))
+    emit(expr.root(), w, &mut body);
+    format!("RINGDIL_EXPR_FN {} {name}({}) {{\n    return {body};\n}}\n", w.ty, params.join(", "))
 }
 
 /// Print `node` as a C expression (fully parenthesised: no precedence to get wrong).
-fn emit(node: &Node, out: &mut String) {
+fn emit(node: &Node, w: Width, out: &mut String) {
+    let ty = w.ty;
     match &node.kind {
         Kind::Int(v) if *v == i64::MIN => out.push_str("RD_I64_MIN"),
-        Kind::Int(v) => write!(out, "{v}LL").expect("writing to a String"),
-        Kind::Bool(v) => out.push_str(if *v { "1LL" } else { "0LL" }),
+        // A literal of a narrow function fits (fits_i32 checks every node); the cast keeps
+        // the C type the function's.
+        Kind::Int(v) => write!(out, "(({ty}){v}LL)").expect("writing to a String"),
+        Kind::Bool(v) => write!(out, "(({ty}){})", u8::from(*v)).expect("writing to a String"),
         Kind::Var(var) => out.push_str(&param(*var)),
         Kind::Unary(op, a) => {
-            let f = match op {
-                Unary::Neg => "rd_neg(",
-                Unary::Abs => "rd_abs(",
-                Unary::Not => "(rd_i64)!(",
-            };
-            out.push_str(f);
-            emit(a, out);
+            match op {
+                Unary::Neg => write!(out, "{}neg(", w.ops),
+                Unary::Abs => write!(out, "{}abs(", w.ops),
+                Unary::Not => write!(out, "({ty})!("),
+            }
+            .expect("writing to a String");
+            emit(a, w, out);
             out.push(')');
         }
         Kind::Binary(op, a, b) => {
             let call = |f: &str, out: &mut String| {
-                write!(out, "{f}(").expect("writing to a String");
-                emit(a, out);
+                write!(out, "{}{f}(", w.ops).expect("writing to a String");
+                emit(a, w, out);
                 out.push_str(", ");
-                emit(b, out);
+                emit(b, w, out);
                 out.push(')');
             };
             let infix = |sym: &str, out: &mut String| {
-                out.push_str("(rd_i64)((");
-                emit(a, out);
+                write!(out, "({ty})((").expect("writing to a String");
+                emit(a, w, out);
                 write!(out, ") {sym} (").expect("writing to a String");
-                emit(b, out);
+                emit(b, w, out);
                 out.push_str("))");
             };
             match op {
-                Binary::Add => call("rd_add", out),
-                Binary::Sub => call("rd_sub", out),
-                Binary::Mul => call("rd_mul", out),
-                Binary::Div => call("rd_div", out),
-                Binary::Mod => call("rd_mod", out),
-                Binary::Min => call("rd_min", out),
-                Binary::Max => call("rd_max", out),
+                Binary::Add => call("add", out),
+                Binary::Sub => call("sub", out),
+                Binary::Mul => call("mul", out),
+                Binary::Div => call("div", out),
+                Binary::Mod => call("mod", out),
+                Binary::Min => call("min", out),
+                Binary::Max => call("max", out),
                 Binary::Eq => infix("==", out),
                 Binary::Ne => infix("!=", out),
                 Binary::Lt => infix("<", out),
@@ -124,11 +179,11 @@ fn emit(node: &Node, out: &mut String) {
         }
         Kind::If(c, a, b) => {
             out.push_str("((");
-            emit(c, out);
+            emit(c, w, out);
             out.push_str(") ? (");
-            emit(a, out);
+            emit(a, w, out);
             out.push_str(") : (");
-            emit(b, out);
+            emit(b, w, out);
             out.push_str("))");
         }
     }

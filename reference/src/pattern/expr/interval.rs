@@ -284,3 +284,21 @@ pub fn enclose(node: &Node, ranges: &Ranges) -> Interval {
         },
     }
 }
+
+/// Does every node of `node` take only `i32` values on the box `ranges`? Then evaluating
+/// it in 32-bit arithmetic ([`super::c_function_i32`]) gives the evaluator's values: by
+/// induction over the tree every operand and every exact result is an `i32` (the
+/// enclosures are sound, and a value that wrapped in `i64` has a full-range enclosure,
+/// [`wrapped`]), so no 32-bit operation wraps, and `i32::MIN / -1` cannot occur (its
+/// result does not fit). Conservative: an `if` branch or a short-circuited operand that
+/// never runs on the box is checked too.
+pub fn fits_i32(node: &Node, ranges: &Ranges) -> bool {
+    let e = enclose(node, ranges);
+    let fits = e.lo >= i64::from(i32::MIN) && e.hi <= i64::from(i32::MAX);
+    fits && match &node.kind {
+        Kind::Int(_) | Kind::Bool(_) | Kind::Var(_) => true,
+        Kind::Unary(_, a) => fits_i32(a, ranges),
+        Kind::Binary(_, a, b) => fits_i32(a, ranges) && fits_i32(b, ranges),
+        Kind::If(c, a, b) => [c, a, b].into_iter().all(|x| fits_i32(x, ranges)),
+    }
+}

@@ -3,6 +3,7 @@
 use super::Expression;
 use super::ast::{Ty, Var};
 use super::error::ExprError;
+use super::interval::{Interval, Ranges, fits_i32};
 use super::eval::Env;
 use super::scope::{Constants, Scope};
 use super::tiles::{Tile, TileClass, classify, exact_budget};
@@ -37,6 +38,22 @@ impl ExprPattern {
     /// The mask expression.
     pub fn mask(&self) -> &Expression {
         &self.mask
+    }
+
+    /// Can the mask run in 32-bit arithmetic on a sequence of `seq_len` tokens with
+    /// `heads` heads ([`super::c_function_i32`])? True when every node's value is an
+    /// `i32` for all `q, k < seq_len`, `h < heads` ([`super::fits_i32`]); a mask with a
+    /// product of positions or a large constant stays 64-bit.
+    pub fn fits_i32(&self, seq_len: usize, heads: usize) -> bool {
+        let last = |x: usize| i64::try_from(x.max(1) - 1).unwrap_or(i64::MAX);
+        let mut at = Env::default();
+        at.set(Var::SeqLen, seq_len);
+        at.set(Var::Heads, heads);
+        let ranges = Ranges::at(&at)
+            .with(Var::Query, Interval::between(0, last(seq_len)))
+            .with(Var::Key, Interval::between(0, last(seq_len)))
+            .with(Var::Head, Interval::between(0, last(heads)));
+        fits_i32(self.mask.root(), &ranges)
     }
 
     /// The exact class of the mask on `tile` for head `head` of `heads` (`n` is the

@@ -52,12 +52,12 @@ mod tiles;
 mod window;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
-pub use c_source::{PRELUDE as C_PRELUDE, c_function};
+pub use c_source::{PRELUDE as C_PRELUDE, c_function, c_function_i32};
 pub use compact::CompactBranch;
 pub use dilated::{ExprBranch, ExprCombine, ExprDilated};
 pub use error::{ExprError, Pos};
 pub use eval::{Env, binary, div_floor, eval, mod_floor, unary};
-pub use interval::{Interval, Ranges, Truth, enclose};
+pub use interval::{Interval, Ranges, Truth, enclose, fits_i32};
 pub use mask::ExprPattern;
 pub use scope::{Constants, Scope};
 pub use tile_map::{Run, TileMap};

@@ -195,3 +195,21 @@ fn enclosures_widen_where_the_evaluator_wraps() {
     assert_eq!(enclose(int("q / k").root(), &k), Interval::between(-7, 7));
     assert_eq!(enclose(int("q % k").root(), &k), Interval::between(-7, 1));
 }
+
+/// 32-bit evaluation is chosen only where every node fits: positions divided by
+/// constants do; a product of positions, a sum past `i32::MAX` or a large constant
+/// anywhere in the tree (even under a comparison) do not.
+#[test]
+fn masks_fit_32_bits_where_every_node_does() {
+    let fits = |mask: &str, n: usize, heads: usize| {
+        ExprPattern::new(mask, &constants(&[("big", 1 << 40)])).unwrap().fits_i32(n, heads)
+    };
+    assert!(fits("q / 4096 == k / 4096 && (q % 4096) % 4 == (h + q / 4096) % 4", 1 << 20, 64));
+    assert!(fits("abs(q - k) <= 512 || k < 4", i32::MAX as usize, 1));
+    assert!(!fits("q * k % 7 == 0", 1 << 20, 1));
+    assert!(fits("q * k % 7 == 0", 1 << 15, 1));
+    assert!(fits("q + h < n", i32::MAX as usize, 2));
+    assert!(!fits("q + h < n", i32::MAX as usize, 3));
+    assert!(!fits("(q * 100000) % 7 == 0", 1 << 20, 1));
+    assert!(!fits("q < big", 16, 1));
+}

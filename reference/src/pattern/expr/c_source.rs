@@ -41,50 +41,35 @@ pub const PRELUDE: &str = r#"
 #endif
 typedef long long rd_i64;
 typedef unsigned long long rd_u64;
-#define RD_I64_MIN (-9223372036854775807LL - 1)
-RINGDIL_EXPR_FN rd_i64 rd_add(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a + (rd_u64)b); }
-RINGDIL_EXPR_FN rd_i64 rd_sub(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a - (rd_u64)b); }
-RINGDIL_EXPR_FN rd_i64 rd_mul(rd_i64 a, rd_i64 b) { return (rd_i64)((rd_u64)a * (rd_u64)b); }
-RINGDIL_EXPR_FN rd_i64 rd_neg(rd_i64 a) { return (rd_i64)(0ULL - (rd_u64)a); }
-RINGDIL_EXPR_FN rd_i64 rd_abs(rd_i64 a) { return a < 0 ? rd_neg(a) : a; }
-RINGDIL_EXPR_FN rd_i64 rd_min(rd_i64 a, rd_i64 b) { return a < b ? a : b; }
-RINGDIL_EXPR_FN rd_i64 rd_max(rd_i64 a, rd_i64 b) { return a > b ? a : b; }
-/* floor(a / b); 0 for b = 0; INT64_MIN / -1 wraps to INT64_MIN. */
-RINGDIL_EXPR_FN rd_i64 rd_div(rd_i64 a, rd_i64 b) {
-    if (b == 0) return 0;
-    if (b == -1) return rd_neg(a);
-    rd_i64 q = a / b;
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-/* a - b floor(a / b), the sign of b; a for b = 0; 0 for b = -1. */
-RINGDIL_EXPR_FN rd_i64 rd_mod(rd_i64 a, rd_i64 b) {
-    if (b == 0) return a;
-    if (b == -1) return 0;
-    rd_i64 r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-/* The same operators in 32 bits (c_function_i32: exact where fits_i32 holds). */
 typedef int rd_i32;
 typedef unsigned int rd_u32;
-RINGDIL_EXPR_FN rd_i32 rd32_add(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a + (rd_u32)b); }
-RINGDIL_EXPR_FN rd_i32 rd32_sub(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a - (rd_u32)b); }
-RINGDIL_EXPR_FN rd_i32 rd32_mul(rd_i32 a, rd_i32 b) { return (rd_i32)((rd_u32)a * (rd_u32)b); }
-RINGDIL_EXPR_FN rd_i32 rd32_neg(rd_i32 a) { return (rd_i32)(0U - (rd_u32)a); }
-RINGDIL_EXPR_FN rd_i32 rd32_abs(rd_i32 a) { return a < 0 ? rd32_neg(a) : a; }
-RINGDIL_EXPR_FN rd_i32 rd32_min(rd_i32 a, rd_i32 b) { return a < b ? a : b; }
-RINGDIL_EXPR_FN rd_i32 rd32_max(rd_i32 a, rd_i32 b) { return a > b ? a : b; }
-RINGDIL_EXPR_FN rd_i32 rd32_div(rd_i32 a, rd_i32 b) {
-    if (b == 0) return 0;
-    if (b == -1) return rd32_neg(a);
-    rd_i32 q = a / b;
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-RINGDIL_EXPR_FN rd_i32 rd32_mod(rd_i32 a, rd_i32 b) {
-    if (b == 0) return a;
-    if (b == -1) return 0;
-    rd_i32 r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
+#define RD_I64_MIN (-9223372036854775807LL - 1)
+/* The operators of one width: prefix P, signed type T, unsigned type U. Arithmetic in U,
+   where wrapping is defined. div: floor(a / b), 0 for b = 0, and T's minimum / -1 wraps to
+   itself. mod: a - b floor(a / b), the sign of b; a for b = 0; 0 for b = -1. */
+#define RD_OPS(P, T, U)                                                                  \
+    RINGDIL_EXPR_FN T P##add(T a, T b) { return (T)((U)a + (U)b); }                       \
+    RINGDIL_EXPR_FN T P##sub(T a, T b) { return (T)((U)a - (U)b); }                       \
+    RINGDIL_EXPR_FN T P##mul(T a, T b) { return (T)((U)a * (U)b); }                       \
+    RINGDIL_EXPR_FN T P##neg(T a) { return (T)((U)0 - (U)a); }                            \
+    RINGDIL_EXPR_FN T P##abs(T a) { return a < 0 ? P##neg(a) : a; }                       \
+    RINGDIL_EXPR_FN T P##min(T a, T b) { return a < b ? a : b; }                          \
+    RINGDIL_EXPR_FN T P##max(T a, T b) { return a > b ? a : b; }                          \
+    RINGDIL_EXPR_FN T P##div(T a, T b) {                                                  \
+        if (b == 0) return 0;                                                             \
+        if (b == -1) return P##neg(a);                                                    \
+        T q = a / b;                                                                      \
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;                          \
+    }                                                                                     \
+    RINGDIL_EXPR_FN T P##mod(T a, T b) {                                                  \
+        if (b == 0) return a;                                                             \
+        if (b == -1) return 0;                                                            \
+        T r = a % b;                                                                      \
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                              \
+    }
+/* 64 bits, the evaluator's width; 32 bits for c_function_i32 (exact where fits_i32 holds). */
+RD_OPS(rd_, rd_i64, rd_u64)
+RD_OPS(rd32_, rd_i32, rd_u32)
 "#;
 
 /// The parameters of every generated function, in [`Var::ALL`] order, as C names.

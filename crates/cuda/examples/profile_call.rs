@@ -1,13 +1,16 @@
 //! One attention call's launches, repeated a few times, for a kernel profiler:
 //!
 //! ```text
-//! profile_call [--causal] [--backward] [--calls N] [BRANCH ...]    BRANCH = SEGMENT,DILATION
+//! profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [BRANCH ...]    BRANCH = SEGMENT,DILATION
 //! ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
 //!     profile_call --backward 4096,4
 //! ```
 //!
 //! The call is the LongNet pattern of the branches given (dense attention without any) at
 //! n = 16384, 16 heads, d = 128, bf16, on random bf16 inputs: `gpu_bench`'s dilated rows.
+//! `--batch B --seq N` change the shape, so that a branch's equal-work baseline (dense
+//! attention over n/w sequences of w/r tokens: `--batch 4 --seq 1024` for (4096, 4)) is
+//! profiled the same way.
 //! A profiler then shows each kernel of the call (fill, attention launches, scale, delta,
 //! backward launches) with its duration and DRAM traffic: where a call's time goes beyond
 //! its attention work, which `gpu_bench`'s totals cannot say. Memsets are not kernels and
@@ -19,7 +22,8 @@ use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [SEGMENT,DILATION ...]";
+const USAGE: &str =
+    "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [SEGMENT,DILATION ...]";
 
 fn branch(arg: &str) -> Result<(usize, usize), String> {
     let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("branch {arg:?}: {e}"));
@@ -30,16 +34,23 @@ fn branch(arg: &str) -> Result<(usize, usize), String> {
 }
 
 fn run() -> Result<(), String> {
-    let (mut causal, mut backward, mut calls, mut branches) = (false, false, 3, Vec::new());
+    let (mut causal, mut backward, mut branches) = (false, false, Vec::new());
+    let (mut calls, mut batch, mut seq) = (3, 1, 16384);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        let mut number = |flag: &str| -> Result<usize, String> {
+            let n = args.next().ok_or(USAGE)?;
+            match n.parse() {
+                Ok(v) if v > 0 => Ok(v),
+                _ => Err(format!("{flag} {n:?}: expected a positive integer")),
+            }
+        };
         match a.as_str() {
             "--causal" => causal = true,
             "--backward" => backward = true,
-            "--calls" => {
-                let n = args.next().ok_or(USAGE)?;
-                calls = n.parse().map_err(|e| format!("--calls {n:?}: {e}"))?;
-            }
+            "--calls" => calls = number("--calls")?,
+            "--batch" => batch = number("--batch")?,
+            "--seq" => seq = number("--seq")?,
             _ => branches.push(branch(&a)?),
         }
     }
@@ -52,7 +63,7 @@ fn run() -> Result<(), String> {
         false => GpuPattern::Dilated(Dilated::longnet(&branches)),
     };
     let spec = GpuSpec::new(pattern).causal(causal);
-    let shape = Shape::square(1, 16384, 16, 128);
+    let shape = Shape::square(batch, seq, 16, 128);
     let err = |e: ringdil_cuda::CudaError| e.to_string();
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).map_err(err)?;
     let mut rng = SplitMix64::new(1);
@@ -67,7 +78,10 @@ fn run() -> Result<(), String> {
         }
     }
     gpu.synchronize().map_err(err)?;
-    println!("profile_call: {calls} calls, branches {branches:?} (none: dense), causal {causal}, backward {backward}");
+    println!(
+        "profile_call: {calls} calls, batch {batch}, n = {seq}, branches {branches:?} (none: dense), causal {causal}, \
+         backward {backward}"
+    );
     Ok(())
 }
 

@@ -180,7 +180,12 @@ fn kernel_box((n, heads): (i64, i64)) -> Ranges {
 /// Points of the box `(n, H)`: its corners, then random points.
 fn box_points((n, heads): (i64, i64), rng: &mut SplitMix64) -> Vec<Env> {
     let at = |h: i64, q: i64, k: i64| {
-        Env::default().with(Var::SeqLen, n).with(Var::Heads, heads).with(Var::Head, h).with(Var::Query, q).with(Var::Key, k)
+        Env::default()
+            .with(Var::SeqLen, n)
+            .with(Var::Heads, heads)
+            .with(Var::Head, h)
+            .with(Var::Query, q)
+            .with(Var::Key, k)
     };
     let mut out = Vec::new();
     for h in [0, heads - 1] {
@@ -215,9 +220,11 @@ const NEGATIVE_OPERANDS: [&str; 8] = [
 #[test]
 fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
     let mut exprs = expressions();
-    exprs.extend(NEGATIVE_OPERANDS.iter().map(|src| {
-        Expression::new(src, &Scope::MASK, &constants(), Ty::Int).unwrap_or_else(|e| panic!("{src}: {e}"))
-    }));
+    exprs.extend(
+        NEGATIVE_OPERANDS.iter().map(|src| {
+            Expression::new(src, &Scope::MASK, &constants(), Ty::Int).unwrap_or_else(|e| panic!("{src}: {e}"))
+        }),
+    );
     let mut rng = SplitMix64::new(32);
     // (expression, point) of every box where the expression fits.
     let mut cases: Vec<(usize, Env)> = Vec::new();
@@ -249,7 +256,8 @@ fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
     src.push_str("    default: return 0;\n    }\n}\n");
     src.push_str(&format!("static const rd_i32 P[{}][{}] = {{\n", cases.len(), Var::ALL.len() + 1));
     for (i, p) in &cases {
-        let row: Vec<String> = std::iter::once(i.to_string()).chain(Var::ALL.iter().map(|&v| p.get(v).to_string())).collect();
+        let row: Vec<String> =
+            std::iter::once(i.to_string()).chain(Var::ALL.iter().map(|&v| p.get(v).to_string())).collect();
         src.push_str(&format!("    {{{}}},\n", row.join(", ")));
     }
     src.push_str(&format!(

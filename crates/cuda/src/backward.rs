@@ -37,20 +37,16 @@ pub(crate) fn kv_accumulates(prep: &Prepared, add: bool) -> bool {
 
 /// Of a call that adds nothing into running sums (`!add`) and whose blocks own their dK,
 /// dV rows (no grouped-query heads, whose query heads add into one K/V head from several
-/// blocks): the launch that writes its dK, dV rows instead of adding them, and whether it
-/// writes every row. Every backward block stores all its key rows (zeros where no query
-/// sees them), so a plain launch over all heads (`LaunchSpec::writes_every_row`) leaves
-/// no row for a zeroing to cover, and with one first the other launches add onto it;
-/// without one, the first launch writes onto zeroed buffers, which only saves reading its
-/// rows back.
-fn kv_writer(prep: &Prepared, add: bool) -> Option<(usize, bool)> {
-    if add || prep.shape.kv_group() > 1 || prep.launches.is_empty() {
+/// blocks): the launch that writes its dK, dV rows instead of adding them, the first of
+/// [`Prepared::launch_order`]. Every backward block stores all its key rows (zeros where
+/// no query sees them), so when that launch is [`Prepared::ground_launch`] no row is left
+/// for a zeroing to cover and the other launches add onto it; otherwise it writes onto
+/// zeroed buffers, which only saves reading its rows back.
+fn kv_writer(prep: &Prepared, add: bool) -> Option<usize> {
+    if add || prep.shape.kv_group() > 1 {
         return None;
     }
-    Some(match prep.launches.iter().position(|(l, _)| l.writes_every_row()) {
-        Some(i) => (i, true),
-        None => (0, false),
-    })
+    prep.launch_order().next()
 }
 
 /// A 16-bit output shaped like q and its f32 LSE.
@@ -189,14 +185,14 @@ impl Gpu {
         match kv {
             KvDest::F32(dk, dv) => {
                 let writer = kv_writer(prep, add);
-                if !add && accumulate && !writer.is_some_and(|(_, every_row)| every_row) {
+                let writes_every_row = writer.is_some() && writer == prep.ground_launch();
+                if !add && accumulate && !writes_every_row {
                     st.memset_zeros(&mut *dk)?;
                     st.memset_zeros(&mut *dv)?;
                 }
                 {
                     // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
                     let ((dkp, _i), (dvp, _j)) = (dk.device_ptr_mut(st), dv.device_ptr_mut(st));
-                    let writer = writer.map(|(i, _)| i);
                     self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, writer, false)?;
                 }
                 self.scale_grads(prep, [dq, dk, dv])

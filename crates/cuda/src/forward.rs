@@ -41,12 +41,10 @@ impl Gpu {
         // into; without one, the merge identity does. Either way the first launch writes:
         // after the fill its rows hold the identity, and `merge(identity, x) = x`, so
         // merging would only read them back (a lone compact branch: 1/r of the output).
-        let first = prep.launches.iter().position(|l| l.0.writes_every_row());
-        if first.is_none() {
+        if prep.ground_launch().is_none() {
             self.fill_empty(prep, out)?;
         }
-        let order = first.into_iter().chain((0..prep.launches.len()).filter(|&i| Some(i) != first));
-        for (n, i) in order.enumerate() {
+        for (n, i) in prep.launch_order().enumerate() {
             self.forward_launch(prep, &prep.launches[i], q, k, v, Dest::Partial(out), n > 0)?;
         }
         self.finish_output(prep, &mut out.out)

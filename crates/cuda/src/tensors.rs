@@ -94,4 +94,16 @@ impl Prepared {
     pub fn launches(&self) -> impl Iterator<Item = &LaunchSpec> {
         self.launches.iter().map(|(l, _)| l)
     }
+
+    /// The launch that writes every row, if one does (a plain launch over all heads:
+    /// [`LaunchSpec::writes_every_row`]): it lays the ground the others merge or add into.
+    pub(crate) fn ground_launch(&self) -> Option<usize> {
+        self.launches.iter().position(|(l, _)| l.writes_every_row())
+    }
+
+    /// Launch indices with [`Prepared::ground_launch`] first, then the others in order.
+    pub(crate) fn launch_order(&self) -> impl Iterator<Item = usize> + '_ {
+        let ground = self.ground_launch();
+        ground.into_iter().chain((0..self.launches.len()).filter(move |&i| Some(i) != ground))
+    }
 }

@@ -54,10 +54,14 @@ fn expression_module(family: Family, arch: &str, narrow: bool) -> Result<(), Str
     use ringdil_reference::pattern::ExprPattern;
     use ringdil_reference::pattern::expr::Constants;
     let text = match narrow {
-        true => "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
-                 || min(q, k) * -9 - 1 == max(n - q, abs(k)) % -3",
-        false => "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
-                  || min(q, k) * -9223372036854775807 - 1 == max(n - q, abs(k)) % -3",
+        true => {
+            "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
+                 || min(q, k) * -9 - 1 == max(n - q, abs(k)) % -3"
+        }
+        false => {
+            "if h >= H / 2 then abs(q - k) <= w0 || k < 4 else (q / 64 == k / 64 && !(q % 7 == 3)) \
+                  || min(q, k) * -9223372036854775807 - 1 == max(n - q, abs(k)) % -3"
+        }
     };
     let constants: Constants = [("w0".to_string(), 16)].into_iter().collect();
     let pattern = ExprPattern::new(text, &constants).map_err(|e| format!("{text}: {e}"))?;

@@ -2,8 +2,9 @@
 //! against the f64 reference for every schedule the GPU runs, layout (contiguous,
 //! zigzag, striped, unequal boundaries with a nearly empty or empty rank) and pattern
 //! (dense, causal, window, LongNet dilated, with segments inside one rank and across
-//! ranks; the head-group combine, whose 1/G scale is applied once after the steps; a mask expression, a mask table, and compact `dilated_expr` patterns whose
-//! offsets change per segment), on lengths that do not divide evenly; grouped-query
+//! ranks; the head-group combine, whose 1/G scale is applied once after the steps; a
+//! mask expression, a mask table, and compact `dilated_expr` patterns whose offsets
+//! change per segment), on lengths that do not divide evenly; grouped-query
 //! attention (8 query heads over 2 K/V heads, and multi-query), whose K/V pieces travel
 //! at K/V heads; and packed documents ([`super::ring_packed`], also on the work-balanced split).
 //!

@@ -3,8 +3,8 @@
 use super::Expression;
 use super::ast::{Ty, Var};
 use super::error::ExprError;
-use super::interval::{Interval, Ranges, fits_i32};
 use super::eval::Env;
+use super::interval::{Interval, Ranges, fits_i32};
 use super::scope::{Constants, Scope};
 use super::tiles::{Tile, TileClass, classify, exact_budget};
 use crate::error::Result;

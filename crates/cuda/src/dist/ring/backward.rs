@@ -16,9 +16,7 @@ impl DistRank<'_> {
     /// The backward pass for `out` (this rank's finished forward, from
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
     /// On return the compute stream is ordered after every transfer of the call
-    /// ([`DistRank::settle`]). The token-split schedules sum unscaled steps and apply the
-    /// pattern's output scale to the complete gradients ([`finish_grads`]); Ulysses'
-    /// calls, and the hybrid's inner rings, apply it themselves.
+    /// ([`DistRank::settle`]).
     pub fn backward(
         &mut self,
         schedule: Kind,
@@ -26,10 +24,7 @@ impl DistRank<'_> {
         out: &[DevicePartial],
         dout: &[DeviceTensor],
     ) -> DistResult<RankGrads> {
-        let mut grads = self.backward_steps(schedule, data, out, dout)?;
-        if !matches!(schedule, Kind::Ulysses | Kind::Hybrid) {
-            finish_grads(self.gpu, &self.helpers, self.plan, &mut grads)?;
-        }
+        let grads = self.backward_steps(schedule, data, out, dout)?;
         self.settle()?;
         Ok(grads)
     }
@@ -57,7 +52,10 @@ impl DistRank<'_> {
         }
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
-        match schedule {
+        // The token-split schedules sum unscaled steps; the pattern's output scale goes on
+        // the complete gradients ([`finish_grads`]). Ulysses' calls, and the hybrid's
+        // inner rings, apply it themselves.
+        let mut grads = match schedule {
             Kind::Ring => {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
                 let mut cur: Option<Block> = None;
@@ -100,7 +98,7 @@ impl DistRank<'_> {
                     }
                     cur = incoming;
                 }
-                Ok(RankGrads { dq, dk, dv })
+                RankGrads { dq, dk, dv }
             }
             Kind::PatternRing | Kind::AllGather => {
                 let mut dk = zeros(gpu, &kvlens)?;
@@ -212,9 +210,11 @@ impl DistRank<'_> {
                         self.add_pieces(&mut dk, &mut dv, None, &all, a, b)?;
                     }
                 }
-                Ok(RankGrads { dq, dk, dv })
+                RankGrads { dq, dk, dv }
             }
             Kind::Ulysses | Kind::Hybrid => unreachable!("returned above"),
-        }
+        };
+        finish_grads(gpu, &self.helpers, plan, &mut grads)?;
+        Ok(grads)
     }
 }

@@ -6,6 +6,10 @@
 //! `0`, `i64::MAX`, where sums, products, `abs`, `-` and `i64::MIN / -1` wrap and the
 //! divisions meet their special divisors), and every value must equal `Expression::eval`.
 //!
+//! The split form (`c_split`: the mask as a query side, a key side and the part reading
+//! both, as the kernels' element loops evaluate it) is checked alongside, in both widths:
+//! `cross(q_side(v), k_side(v))` must equal the evaluator too.
+//!
 //! The 32-bit functions (`c_function_i32`, which the kernels use where `fits_i32` holds)
 //! are checked the same way on boxes of inputs as the kernels see them (`q`, `k` in
 //! `[0, n)`, `h` in `[0, H)`, for lengths up to `i32::MAX`): wherever `fits_i32` accepts an
@@ -24,7 +28,7 @@ use expr_gen::{bool_e, constants, int_e, print};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, TestRng, TestRunner};
 use ringdil_reference::pattern::expr::{
-    C_PRELUDE, Env, Expression, Interval, Ranges, Scope, Ty, Var, c_function, c_function_i32, fits_i32,
+    C_PRELUDE, Env, Expression, Interval, Ranges, Scope, Ty, Var, c_function, c_function_i32, c_split, fits_i32,
 };
 use ringdil_reference::random::SplitMix64;
 use std::io::Write;
@@ -90,6 +94,7 @@ fn program(exprs: &[Expression], points: &[Env]) -> String {
     src.push_str(C_PRELUDE);
     for (i, e) in exprs.iter().enumerate() {
         src.push_str(&c_function(&format!("expr_{i}"), e));
+        src.push_str(&c_split(&format!("split_{i}"), e, false));
     }
     src.push_str(&format!("static const rd_i64 P[{}][{}] = {{\n", points.len(), Var::ALL.len()));
     for p in points {
@@ -99,11 +104,23 @@ fn program(exprs: &[Expression], points: &[Env]) -> String {
     src.push_str("};\nint main(void) {\n");
     src.push_str(&format!("    for (int i = 0; i < {}; ++i) {{\n        const rd_i64* p = P[i];\n", points.len()));
     let args: Vec<String> = (0..Var::ALL.len()).map(|j| format!("p[{j}]")).collect();
+    let (q_args, k_args) = (side_args(Var::Key), side_args(Var::Query));
     for i in 0..exprs.len() {
-        src.push_str(&format!("        printf(\"%lld\\n\", expr_{i}({}));\n", args.join(", ")));
+        let args = args.join(", ");
+        src.push_str(&format!("        printf(\"%lld\\n\", expr_{i}({args}));\n"));
+        src.push_str(&format!(
+            "        printf(\"%lld\\n\", split_{i}_cross(split_{i}_q({q_args}), split_{i}_k({k_args})));\n"
+        ));
     }
     src.push_str("    }\n    return 0;\n}\n");
     src
+}
+
+/// The arguments `p[0], p[1], ...` of a split's side function, with `hidden`'s zeroed:
+/// the kernels call the query side without the key's position and the other way round.
+fn side_args(hidden: Var) -> String {
+    let arg = |(j, v): (usize, &Var)| if *v == hidden { "0".to_string() } else { format!("p[{j}]") };
+    Var::ALL.iter().enumerate().map(arg).collect::<Vec<_>>().join(", ")
 }
 
 fn c_literal(v: i64) -> String {
@@ -153,12 +170,14 @@ fn c_source_computes_what_the_evaluator_computes() {
     assert!(run.status.success(), "the compiled program failed:\n{}", String::from_utf8_lossy(&run.stderr));
     let values: Vec<i64> =
         String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().expect("an integer per line")).collect();
-    assert_eq!(values.len(), exprs.len() * points.len());
+    assert_eq!(values.len(), 2 * exprs.len() * points.len());
     let mut checked = 0;
     for (pi, p) in points.iter().enumerate() {
         for (ei, e) in exprs.iter().enumerate() {
-            let got = values[pi * exprs.len() + ei];
+            let at = 2 * (pi * exprs.len() + ei);
+            let (got, split) = (values[at], values[at + 1]);
             assert_eq!(got, e.eval(p), "expression {:?} at {p:?}: C gives {got}", e.source());
+            assert_eq!(split, e.eval(p), "expression {:?} at {p:?}: the split C gives {split}", e.source());
             checked += 1;
         }
     }
@@ -247,11 +266,17 @@ fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
     src.push_str(C_PRELUDE);
     for (i, e) in exprs.iter().enumerate().filter(|(i, _)| fitting[*i]) {
         src.push_str(&c_function_i32(&format!("expr32_{i}"), e));
+        src.push_str(&c_split(&format!("split32_{i}"), e, true));
     }
+    // call(f, p): the whole function f (f >= 0) or, as ~f, its split form.
     src.push_str("static rd_i32 call(int f, const rd_i32* p) {\n    switch (f) {\n");
-    let args: Vec<String> = (0..Var::ALL.len()).map(|j| format!("p[{j}]")).collect();
+    let args = (0..Var::ALL.len()).map(|j| format!("p[{j}]")).collect::<Vec<_>>().join(", ");
+    let (q_args, k_args) = (side_args(Var::Key), side_args(Var::Query));
     for i in (0..exprs.len()).filter(|&i| fitting[i]) {
-        src.push_str(&format!("    case {i}: return expr32_{i}({});\n", args.join(", ")));
+        src.push_str(&format!("    case {i}: return expr32_{i}({args});\n"));
+        src.push_str(&format!(
+            "    case ~{i}: return split32_{i}_cross(split32_{i}_q({q_args}), split32_{i}_k({k_args}));\n"
+        ));
     }
     src.push_str("    default: return 0;\n    }\n}\n");
     src.push_str(&format!("static const rd_i32 P[{}][{}] = {{\n", cases.len(), Var::ALL.len() + 1));
@@ -261,7 +286,7 @@ fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
         src.push_str(&format!("    {{{}}},\n", row.join(", ")));
     }
     src.push_str(&format!(
-        "}};\nint main(void) {{\n    for (int i = 0; i < {}; ++i) printf(\"%d\\n\", call(P[i][0], P[i] + 1));\n    return 0;\n}}\n",
+        "}};\nint main(void) {{\n    for (int i = 0; i < {}; ++i) printf(\"%d %d\\n\", call(P[i][0], P[i] + 1), call(~P[i][0], P[i] + 1));\n    return 0;\n}}\n",
         cases.len()
     ));
     let dir = std::env::temp_dir().join(format!("ringdil-expr-c32-{}", std::process::id()));
@@ -269,11 +294,19 @@ fn i32_source_computes_what_the_evaluator_computes_where_it_fits() {
     let exe = compile(&src, &dir);
     let run = Command::new(&exe).output().expect("run the compiled expressions");
     assert!(run.status.success(), "the compiled program failed:\n{}", String::from_utf8_lossy(&run.stderr));
-    let values: Vec<i64> =
-        String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().expect("an integer per line")).collect();
+    let values: Vec<(i64, i64)> = String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once(' ').expect("two values per line");
+            (a.parse().expect("an integer"), b.parse().expect("an integer"))
+        })
+        .collect();
     assert_eq!(values.len(), cases.len());
-    for ((i, p), got) in cases.iter().zip(&values) {
-        assert_eq!(*got, exprs[*i].eval(p), "expression {:?} at {p:?}: 32-bit C gives {got}", exprs[*i].source());
+    for ((i, p), &(got, split)) in cases.iter().zip(&values) {
+        let (want, src) = (exprs[*i].eval(p), exprs[*i].source());
+        assert_eq!(got, want, "expression {src:?} at {p:?}: 32-bit C gives {got}");
+        assert_eq!(split, want, "expression {src:?} at {p:?}: the 32-bit split C gives {split}");
     }
     std::fs::remove_dir_all(&dir).ok();
     println!("{} values equal ({boxes_fit} expression boxes fit, {refused} refused)", cases.len());

@@ -201,6 +201,85 @@ __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
 // lane's g = lane / 4 added) is `qbase`.
 __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
 
+#ifdef RINGDIL_EXPR
+// MASK_GENERIC for a mask expression (forward; rows and columns as mask_scores): the
+// mask's query side once per row (expr_row), its key side once per key column
+// (expr_col), per element only the part reading both (expr_pair; expr_source.rs,
+// "Split"), with padding, causality and documents as in `visible`. A missing row or key
+// evaluates its side at position 0 (defined, and never used).
+template <int WMT, int NK>
+__device__ __forceinline__ void mask_expr_scores(const Params& p, int b, int h, int klimit, float (&s)[WMT][NK][4],
+                                                 int qbase, int k0, int t) {
+    int qpos[WMT][2];
+    DocSpan qdoc[WMT][2];
+    ExprRow qx[WMT][2];
+    u32 vis[WMT][2];
+    #pragma unroll
+    for (int mt = 0; mt < WMT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            qpos[mt][r] = pos_of(q_axis(p), row_of(p, q_axis(p), row_idx(qbase, mt, r), h));
+            qdoc[mt][r] = doc_span(p, b, qpos[mt][r]);
+            qx[mt][r] = expr_row(p, h, max(qpos[mt][r], 0));
+            vis[mt][r] = 0;
+        }
+    #pragma unroll 1
+    for (int col = 0; col < 2 * NK; ++col) {
+        const int kpos = pos_of(k_axis(p), row_of(p, k_axis(p), k0 + (col >> 1) * 8 + 2 * t + (col & 1), h));
+        const bool key = kpos >= 0 && kpos < klimit;
+        const ExprCol ky = expr_col(p, h, max(kpos, 0));
+        #pragma unroll
+        for (int mt = 0; mt < WMT; ++mt)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r)
+                vis[mt][r] |= (u32)(key && qpos[mt][r] >= 0 && (!p.causal || kpos <= qpos[mt][r]) &&
+                                    in_doc(kpos, qdoc[mt][r]) && expr_pair(qx[mt][r], ky))
+                              << col;
+    }
+    #pragma unroll
+    for (int nb = 0; nb < NK; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            #pragma unroll
+            for (int mt = 0; mt < WMT; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+}
+// The backward's (mask_scores_t: key rows kpos[r], query columns from sP): the key side
+// once per key row, the query side once per query column.
+template <int NB>
+__device__ __forceinline__ void mask_expr_scores_t(const Params& p, int b, int h, int klimit, float (&s)[NB][4],
+                                                   const int (&kpos)[2], const int* sP, int t) {
+    ExprCol ky[2];
+    bool key[2];
+    u32 vis[2] = {0, 0};
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        key[r] = kpos[r] >= 0 && kpos[r] < klimit;
+        ky[r] = expr_col(p, h, max(kpos[r], 0));
+    }
+    #pragma unroll 1
+    for (int col = 0; col < 2 * NB; ++col) {
+        const int qp = sP[(col >> 1) * 8 + 2 * t + (col & 1)];
+        const DocSpan d = doc_span(p, b, qp);
+        const ExprRow qx = expr_row(p, h, max(qp, 0));
+        #pragma unroll
+        for (int r = 0; r < 2; ++r)
+            vis[r] |= (u32)(key[r] && qp >= 0 && (!p.causal || kpos[r] <= qp) && in_doc(kpos[r], d) &&
+                            expr_pair(qx, ky[r]))
+                      << col;
+    }
+    #pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r)
+                if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+}
+#endif
+
 // Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
 // e % 2; NK 8-key column blocks) to -inf where not visible: nothing for MASK_NONE.
 template <int WMT, int NK = NKB>
@@ -226,6 +305,10 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
                     for (int r = 0; r < 2; ++r)
                         if (kcut < ks[mt][r].lo || kcut > ks[mt][r].hi) s[mt][nb][2 * r + e] = NEG_INF;
             }
+#ifdef RINGDIL_EXPR
+    } else if (kind == MASK_GENERIC && p.pattern == PATTERN_EXPR) {
+        mask_expr_scores<WMT, NK>(p, b, h, klimit, s, qbase, k0, t);
+#endif
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[mt][r]: key column nb*8 + 2t + e is visible to row (mt, r)
         // (NK <= 16: 32 bits).
@@ -287,6 +370,10 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int
                 for (int r = 0; r < 2; ++r)
                     if (qp < qs[r].lo || qp > qs[r].hi) s[nb][2 * r + e] = NEG_INF;
             }
+#ifdef RINGDIL_EXPR
+    } else if (kind == MASK_GENERIC && p.pattern == PATTERN_EXPR) {
+        mask_expr_scores_t<NB>(p, b, h, klimit, s, kpos, sP, t);
+#endif
     } else if (kind == MASK_GENERIC) {
         // Bit (2 nb + e) of vis[r]: query column nb*8 + 2t + e is visible to key row r.
         static_assert(2 * NB <= 32, "one bit per column of the thread");

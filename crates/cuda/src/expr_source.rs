@@ -10,6 +10,13 @@
 //! pattern is defined on, `H` the pattern's heads; `b` is 0 (mask expressions have no
 //! batch row).
 //!
+//! **Split.** The mask is also printed split by what its parts read ([`c_split`]): the
+//! element loops of `mask.cuh` (`mask_expr_scores`, `mask_expr_scores_t`) take its query
+//! side once per query row (`expr_row`), its key side once per key (`expr_col`), and
+//! per element only the part reading both (`expr_pair`): for a LongNet-like rule the
+//! divisions and residue tests leave the element loop, which keeps a few compares.
+//! `expr_allowed` (the whole mask) serves every other caller of `allowed()`.
+//!
 //! **Width.** Where the call's sequence length and heads keep every node of the mask an
 //! `i32` ([`ExprPattern::fits_i32`]), the mask is the 32-bit transcription
 //! ([`c_function_i32`], equal to the evaluator there): the kernels evaluate it per element
@@ -23,7 +30,7 @@
 //! (and one module).
 
 use ringdil_reference::pattern::ExprPattern;
-use ringdil_reference::pattern::expr::{C_PRELUDE, Var, c_function, c_function_i32};
+use ringdil_reference::pattern::expr::{C_PRELUDE, Var, c_function, c_function_i32, c_split};
 use std::sync::{Mutex, OnceLock};
 
 /// The id of a registered expression source (see the module docs).
@@ -54,9 +61,22 @@ fn kernel_source(pattern: &ExprPattern, narrow: bool) -> String {
         true => c_function_i32("ringdil_expr_mask", pattern.mask()),
         false => c_function("ringdil_expr_mask", pattern.mask()),
     };
+    let split = c_split("ringdil_expr_split", pattern.mask(), narrow);
+    // The split's sides get the other side's position as 0 (they do not read it).
+    let side_args = |hidden: Var| {
+        let zero = |(v, a): (&Var, &String)| if *v == hidden { "0".to_string() } else { a.clone() };
+        Var::ALL.iter().zip(&args).map(zero).collect::<Vec<_>>().join(", ")
+    };
     format!(
-        "#define RINGDIL_EXPR 1\n{C_PRELUDE}{function}__device__ __forceinline__ bool expr_allowed(const Params& p, int h, int i, int j) {{\n    return ringdil_expr_mask({}) != 0;\n}}\n",
-        args.join(", ")
+        "#define RINGDIL_EXPR 1\n{C_PRELUDE}{function}{split}\
+         __device__ __forceinline__ bool expr_allowed(const Params& p, int h, int i, int j) {{\n    return ringdil_expr_mask({}) != 0;\n}}\n\
+         typedef ringdil_expr_split_q_t ExprRow;\ntypedef ringdil_expr_split_k_t ExprCol;\n\
+         __device__ __forceinline__ ExprRow expr_row(const Params& p, int h, int i) {{\n    return ringdil_expr_split_q({});\n}}\n\
+         __device__ __forceinline__ ExprCol expr_col(const Params& p, int h, int j) {{\n    return ringdil_expr_split_k({});\n}}\n\
+         __device__ __forceinline__ bool expr_pair(const ExprRow& x, const ExprCol& y) {{\n    return ringdil_expr_split_cross(x, y) != 0;\n}}\n",
+        args.join(", "),
+        side_args(Var::Key),
+        side_args(Var::Query),
     )
 }
 

@@ -73,20 +73,27 @@ RD_OPS(rd32_, rd_i32, rd_u32)
 "#;
 
 /// The parameters of every generated function, in [`Var::ALL`] order, as C names.
-fn param(var: Var) -> String {
+pub(super) fn param(var: Var) -> String {
     // C is case-sensitive, but a prefix keeps `h` and `H` apart from any macro too.
     format!("v_{}", var.name())
 }
 
 /// The integer type and operator functions of one width.
 #[derive(Clone, Copy)]
-struct Width {
-    ty: &'static str,
+pub(super) struct Width {
+    pub(super) ty: &'static str,
     ops: &'static str,
 }
 
 const WIDE: Width = Width { ty: "rd_i64", ops: "rd_" };
 const NARROW: Width = Width { ty: "rd_i32", ops: "rd32_" };
+
+impl Width {
+    /// 32-bit (`narrow`, exact where `fits_i32` holds) or 64-bit.
+    pub(super) fn of(narrow: bool) -> Width {
+        if narrow { NARROW } else { WIDE }
+    }
+}
 
 /// `expr` as the C function `name`, of every variable of [`Var::ALL`] (in that order,
 /// all `long long`), returning its value (0 or 1 for a boolean expression). `name` must
@@ -102,15 +109,20 @@ pub fn c_function_i32(name: &str, expr: &Expression) -> String {
     function(name, expr, NARROW)
 }
 
+/// The parameter list of every generated function of width `w`: each variable of
+/// [`Var::ALL`], in order.
+pub(super) fn params(w: Width) -> String {
+    Var::ALL.iter().map(|&v| format!("{} {}", w.ty, param(v))).collect::<Vec<_>>().join(", ")
+}
+
 fn function(name: &str, expr: &Expression, w: Width) -> String {
-    let params: Vec<String> = Var::ALL.iter().map(|&v| format!("{} {}", w.ty, param(v))).collect();
     let mut body = String::new();
     emit(expr.root(), w, &mut body);
-    format!("RINGDIL_EXPR_FN {} {name}({}) {{\n    return {body};\n}}\n", w.ty, params.join(", "))
+    format!("RINGDIL_EXPR_FN {} {name}({}) {{\n    return {body};\n}}\n", w.ty, params(w))
 }
 
 /// Print `node` as a C expression (fully parenthesised: no precedence to get wrong).
-fn emit(node: &Node, w: Width, out: &mut String) {
+pub(super) fn emit(node: &Node, w: Width, out: &mut String) {
     let ty = w.ty;
     match &node.kind {
         Kind::Int(v) if *v == i64::MIN => out.push_str("RD_I64_MIN"),

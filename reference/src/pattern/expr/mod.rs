@@ -33,6 +33,7 @@
 
 mod ast;
 mod c_source;
+mod c_split;
 mod check;
 mod compact;
 mod dilated;
@@ -53,6 +54,7 @@ mod window;
 
 pub use ast::{Binary, Kind, Node, Span, Ty, Unary, Var};
 pub use c_source::{PRELUDE as C_PRELUDE, c_function, c_function_i32};
+pub use c_split::c_split;
 pub use compact::CompactBranch;
 pub use dilated::{ExprBranch, ExprCombine, ExprDilated};
 pub use error::{ExprError, Pos};

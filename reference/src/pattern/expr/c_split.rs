@@ -93,8 +93,7 @@ fn emit_cross(node: &Node, w: Width, q: &mut Fields, k: &mut Fields, out: &mut S
                 Kind::If(c, a, b) => vec![c, a, b],
                 Kind::Int(_) | Kind::Bool(_) | Kind::Var(_) => unreachable!("a leaf reads at most one side"),
             };
-            let marks: Vec<Node> =
-                (0..children.len()).map(|i| Node::new(Kind::Var(MARKS[i]), node.at)).collect();
+            let marks: Vec<Node> = (0..children.len()).map(|i| Node::new(Kind::Var(MARKS[i]), node.at)).collect();
             let shell = Node::new(
                 match kind {
                     Kind::Unary(op, _) => Kind::Unary(*op, Box::new(marks[0].clone())),

@@ -1,7 +1,12 @@
 //! The GPU check binary: every kernel against the f64 reference on fresh random inputs
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
-//! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]`
+//! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]
+//! [--only TEXT] [--shard K/N]`
+//!
+//! `--shard K/N` runs the cases whose index is K mod N, with the inputs they get in the
+//! whole list: N processes (one per GPU) with the same seed run the whole check between
+//! them, each compiling the kernel modules of its own cases only.
 //!
 //! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
 //! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
@@ -31,16 +36,28 @@ fn main() {
     // `--only TEXT`: the cases whose name contains TEXT (a plant's run), each with the
     // inputs it gets in the whole list (its seed is drawn from its index there).
     let only = args.value("--only");
+    let shard = args.value("--shard");
+    let (k, n) = match shard.as_deref().map(parse_shard) {
+        None => (0, 1),
+        Some(Ok(kn)) => kn,
+        Some(Err(e)) => {
+            eprintln!("gpu_check: {e}");
+            std::process::exit(2);
+        }
+    };
     let list: Vec<(usize, _)> = cases(seed, false)
         .into_iter()
         .enumerate()
-        .filter(|(_, c)| only.as_deref().is_none_or(|t| c.name.contains(t)))
+        .filter(|(i, c)| i % n == k && only.as_deref().is_none_or(|t| c.name.contains(t)))
         .collect();
     let mut header = String::new();
     writeln!(header, "# GPU check log\n").unwrap();
     writeln!(header, "* device: {device}").unwrap();
     writeln!(header, "* date: {}", args.date()).unwrap();
-    let filter = only.as_deref().map_or(String::new(), |t| format!(" --only '{t}'"));
+    let mut filter = only.as_deref().map_or(String::new(), |t| format!(" --only '{t}'"));
+    if let Some(s) = &shard {
+        write!(filter, " --shard {s}").unwrap();
+    }
     writeln!(header, "* seed: {seed} (rerun: `gpu_check --seed {seed}{filter}`)").unwrap();
     writeln!(header, "* bounds (relative L2 error vs the f64 reference on the same rounded inputs): bf16 < {}, f16 < {}; merge kernel vs reference merge < {}", bound(Dtype::Bf16), bound(Dtype::F16), MERGE_BOUND).unwrap();
     writeln!(
@@ -90,4 +107,12 @@ fn main() {
         std::fs::write(&path, text).expect("write the log");
     }
     std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+/// `K/N` with `K < N`, or an error naming the value.
+fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard {text:?}: expected K/N with 0 <= K < N");
+    let (k, n) = text.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if k < n { Ok((k, n)) } else { Err(bad()) }
 }

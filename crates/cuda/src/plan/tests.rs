@@ -416,3 +416,53 @@ fn expression_plans_are_sound_and_exact_where_one_evaluation_decides() {
         }
     }
 }
+
+/// Compact plans over row tiles cut per segment (192-row tiles, the wgmma forward's) are
+/// sound on whole sequences and ring chunks, and a whole segment costs its tiles only.
+#[test]
+fn compact_plans_over_per_segment_row_tiles_are_sound() {
+    let n = 1000;
+    let d = Dilated::longnet(&[(256, 4), (512, 2), (1000, 1)]);
+    let chunks = [(0, 1000, 0, 1000), (250, 250, 0, 250), (333, 201, 100, 300), (700, 300, 700, 300)];
+    for i in 0..d.branches.len() {
+        let one = d.single_branch(i);
+        let (segment, dilation) = (one.branches[0].segment, one.branches[0].dilation);
+        let rows = RowTiles { rows: 3 * TILE, segment: segment.div_ceil(dilation) };
+        for causal in [false, true] {
+            let spec = GpuSpec::new(GpuPattern::Dilated(one.clone())).causal(causal);
+            let reference = spec.to_reference();
+            for &(qo, qr, ko, kr) in &chunks {
+                let map =
+                    IndexMap::Compact { segment, dilation, q: Axis::contiguous(qo, qr), k: Axis::contiguous(ko, kr) };
+                let p = compact_plan((segment, dilation), causal, map, rows, TILE);
+                let nq = map.extents().0;
+                assert_eq!(p.row_tiles, rows.count(nq));
+                // The tile of each query index, by search over the tiles' spans.
+                let tile_of = |qc: usize| {
+                    (0..rows.count(nq)).find(|&t| rows.span(t, nq).is_some_and(|(lo, hi)| lo <= qc && qc < hi))
+                };
+                for h in 0..3 {
+                    let o = one.offset(&one.branches[0], h, 3);
+                    for qpos in qo..qo + qr {
+                        let counts = key_counts(reference.pattern.as_ref(), qpos, h, 3, n);
+                        for kpos in (ko..ko + kr).filter(|&k| counts[k] > 0 && (!causal || k <= qpos)) {
+                            let qc = map.index_of(Side::Query, qpos, o).expect("an allowed query has an index");
+                            let kc = map.index_of(Side::Key, kpos, o).expect("an allowed key has an index");
+                            let t = tile_of(qc).expect("every query index lies in a tile");
+                            assert!(
+                                p.contains(t, kc / TILE),
+                                "{map:?} h {h}: q {qpos} (tile {t}) k {kpos} not planned"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // n = 4096, w = 1024, r = 4: 256 kept rows per segment in tiles of 192 and 64, each
+    // visiting the segment's 4 key tiles: 4 segments x 2 x 4.
+    let whole = Axis::contiguous(0, 4096);
+    let map = IndexMap::Compact { segment: 1024, dilation: 4, q: whole, k: whole };
+    let p = compact_plan((1024, 4), false, map, RowTiles { rows: 3 * TILE, segment: 256 }, TILE);
+    assert_eq!((p.row_tiles, p.visits()), (8, 4 * 2 * 4));
+}

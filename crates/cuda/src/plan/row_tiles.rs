@@ -75,8 +75,8 @@ mod tests {
                     for (row, o) in owner.iter_mut().enumerate().take(hi).skip(lo) {
                         assert_eq!(*o, None, "{t:?} n {n}: row {row} in two tiles");
                         *o = Some(tile);
-                        if segment > 0 {
-                            assert_eq!(row / segment, lo / segment, "{t:?} n {n}: tile {tile} straddles");
+                        if let Some(s) = row.checked_div(segment) {
+                            assert_eq!(s, lo / segment, "{t:?} n {n}: tile {tile} straddles");
                         }
                     }
                 }

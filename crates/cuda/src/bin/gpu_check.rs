@@ -2,11 +2,12 @@
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
 //! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]
-//! [--only TEXT] [--shard K/N]`
+//! [--only TEXT] [--shard K/N] [--from I]`
 //!
 //! `--shard K/N` runs the cases whose index is K mod N, with the inputs they get in the
 //! whole list: N processes (one per GPU) with the same seed run the whole check between
-//! them, each compiling the kernel modules of its own cases only.
+//! them, each compiling the kernel modules of its own cases only. `--from I` skips the
+//! cases before index I (a run cut short, resumed with the same seed).
 //!
 //! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
 //! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
@@ -37,6 +38,7 @@ fn main() {
     // inputs it gets in the whole list (its seed is drawn from its index there).
     let only = args.value("--only");
     let shard = args.value("--shard");
+    let from = args.integer::<usize>("--from").unwrap_or(0);
     let (k, n) = match shard.as_deref().map(parse_shard) {
         None => (0, 1),
         Some(Ok(kn)) => kn,
@@ -48,7 +50,7 @@ fn main() {
     let list: Vec<(usize, _)> = cases(seed, false)
         .into_iter()
         .enumerate()
-        .filter(|(i, c)| i % n == k && only.as_deref().is_none_or(|t| c.name.contains(t)))
+        .filter(|(i, c)| *i >= from && i % n == k && only.as_deref().is_none_or(|t| c.name.contains(t)))
         .collect();
     let mut header = String::new();
     writeln!(header, "# GPU check log\n").unwrap();
@@ -57,6 +59,9 @@ fn main() {
     let mut filter = only.as_deref().map_or(String::new(), |t| format!(" --only '{t}'"));
     if let Some(s) = &shard {
         write!(filter, " --shard {s}").unwrap();
+    }
+    if from > 0 {
+        write!(filter, " --from {from}").unwrap();
     }
     writeln!(header, "* seed: {seed} (rerun: `gpu_check --seed {seed}{filter}`)").unwrap();
     writeln!(header, "* bounds (relative L2 error vs the f64 reference on the same rounded inputs): bf16 < {}, f16 < {}; merge kernel vs reference merge < {}", bound(Dtype::Bf16), bound(Dtype::F16), MERGE_BOUND).unwrap();

@@ -45,8 +45,6 @@ struct Params {
     int plan_rows;             // 0: one tile plan for every batch row; else row b's start at b * plan_rows
     int half_out;              // 1: out (forward) or dk, dv (backward) point to the input's 16-bit type,
                                // each value written once (accumulate 0; dk, dv: kv_group 1)
-    int fwd_seg_tiles;         // forward row tiles per segment of a compact launch cut per segment
-                               // (fwd_rows); 0: contiguous row tiles
     float scale;
     float scale_log2;          // scale * log2(e)
 };

@@ -51,8 +51,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         const unsigned item = (unsigned)sl[0];
         if (item >= items) break;
         const Coords c = coords_of(p, item, tiles, true);
-        const RowSpan rs = fwd_rows<B::ROWS>(p, c.tile);
-        const int h = c.h, b = c.b, q0 = rs.q0, wq0 = q0 + warp * 16;
+        const int h = c.h, b = c.b, q0 = c.tile * B::ROWS, wq0 = q0 + warp * 16;
         const int n = sl[2], klimit = sl[3];
         // The key tiles this warpgroup computes (see the producer); the stages of the others
         // are waited for and released, not computed: the other warpgroups get the tensor
@@ -144,7 +143,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             acquire(j);
             mbar_arrive(sm.empty(j));
         }
-        if (q0 + 64 * wg < rs.end) store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
+        if (q0 + 64 * wg < p.nq) store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
         j0 += n;
     }
 }
@@ -154,7 +153,7 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
     typedef FwdBlock<WGS> B;
     extern __shared__ __align__(1024) u16 smem_wg[];
     const FwdSmem sm = fwd_smem(smem_wg);
-    const unsigned tiles = fwd_row_tiles<B::ROWS>(p), items = tiles * p.head_count * p.batch;
+    const unsigned tiles = (p.nq + B::ROWS - 1) / B::ROWS, items = tiles * p.head_count * p.batch;
     if (threadIdx.x == 0) {
         for (int s = 0; s < FWD_STAGES; ++s) {
             mbar_init(sm.full(s), 1);

@@ -20,9 +20,9 @@ __device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
 
 // The leader claims the block's item u into slot(u) and looks up its plan there: the key
 // tiles, the key limit, and the key tiles each consumer warpgroup computes (none if it has
-// no query row in the tile, as in the last tile of a launch, or of a segment cut per
-// segment (fwd_rows), whose rows are not a multiple of B::ROWS; under a causal mask, not
-// the tiles past its last row, up to two at the block's diagonal). It does so LOOKAHEAD tiles before it has issued the last item's
+// no query row in the launch, as in the last tile of a launch whose rows are not a
+// multiple of B::ROWS; under a causal mask, not the tiles past its last row, up to two at
+// the block's diagonal). It does so LOOKAHEAD tiles before it has issued the last item's
 // K/V, so that the atomic and the dependent plan loads are not between the consumers'
 // items; once every consumer has read the slot's last item.
 template <int WGS>
@@ -34,16 +34,15 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
     sl[0] = (int)item;
     if (item >= items) return;
     const Coords c = coords_of(p, item, tiles, true);
-    const RowSpan rs = fwd_rows<B::ROWS>(p, c.tile);
-    const int q0 = rs.q0, klimit = key_limit(p, c.b);
+    const int q0 = c.tile * B::ROWS, klimit = key_limit(p, c.b);
     const int prow = plan_row(p, c.b, c.tile), kbeg = p.plan_ptr[prow], n = plan_end<FBN>(p, prow, klimit) - kbeg;
     sl[1] = kbeg;
     sl[2] = n;
     sl[3] = klimit;
     for (int w = 0; w < WGS; ++w) {
-        int nw = q0 + 64 * w < rs.end ? n : 0;
+        int nw = q0 + 64 * w < p.nq ? n : 0;
         if (p.causal) {
-            const int qlast = min(q0 + 64 * (w + 1), rs.end) - 1;
+            const int qlast = min(q0 + 64 * (w + 1), p.nq) - 1;
             while (nw > 0 && keys_after(p, p.plan_idx[kbeg + nw - 1] * FBN, qlast)) --nw;
         }
         sl[4 + w] = nw;
@@ -51,33 +50,28 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
     sl[7] = p.compact ? offset_code(p, c.h) : 0;
 }
 
-// Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts holding a row of
-// the tile is evenly spaced (as a K/V tile), else gathered (with every Q tile gathered by
-// the producers, per-row address work while the consumers compute, the consumers waited
-// 8.6 us for each item's Q at d = 128; 0.5 us by TMA). Parts past the tile's rows (a
-// launch's or a segment's last tile) are not copied by TMA: their warpgroups compute no
-// key tile and never read them. Every producer thread arrives on q_full(u).
+// Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts is evenly spaced
+// (as a K/V tile), else gathered (with every Q tile gathered by the producers, per-row
+// address work while the consumers compute, the consumers waited 8.6 us for each item's Q
+// at d = 128; 0.5 us by TMA). Every producer thread arrives on q_full(u).
 template <int WGS>
 __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, const TensorMap& q_map, int u,
                                            const Coords& c, bool leader, int R) {
     typedef FwdBlock<WGS> B;
-    const RowSpan rs = fwd_rows<B::ROWS>(p, c.tile);
-    const int q0 = rs.q0, parts = max(0, min(B::ROWS / 64, (rs.end - q0 + 63) / 64));
+    const int q0 = c.tile * B::ROWS;
     int qrow[B::ROWS / 64];
     bool box = true;
     #pragma unroll
-    for (int r = 0; r < B::ROWS / 64; ++r)
-        if (r < parts) box = box && tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]);
+    for (int r = 0; r < B::ROWS / 64; ++r) box = box && tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]);
     if (box) {
         if (leader) {
-            mbar_expect_tx(sm.q_full(u), parts * 64 * D * 2);
+            mbar_expect_tx(sm.q_full(u), B::ROWS * D * 2);
             #pragma unroll
             for (int cb = 0; cb < D / 64; ++cb)
                 #pragma unroll
                 for (int r = 0; r < B::ROWS / 64; ++r)
-                    if (r < parts)
-                        tma_box(sm.q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, qrow[r], R, c.b,
-                                sm.q_full(u));
+                    tma_box(sm.q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, qrow[r], R, c.b,
+                            sm.q_full(u));
         }
         mbar_arrive(sm.q_full(u));
     } else {

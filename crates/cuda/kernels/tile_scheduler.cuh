@@ -48,26 +48,6 @@ __device__ __forceinline__ Coords block_coords(const Params& p, bool heavy_last)
     return coords_of(p, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x, heavy_last);
 }
 
-// The forward's row tiles (crates/cuda/src/plan/row_tiles.rs, which the plan rows follow):
-// contiguous tiles of ROWS launch rows, or (fwd_seg_tiles > 0: a compact launch whose
-// segments keep dil_per_seg rows) fwd_seg_tiles tiles per segment, the last of each short,
-// so that no tile straddles two segments. Tile rows are [q0, min(q0 + ROWS, end)): `end`
-// (the segment's end, or the launch's) says which warpgroups of a block hold rows.
-struct RowSpan {
-    int q0, end;
-};
-template <int ROWS>
-__device__ __forceinline__ unsigned fwd_row_tiles(const Params& p) {
-    const int m = p.dil_per_seg;
-    return p.fwd_seg_tiles ? (unsigned)((p.nq + m - 1) / m * p.fwd_seg_tiles) : (unsigned)((p.nq + ROWS - 1) / ROWS);
-}
-template <int ROWS>
-__device__ __forceinline__ RowSpan fwd_rows(const Params& p, int tile) {
-    if (!p.fwd_seg_tiles) return {tile * ROWS, p.nq};
-    const int s = tile / p.fwd_seg_tiles, base = s * p.dil_per_seg;
-    return {base + (tile - s * p.fwd_seg_tiles) * ROWS, min(base + p.dil_per_seg, p.nq)};
-}
-
 // Are all keys of the tile starting at launch index k0 past the padding limit? Positions
 // grow with the index, so the tile's first possible position decides. The plan is per
 // (row tile), shared by the batch; padding is per batch row, so it is skipped here.

@@ -8,7 +8,7 @@
 //! host's [`Family::forward_smem`] / [`Family::backward_smem`] (NVRTC compiles at the
 //! first call, so a disagreement fails at start-up, and in the `kernels_compile` test).
 
-use crate::plan::{IndexMap, RowTiles};
+use crate::plan::IndexMap;
 
 /// Rows of a plan tile: a key tile of every kernel except the wgmma forward at d = 64
 /// (twice this: [`Family::forward_key_tile`]), and a query tile of the backward kernels
@@ -116,42 +116,32 @@ impl Family {
     }
 
     /// The wgmma forward's second instantiation (`FBM_NARROW`, kernel `attn_fwd_128`): two
-    /// consumer warpgroups, for compact and masked launches ([`Family::forward_rows_for`]).
+    /// consumer warpgroups, for compact and masked launches ([`Family::forward_q_tile_for`]).
     pub fn forward_q_tile_narrow(self) -> usize {
         2 * TILE
     }
 
-    /// The forward row tiles of one launch ([`RowTiles`]): contiguous tiles of
-    /// [`Family::forward_q_tile`] rows, except in the wgmma family
+    /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
+    /// the wgmma family runs with [`Family::forward_q_tile_narrow`] rows
     /// * a compact dilated launch whose segments keep `m` rows, `m` not a multiple of its
-    ///   192. A 192-row contiguous tile would straddle two segments every few tiles and
-    ///   visit both segments' keys under the generic mask (a LongNet branch (8192, 8) took
-    ///   3.4x as long that way). Where `m` is a multiple of 64 (so that no consumer
-    ///   warpgroup's 64 rows straddle either) and cutting each segment into 192-row tiles
-    ///   takes fewer work items than 128-row tiles (`ceil(m / 192) < ceil(m / 128)`: LongNet's
-    ///   m = 512, 1024, 2048, ...), the launch cuts per segment. Otherwise it
-    ///   runs contiguous [`Family::forward_q_tile_narrow`]-row tiles, which never straddle
-    ///   when `m` is a multiple of 128;
+    ///   192. Compact launch indices start at a segment boundary, so such a tile never
+    ///   straddles two segments when `m` is a multiple of 128 (LongNet's powers of two); a
+    ///   192-row tile would, every few tiles, and visit both segments' keys under the
+    ///   generic mask (a LongNet branch (8192, 8) took 3.4x as long that way);
     /// * a launch whose mask has structure inside the sequence (`masked`: a window, blocks,
     ///   an expression or a table; `launch::launches_for` decides). A key tile is full for a block only if
     ///   it is for all of the block's rows: the taller the block, the more tiles at a
     ///   band's edges are masked per element, and a 192-row block straddles 128-token
     ///   blocks that a 128-row one covers exactly.
-    pub fn forward_rows_for(self, map: &IndexMap, masked: bool) -> RowTiles {
-        let (wide, narrow) = (self.forward_q_tile(), self.forward_q_tile_narrow());
+    pub fn forward_q_tile_for(self, map: &IndexMap, masked: bool) -> usize {
         match *map {
-            IndexMap::Compact { segment, dilation, .. } if self == Family::Wgmma => {
-                let m = segment.div_ceil(dilation);
-                if m % wide == 0 {
-                    RowTiles::contiguous(wide)
-                } else if m % TILE == 0 && m.div_ceil(wide) < m.div_ceil(narrow) {
-                    RowTiles { rows: wide, segment: m }
-                } else {
-                    RowTiles::contiguous(narrow)
-                }
+            IndexMap::Compact { segment, dilation, .. }
+                if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
+            {
+                self.forward_q_tile_narrow()
             }
-            IndexMap::Identity { .. } if self == Family::Wgmma && masked => RowTiles::contiguous(narrow),
-            _ => RowTiles::contiguous(wide),
+            IndexMap::Identity { .. } if self == Family::Wgmma && masked => self.forward_q_tile_narrow(),
+            _ => self.forward_q_tile(),
         }
     }
 
@@ -390,9 +380,8 @@ mod tests {
     }
 
     /// The wgmma family's forward blocks: 192 rows for dense and causal launches, 128 for
-    /// masked ones, and for compact branches whose segments keep a multiple of 192 rows
-    /// 192, else 192 cut per segment where that takes fewer items, else 128; the mma
-    /// family keeps its one size.
+    /// masked ones and for compact branches whose segments keep a multiple of 128 rows
+    /// but not of 192; the mma family keeps its one size.
     #[test]
     fn forward_rows_per_launch() {
         use crate::plan::Axis;
@@ -403,17 +392,16 @@ mod tests {
             q: Axis::contiguous(0, 4096),
             k: Axis::contiguous(0, 4096),
         };
-        let (w, c) = (Family::Wgmma, RowTiles::contiguous);
-        let rows = |f: Family, map: &IndexMap, masked| f.forward_rows_for(map, masked);
-        assert_eq!((rows(w, &whole, false), rows(w, &whole, true)), (c(192), c(128)));
-        // m = 2048: 11 items of 192 rows per segment, not 16 of 128. m = 1536 = 8 * 192;
-        // m = 256: two items either way; m = 200: not a multiple of 64.
-        let per_segment = RowTiles { rows: 192, segment: 2048 };
-        assert_eq!(rows(w, &compact(2048, 1), false), per_segment);
-        assert_eq!((rows(w, &compact(1536, 1), false), rows(w, &compact(1024, 4), false)), (c(192), c(128)));
-        assert_eq!(rows(w, &compact(800, 4), false), c(128));
-        let m = Family::Mma;
-        assert_eq!((rows(m, &whole, true), rows(m, &compact(2048, 1), false)), (c(FWD_Q_TILE), c(FWD_Q_TILE)));
+        let w = Family::Wgmma;
+        assert_eq!((w.forward_q_tile_for(&whole, false), w.forward_q_tile_for(&whole, true)), (192, 128));
+        assert_eq!(
+            (w.forward_q_tile_for(&compact(2048, 1), false), w.forward_q_tile_for(&compact(1536, 1), false)),
+            (128, 192)
+        );
+        assert_eq!(
+            (Family::Mma.forward_q_tile_for(&whole, true), Family::Mma.forward_q_tile_for(&compact(2048, 1), false)),
+            (FWD_Q_TILE, FWD_Q_TILE)
+        );
     }
 
     #[test]

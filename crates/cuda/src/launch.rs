@@ -9,7 +9,7 @@ use crate::family::{Family, TILE};
 use crate::mask_table::{self, MaskTable};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{IndexMap, RowTiles, TilePlan, compact_plan, documents, plan, table};
+use crate::plan::{IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Branch, Combine, Offset};
@@ -24,12 +24,12 @@ pub struct LaunchSpec {
     pub map: IndexMap,
     pub family: Family,
     pub head_dim: usize,
-    /// The forward's row tiles ([`Family::forward_rows_for`]); their height picks the
-    /// forward kernel ([`Kernel::Forward`], or [`Kernel::ForwardNarrow`] for the narrow tile).
-    pub fwd_rows: RowTiles,
+    /// Query rows per forward block ([`Family::forward_q_tile_for`]); it picks the forward
+    /// kernel ([`Kernel::Forward`], or [`Kernel::ForwardNarrow`] for the narrow tile).
+    pub fwd_q_tile: usize,
     /// Keys per forward tile ([`Family::forward_key_tile`]).
     pub fwd_k_tile: usize,
-    /// Forward: query tile (of `fwd_rows`) -> key tiles (of `fwd_k_tile`).
+    /// Forward: query tile (of `fwd_q_tile` rows) -> key tiles (of `fwd_k_tile`).
     pub fwd: TilePlan,
     /// Backward: key tile -> query tiles of [`TILE`] rows (the single backward kernel
     /// produces dK, dV and dQ from it).
@@ -101,11 +101,11 @@ impl LaunchSpec {
     /// The forward launch on a device of `sms` multiprocessors.
     pub fn forward_dims(&self, sms: u32) -> LaunchDims {
         let f = self.family;
-        let kernel = if self.fwd_rows.rows == f.forward_q_tile() { Kernel::Forward } else { Kernel::ForwardNarrow };
+        let kernel = if self.fwd_q_tile == f.forward_q_tile() { Kernel::Forward } else { Kernel::ForwardNarrow };
         LaunchDims {
             kernel,
             grid: f.forward_grid(self.grid_fwd(), sms),
-            block: f.forward_threads(self.fwd_rows.rows, self.head_dim),
+            block: f.forward_threads(self.fwd_q_tile, self.head_dim),
             smem: kernel.smem(f, self.head_dim),
         }
     }
@@ -263,31 +263,26 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                  map: IndexMap|
      -> Result<LaunchSpec> {
         let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
-        // 128-row blocks for a mask with structure inside the sequence, per-segment tiles
-        // for some compact launches (`Family::forward_rows_for`): a pattern's or a dilated
-        // branch's segments on a plain launch; packed dense documents keep 192 (their
-        // partial tiles are few, and 128-row blocks measured slower there).
+        // 128-row blocks for a mask with structure inside the sequence
+        // (`Family::forward_q_tile_for`): a pattern's or a dilated branch's segments on a
+        // plain launch; packed dense documents keep 192 (their partial tiles are few, and
+        // 128-row blocks measured slower there).
         let masked = branch.is_some()
             || matches!(
                 spec.pattern,
                 GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
             );
-        let fwd_rows = family.forward_rows_for(&map, masked);
-        let fwd_k_tile = family.forward_key_tile(shape.head_dim);
+        let (fwd_q_tile, fwd_k_tile) =
+            (family.forward_q_tile_for(&map, masked), family.forward_key_tile(shape.head_dim));
+        let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
             (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, map, tiles),
             (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, map, tiles),
             (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
         };
-        let mut fwd = match map {
-            IndexMap::Compact { segment, dilation, .. } if fwd_rows.segment > 0 => {
-                compact_plan((segment, dilation), spec.causal, map, fwd_rows, fwd_k_tile)
-            }
-            _ => tile_plan((fwd_rows.rows, fwd_k_tile)),
-        };
-        let mut cols = tile_plan((TILE, TILE));
+        let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
-            fwd = documents::per_row(&fwd, map, (fwd_rows.rows, fwd_k_tile), docs, shape.batch, chunk.seq_len);
+            fwd = documents::per_row(&fwd, map, fwd_tiles, docs, shape.batch, chunk.seq_len);
             cols = documents::per_row(&cols, map, (TILE, TILE), docs, shape.batch, chunk.seq_len);
         }
         let cols = cols.transpose();
@@ -304,7 +299,6 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             k_stride: fits_i32("key stride", ka.stride)?,
             q_cbase: fits_i32("query compact base", qb)?,
             k_cbase: fits_i32("key compact base", kb)?,
-            fwd_seg_tiles: fwd_rows.per_segment() as i32,
             ..params
         };
         Ok(LaunchSpec {
@@ -312,7 +306,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             map,
             family,
             head_dim: shape.head_dim,
-            fwd_rows,
+            fwd_q_tile,
             fwd_k_tile,
             fwd,
             cols,

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::family::FWD_Q_TILE;
-use crate::plan::RowTiles;
 use ringdil_reference::pattern::{BlockSparse, Dilated};
 
 fn dense() -> GpuSpec {
@@ -34,12 +33,12 @@ fn dense_launch_configuration() {
     // Three consumer warpgroups: 192-row forward tiles.
     let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
     assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
-    assert_eq!((l[0].fwd_rows.rows, l[0].fwd_k_tile), (192, 64));
+    assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile), (192, 64));
     assert_eq!(l[0].fwd.visits(), (0..6).map(|r| (3 * r + 3).min(16)).sum::<usize>());
     // At d = 64 over 128-key tiles: query tile r sees key tiles 0..=(192 r + 191) / 128.
     let shape64 = Shape::square(2, 1000, 3, 64);
     let l = launches_for(&shape64, &dense().causal(true), &Chunk::whole(&shape64), Family::Wgmma).unwrap();
-    assert_eq!((l[0].fwd_rows.rows, l[0].fwd_k_tile, l[0].fwd.col_tiles), (192, 128, 8));
+    assert_eq!((l[0].fwd_q_tile, l[0].fwd_k_tile, l[0].fwd.col_tiles), (192, 128, 8));
     assert_eq!(l[0].fwd.visits(), (0..6).map(|r| ((192 * r + 191) / 128 + 1).min(8)).sum::<usize>());
     assert_eq!(l[0].cols.visits(), 16 * 17 / 2); // the backward keeps 64 x 64 tiles
     // wgmma: one block per multiprocessor, 512 threads (three consumer warpgroups and a
@@ -59,7 +58,7 @@ fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
     for (d, threads) in [(96, 128), (192, 256), (256, 256)] {
         let shape = Shape::square(2, 1000, 3, d);
         let l = &launches(&shape, &spec, &Chunk::whole(&shape)).unwrap()[0];
-        assert_eq!((l.fwd_rows.rows, l.fwd_k_tile, l.grid_fwd(), l.grid_cols(1)), (128, 64, (8, 3, 2), (16, 3, 2)));
+        assert_eq!((l.fwd_q_tile, l.fwd_k_tile, l.grid_fwd(), l.grid_cols(1)), (128, 64, (8, 3, 2), (16, 3, 2)));
         let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
         assert_eq!((fwd.kernel, fwd.grid, fwd.block, fwd.smem), (Kernel::Forward, (8, 3, 2), threads, 768 * d as u32));
         assert_eq!((bwd.grid, bwd.block, bwd.smem), ((16, 3, 2), threads, Family::Mma.backward_smem(d)));
@@ -280,41 +279,27 @@ fn a_mask_that_is_a_window_runs_as_the_builtin_window() {
 
 #[test]
 fn wgmma_forward_tiles_do_not_straddle_dilated_segments() {
-    // Kept rows per segment: 512 / 1 = 512 (a plain launch: dilation 1), 1024 / 4 = 256
-    // (128-row tiles: two items either way), 768 / 4 = 192 (one 192-row tile), 4096 / 4 =
-    // 1024 (192-row tiles cut per segment: 6 items, not 8 of 128 rows), 960 / 4 = 240 (not
-    // a multiple of 64: 128-row tiles, which straddle), and a dense launch.
-    let d = Dilated::longnet(&[(512, 1), (1024, 4), (768, 4), (4096, 4), (960, 4)]);
-    let shape = Shape::square(1, 6144, 8, 128);
+    // Kept rows per segment: 512 / 1 = 512 and 1024 / 4 = 256 (not multiples of 192),
+    // 768 / 4 = 192 (one is), and a dense launch.
+    let d = Dilated::longnet(&[(512, 1), (1024, 4), (768, 4)]);
+    let shape = Shape::square(1, 3072, 8, 128);
     let l = launches_for(&shape, &GpuSpec::new(GpuPattern::Dilated(d)), &Chunk::whole(&shape), Family::Wgmma);
     let l = l.unwrap();
-    let rows: Vec<RowTiles> = l.iter().map(|l| l.fwd_rows).collect();
-    let contiguous = RowTiles::contiguous;
-    let per_segment = RowTiles { rows: 192, segment: 1024 };
-    assert_eq!(rows, [contiguous(128), contiguous(128), contiguous(192), per_segment, contiguous(128)]);
-    let kernels: Vec<(Kernel, u32, i32)> =
-        l.iter().map(|l| (l.forward_dims(132).kernel, l.forward_dims(132).block, l.params.fwd_seg_tiles)).collect();
-    let (narrow, wide) = ((Kernel::ForwardNarrow, 384, 0), (Kernel::Forward, 512, 0));
-    assert_eq!(kernels, [narrow, narrow, wide, (Kernel::Forward, 512, 6), narrow]);
-    for l in &l[1..4] {
-        // Every tile's rows lie in one segment of m kept rows: rule written out.
-        let (m, t, nq) = (l.params.dil_per_seg as usize, l.fwd_rows, l.params.nq as usize);
-        assert_eq!(l.grid_fwd().0 as usize, t.count(nq));
-        for tile in 0..t.count(nq) {
-            if let Some((lo, hi)) = t.span(tile, nq) {
-                assert_eq!(lo / m, (hi - 1) / m, "{t:?}: tile {tile} [{lo}, {hi}) straddles segments of {m} rows");
-            }
-        }
+    let tiles: Vec<usize> = l.iter().map(|l| l.fwd_q_tile).collect();
+    assert_eq!(tiles, [128, 128, 192]);
+    let kernels: Vec<(Kernel, u32)> =
+        l.iter().map(|l| (l.forward_dims(132).kernel, l.forward_dims(132).block)).collect();
+    assert_eq!(kernels, [(Kernel::ForwardNarrow, 384), (Kernel::ForwardNarrow, 384), (Kernel::Forward, 512)]);
+    for l in &l {
+        let (m, q) = (l.params.dil_per_seg as usize, l.fwd_q_tile);
+        assert_eq!(m % q, 0, "a {q}-row tile would straddle segments of {m} kept rows");
+        assert_eq!(l.grid_fwd().0 as usize, (l.params.nq as usize).div_ceil(q));
     }
-    // 6144 / 4 = 1536 compact rows, 1.5 segments of 1024: 6 + 6 tiles (the second
-    // segment's last three empty).
-    assert_eq!(l[3].grid_fwd().0, 12);
-    assert!(l[3].fwd.row(9).is_empty() && !l[3].fwd.row(8).is_empty());
     let dense = launches_for(&shape, &dense(), &Chunk::whole(&shape), Family::Wgmma).unwrap();
-    assert_eq!(dense[0].fwd_rows, RowTiles::contiguous(192));
+    assert_eq!(dense[0].fwd_q_tile, 192);
     let mma =
         launches(&shape, &GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(768, 4)]))), &Chunk::whole(&shape));
-    assert_eq!(mma.unwrap()[0].fwd_rows, RowTiles::contiguous(FWD_Q_TILE));
+    assert_eq!(mma.unwrap()[0].fwd_q_tile, FWD_Q_TILE);
 }
 
 #[test]

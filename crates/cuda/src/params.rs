@@ -117,9 +117,6 @@ params! {
     /// rounding of `to_half`). Only where every element is written by one store:
     /// `accumulate` 0, and for dK, dV `kv_group` 1.
     half_out: i32,
-    /// Forward row tiles per segment of a compact launch cut per segment
-    /// (`plan::RowTiles`); 0: contiguous row tiles.
-    fwd_seg_tiles: i32,
     scale: f32,
     /// scale * log2(e).
     scale_log2: f32,
@@ -187,13 +184,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 18 pointers, 39 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 18 pointers, 38 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 39 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 18 + 39 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 38 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 18 + 38 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[18], ("batch", 144));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 40 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 39 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

@@ -134,7 +134,6 @@ pub mod kernels;
 pub mod packed;
 pub mod ring;
 pub mod ring_packed;
-pub mod segment_tiles;
 pub mod sweep;
 pub mod tables;
 

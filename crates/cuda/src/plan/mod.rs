@@ -20,10 +20,8 @@ use crate::spec::GpuPattern;
 
 pub mod documents;
 pub mod expression;
-pub mod row_tiles;
 pub mod table;
 use ringdil_reference::pattern::{BlockSparse, Branch};
-pub use row_tiles::RowTiles;
 
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions
 /// `offset + i * stride`. Stride 1 is a contiguous chunk (a whole sequence, a ring
@@ -371,9 +369,25 @@ pub fn plan(
     map: IndexMap,
     (q_tile, k_tile): (usize, usize),
 ) -> TilePlan {
+    let (nq, nk) = map.extents();
+    let (qa, ka) = map.axes();
+    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(k_tile));
     match map {
         IndexMap::Compact { segment, dilation, .. } => {
-            compact_plan((segment, dilation), causal, map, RowTiles::contiguous(q_tile), k_tile)
+            // A tile pair can hold a kept pair only inside a segment both tiles reach,
+            // with (causal) some key position at or before some query position there.
+            let m = segment.div_ceil(dilation);
+            let (qb, kb) = map.bases();
+            TilePlan::build(rt, ct, |r, c| {
+                let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
+                let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
+                ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
+                    match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
+                        (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
+                        _ => false,
+                    }
+                })
+            })
         }
         // Dense, window and dilated spans are decided in O(1) for any run of tiles, so a
         // query tile costs about `2 log2 c` of them (`build_runs`) instead of `c`; the
@@ -385,32 +399,6 @@ pub fn plan(
             TilePlan::build_runs(map, (q_tile, k_tile), |q, k| ranges_visit(pattern, branch, causal, q, k))
         }
     }
-}
-
-/// The plan of a compact launch of branch `(segment, dilation)` under `map` (a
-/// [`IndexMap::Compact`]) over query row tiles `rows` (plan row `t` = tile `t`) and key
-/// tiles of `k_tile`: a tile pair can hold a kept pair only inside a segment both tiles
-/// reach, with (causal) some key position at or before some query position there.
-pub fn compact_plan(
-    (segment, dilation): (usize, usize),
-    causal: bool,
-    map: IndexMap,
-    rows: RowTiles,
-    k_tile: usize,
-) -> TilePlan {
-    let ((nq, nk), (qa, ka), (qb, kb)) = (map.extents(), map.axes(), map.bases());
-    let m = segment.div_ceil(dilation);
-    TilePlan::build(rows.count(nq), nk.div_ceil(k_tile), |r, c| {
-        let Some((lo, hi)) = rows.span(r, nq) else { return false };
-        let q = (qb + lo, qb + hi - 1);
-        let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
-        ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
-            match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
-                (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
-                _ => false,
-            }
-        })
-    })
 }
 
 /// Every pair of query range `q` and key range `k` (inclusive) passes causality: the last

@@ -83,7 +83,20 @@ fn main() {
     writeln!(header, "## Cases\n\n| # | result | case | errors |\n|---|---|---|---|").unwrap();
     let mut log = CheckLog::default();
     let start = std::time::Instant::now();
-    for (i, case) in &list {
+    println!("gpu_check: seed {seed}, {} cases", list.len());
+    let log_path = args.value("--log");
+    for (done, (i, case)) in list.iter().enumerate() {
+        // The log so far, so that a run cut short (a time limit) leaves what it checked.
+        if let Some(path) = &log_path {
+            let partial = format!(
+                "{header}{}
+(run in progress: {done} of {} cases done)
+",
+                log.rows(),
+                list.len()
+            );
+            std::fs::write(path, partial).expect("write the log");
+        }
         let i = *i;
         // A case that errors (a launch failure, or a result the reference refuses, such
         // as an infinite LSE) fails, and the run goes on to the others.
@@ -108,7 +121,7 @@ fn main() {
     );
     writeln!(text, "\n{summary}").unwrap();
     println!("{summary}");
-    if let Some(path) = args.value("--log") {
+    if let Some(path) = log_path {
         std::fs::write(&path, text).expect("write the log");
     }
     std::process::exit(if failed == 0 { 0 } else { 1 });

@@ -201,6 +201,32 @@ __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
 // lane's g = lane / 4 added) is `qbase`.
 __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
 
+// -inf for the scores whose visibility bit is clear. Forward: bit 2 nb + e of vis[mt][r] is
+// key column 8 nb + 2t + e of row (mt, r); backward (transposed): bit 2 nb + e of vis[r] is
+// query column 8 nb + 2t + e of key row r.
+template <int WMT, int NK>
+__device__ __forceinline__ void hide_scores(float (&s)[WMT][NK][4], const u32 (&vis)[WMT][2]) {
+    #pragma unroll
+    for (int nb = 0; nb < NK; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            #pragma unroll
+            for (int mt = 0; mt < WMT; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+}
+template <int NB>
+__device__ __forceinline__ void hide_scores_t(float (&s)[NB][4], const u32 (&vis)[2]) {
+    #pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r)
+                if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+}
+
 #ifdef RINGDIL_EXPR
 // MASK_GENERIC for a mask expression (forward; rows and columns as mask_scores): the
 // mask's query side once per row (expr_row), its key side once per key column
@@ -236,15 +262,7 @@ __device__ __forceinline__ void mask_expr_scores(const Params& p, int b, int h, 
                                     in_doc(kpos, qdoc[mt][r]) && expr_pair(qx[mt][r], ky))
                               << col;
     }
-    #pragma unroll
-    for (int nb = 0; nb < NK; ++nb)
-        #pragma unroll
-        for (int e = 0; e < 2; ++e)
-            #pragma unroll
-            for (int mt = 0; mt < WMT; ++mt)
-                #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+    hide_scores<WMT, NK>(s, vis);
 }
 // The backward's (mask_scores_t: key rows kpos[r], query columns from sP): the key side
 // once per key row, the query side once per query column.
@@ -270,13 +288,7 @@ __device__ __forceinline__ void mask_expr_scores_t(const Params& p, int b, int h
                             expr_pair(qx, ky[r]))
                       << col;
     }
-    #pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-        #pragma unroll
-        for (int e = 0; e < 2; ++e)
-            #pragma unroll
-            for (int r = 0; r < 2; ++r)
-                if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+    hide_scores_t<NB>(s, vis);
 }
 #endif
 
@@ -338,15 +350,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
                         (u32)(visible(p, h, qpos[mt][r], qseg[mt][r], kpos, kseg, klimit) && in_doc(kpos, qdoc[mt][r]))
                         << col;
         }
-        #pragma unroll
-        for (int nb = 0; nb < NK; ++nb)
-            #pragma unroll
-            for (int e = 0; e < 2; ++e)
-                #pragma unroll
-                for (int mt = 0; mt < WMT; ++mt)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (!((vis[mt][r] >> (2 * nb + e)) & 1u)) s[mt][nb][2 * r + e] = NEG_INF;
+        hide_scores<WMT, NK>(s, vis);
     }
 }
 // The backward's per-warp steps, shared by both backward kernels. A warp holds the
@@ -387,13 +391,7 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int
             for (int r = 0; r < 2; ++r)
                 vis[r] |= (u32)(visible(p, h, qp, qs, kpos[r], kseg[r], klimit) && in_doc(kpos[r], d)) << col;
         }
-        #pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-            #pragma unroll
-            for (int e = 0; e < 2; ++e)
-                #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    if (!((vis[r] >> (2 * nb + e)) & 1u)) s[nb][2 * r + e] = NEG_INF;
+        hide_scores_t<NB>(s, vis);
     }
 }
 

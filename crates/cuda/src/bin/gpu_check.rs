@@ -88,13 +88,7 @@ fn main() {
     for (done, (i, case)) in list.iter().enumerate() {
         // The log so far, so that a run cut short (a time limit) leaves what it checked.
         if let Some(path) = &log_path {
-            let partial = format!(
-                "{header}{}
-(run in progress: {done} of {} cases done)
-",
-                log.rows(),
-                list.len()
-            );
+            let partial = format!("{header}{}\n(run in progress: {done} of {} cases done)\n", log.rows(), list.len());
             std::fs::write(path, partial).expect("write the log");
         }
         let i = *i;

@@ -128,3 +128,18 @@ fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
     if k < n { Ok((k, n)) } else { Err(bad()) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shard;
+
+    #[test]
+    fn shards_are_k_of_n_with_k_below_n() {
+        assert_eq!(parse_shard("0/1"), Ok((0, 1)));
+        assert_eq!(parse_shard("2/3"), Ok((2, 3)));
+        for bad in ["3/3", "0/0", "1", "a/2", "1/b", "-1/2", ""] {
+            let e = parse_shard(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+    }
+}

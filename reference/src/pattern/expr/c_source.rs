@@ -123,6 +123,13 @@ fn function(name: &str, expr: &Expression, w: Width) -> String {
 
 /// Print `node` as a C expression (fully parenthesised: no precedence to get wrong).
 pub(super) fn emit(node: &Node, w: Width, out: &mut String) {
+    emit_with(node, w, out, &mut |child, out| emit(child, w, out));
+}
+
+/// Print `node`'s own operator (or the leaf itself) with `child` printing each operand:
+/// [`emit`] prints the operands the same way, the split's cross part
+/// (`super::c_split`) prints them as its fields where they read one side.
+pub(super) fn emit_with(node: &Node, w: Width, out: &mut String, child: &mut dyn FnMut(&Node, &mut String)) {
     let ty = w.ty;
     match &node.kind {
         Kind::Int(v) if *v == i64::MIN => out.push_str("RD_I64_MIN"),
@@ -138,49 +145,43 @@ pub(super) fn emit(node: &Node, w: Width, out: &mut String) {
                 Unary::Not => write!(out, "({ty})!("),
             }
             .expect("writing to a String");
-            emit(a, w, out);
+            child(a, out);
             out.push(')');
         }
         Kind::Binary(op, a, b) => {
-            let call = |f: &str, out: &mut String| {
-                write!(out, "{}{f}(", w.ops).expect("writing to a String");
-                emit(a, w, out);
-                out.push_str(", ");
-                emit(b, w, out);
-                out.push(')');
+            // The text before a, between a and b, and after b.
+            let call = |f: &str| (format!("{}{f}(", w.ops), ", ".to_string(), ")");
+            let infix = |sym: &str| (format!("({ty})(("), format!(") {sym} ("), "))");
+            let (open, mid, close) = match op {
+                Binary::Add => call("add"),
+                Binary::Sub => call("sub"),
+                Binary::Mul => call("mul"),
+                Binary::Div => call("div"),
+                Binary::Mod => call("mod"),
+                Binary::Min => call("min"),
+                Binary::Max => call("max"),
+                Binary::Eq => infix("=="),
+                Binary::Ne => infix("!="),
+                Binary::Lt => infix("<"),
+                Binary::Le => infix("<="),
+                Binary::Gt => infix(">"),
+                Binary::Ge => infix(">="),
+                Binary::And => infix("&&"),
+                Binary::Or => infix("||"),
             };
-            let infix = |sym: &str, out: &mut String| {
-                write!(out, "({ty})((").expect("writing to a String");
-                emit(a, w, out);
-                write!(out, ") {sym} (").expect("writing to a String");
-                emit(b, w, out);
-                out.push_str("))");
-            };
-            match op {
-                Binary::Add => call("add", out),
-                Binary::Sub => call("sub", out),
-                Binary::Mul => call("mul", out),
-                Binary::Div => call("div", out),
-                Binary::Mod => call("mod", out),
-                Binary::Min => call("min", out),
-                Binary::Max => call("max", out),
-                Binary::Eq => infix("==", out),
-                Binary::Ne => infix("!=", out),
-                Binary::Lt => infix("<", out),
-                Binary::Le => infix("<=", out),
-                Binary::Gt => infix(">", out),
-                Binary::Ge => infix(">=", out),
-                Binary::And => infix("&&", out),
-                Binary::Or => infix("||", out),
-            }
+            out.push_str(&open);
+            child(a, out);
+            out.push_str(&mid);
+            child(b, out);
+            out.push_str(close);
         }
         Kind::If(c, a, b) => {
             out.push_str("((");
-            emit(c, w, out);
+            child(c, out);
             out.push_str(") ? (");
-            emit(a, w, out);
+            child(a, out);
             out.push_str(") : (");
-            emit(b, w, out);
+            child(b, out);
             out.push_str("))");
         }
     }

@@ -22,7 +22,7 @@
 
 use super::Expression;
 use super::ast::{Kind, Node, Var};
-use super::c_source::{Width, emit, param, params};
+use super::c_source::{Width, emit, emit_with, params};
 use std::fmt::Write;
 
 /// Which positions a subtree reads.
@@ -84,48 +84,10 @@ fn emit_cross(node: &Node, w: Width, q: &mut Fields, k: &mut Fields, out: &mut S
         (Side::Neither, Kind::Int(_) | Kind::Bool(_)) => emit(node, w, out),
         (Side::Neither | Side::Query, _) => write!(out, "x.f{}", q.of(whole(node))).expect("writing to a String"),
         (Side::Key, _) => write!(out, "y.f{}", k.of(whole(node))).expect("writing to a String"),
-        (Side::Both, kind) => {
-            // The node's own operator around its children's cross parts: print it with
-            // placeholder children, then fill them in (one operator, printed once by `emit`).
-            let children: Vec<&Node> = match kind {
-                Kind::Unary(_, a) => vec![a],
-                Kind::Binary(_, a, b) => vec![a, b],
-                Kind::If(c, a, b) => vec![c, a, b],
-                Kind::Int(_) | Kind::Bool(_) | Kind::Var(_) => unreachable!("a leaf reads at most one side"),
-            };
-            let marks: Vec<Node> = (0..children.len()).map(|i| Node::new(Kind::Var(MARKS[i]), node.at)).collect();
-            let shell = Node::new(
-                match kind {
-                    Kind::Unary(op, _) => Kind::Unary(*op, Box::new(marks[0].clone())),
-                    Kind::Binary(op, _, _) => Kind::Binary(*op, Box::new(marks[0].clone()), Box::new(marks[1].clone())),
-                    Kind::If(..) => {
-                        Kind::If(Box::new(marks[0].clone()), Box::new(marks[1].clone()), Box::new(marks[2].clone()))
-                    }
-                    Kind::Int(_) | Kind::Bool(_) | Kind::Var(_) => unreachable!("matched above"),
-                },
-                node.at,
-            );
-            let mut text = String::new();
-            emit(&shell, w, &mut text);
-            // The shell's text with each mark's parameter name replaced by that child's
-            // cross part, in order (each mark occurs once).
-            let mut rest = text.as_str();
-            for (i, child) in children.iter().enumerate() {
-                let mark = param(MARKS[i]);
-                let at = rest.find(&mark).expect("the shell prints every mark once");
-                out.push_str(&rest[..at]);
-                emit_cross(child, w, q, k, out);
-                rest = &rest[at + mark.len()..];
-            }
-            out.push_str(rest);
-        }
+        // The node's own operator around its children's cross parts.
+        (Side::Both, _) => emit_with(node, w, out, &mut |child, out| emit_cross(child, w, q, k, out)),
     }
 }
-
-/// Variables standing for an operator's children while it is printed: ones a mask never
-/// reads (the branch variables are out of a mask's scope), so their names occur nowhere
-/// else in the shell's text.
-const MARKS: [Var; 3] = [Var::SegmentIndex, Var::Segment, Var::Dilation];
 
 /// The struct type and the function computing one side's fields.
 fn side_function(name: &str, w: Width, fields: &Fields) -> String {

@@ -73,6 +73,24 @@ __device__ __forceinline__ bool compact_tile_full(const Params& p, int kseg, int
     return kseg >= 0 && seg_of(p, qa, q0) == kseg && seg_of(p, qa, q0 + qn - 1) == kseg &&
            (!p.causal || k1 + p.k_cbase <= q0 + qa.cbase);
 }
+// compact_tile_full from a key side that also says whether a whole block of queries is known
+// to lie in the key tile's segment: hint = 2 kseg + 1 if so, 2 kseg if the warp's queries
+// decide (two divisions), -1 for no key segment. The wgmma forward's producer takes the
+// block's query segment once per item (compact_item_seg) and compares it per key tile, so
+// that a consumer warp, between its S and its softmax, divides only where a block straddles
+// two segments.
+__device__ __forceinline__ bool compact_hint_full(const Params& p, int hint, int q0, int qn, int k1) {
+    if (hint < 0) return false;
+    if (!(hint & 1)) return compact_tile_full(p, hint >> 1, q0, qn, k1);
+    return !p.causal || k1 + p.k_cbase <= q0 + p.q_cbase;
+}
+// The compact segment holding every query index q0..q0+rows-1, or -1 where they straddle
+// two.
+__device__ __forceinline__ int compact_item_seg(const Params& p, int q0, int rows) {
+    const Axis qa = q_axis(p);
+    const int s = seg_of(p, qa, q0);
+    return seg_of(p, qa, q0 + rows - 1) == s ? s : -1;
+}
 
 // The element mask with per-row precomputed positions (-1: no row) and compact segments.
 // In compact mode every valid index pair of one segment is a kept pair of the branch, so

@@ -37,13 +37,15 @@ __device__ __forceinline__ void bwd_producer(const Params& p, const BwdSmem& sm,
         if (box && ft == 0) {
             mbar_expect_tx(sm.full(st), 2 * QB * D * 2);
             #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
+            for (int r = 0; r < WB_QSUB; ++r) {
+                const ViewRow v = view_row(row0[r], R);
                 #pragma unroll
-                for (int r = 0; r < WB_QSUB; ++r) {
+                for (int cb = 0; cb < D / 64; ++cb) {
                     const int at = cb * QB * 64 + r * BM * 64;
-                    tma_box(qs.q() + at, &maps.a, cb * 64, h, row0[r], R, b, sm.full(st));
-                    tma_box(qs.o() + at, &maps.b, cb * 64, h, row0[r], R, b, sm.full(st));
+                    tma_box(qs.q() + at, &maps.a, cb * 64, h, v, 0, b, sm.full(st));
+                    tma_box(qs.o() + at, &maps.b, cb * 64, h, v, 0, b, sm.full(st));
                 }
+            }
         }
         // This thread's arrival: once its lse2 / delta copies have landed, if it made any.
         if (copies)

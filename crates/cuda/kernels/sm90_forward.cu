@@ -65,12 +65,13 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
         const u16* qs = sm.q_tile(u) + wg * 64 * 64;
         // tile_full, with the key side the producer took once per tile (stage_hint): a
-        // compact launch's key segment, or a plain launch's plan mark. (The warp's query
-        // segments are taken per tile rather than once per item: two registers live across
-        // the loop cost the dense launches 1-4%.)
+        // compact launch's key segment and whether the item's queries all lie in it, or a
+        // plain launch's plan mark. (The warp's query segments, where needed, are taken per
+        // tile rather than once per item: two registers live across the loop cost the dense
+        // launches 1-4%.)
         auto full_tile = [&](int j, int k0) {
             const int hint = sm.stage_hint(j);
-            return p.compact ? compact_tile_full(p, hint, wq0, 16, k0 + FBN - 1)
+            return p.compact ? compact_hint_full(p, hint, wq0, 16, k0 + FBN - 1)
                              : (hint > 0 && marked_tile_full<FBN>(p, b, wq0, 16, k0, klimit)) ||
                                    tile_full<FBN>(p, b, h, wq0, 16, k0, klimit);
         };

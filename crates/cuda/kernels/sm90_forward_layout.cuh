@@ -81,8 +81,9 @@ struct FwdSmem {
     __device__ volatile int& stage_key(int j) const { return slots[2 * SLOT_INTS + (unsigned)j % FWD_STAGES]; }
     // The key side of tile j's tile_full, written with stage_key so that the consumers'
     // per-tile mask decision needs no index arithmetic: in a compact launch its keys'
-    // segment where they all lie in one, without a hole, inside the padding limit; in a
-    // plain one 1 where the plan marks the tile full (plan_marked); else -1.
+    // segment where they all lie in one, without a hole, inside the padding limit, and
+    // whether the item's queries all lie in it too (compact_hint_full's hint); in a plain
+    // one 1 where the plan marks the tile full (plan_marked); else -1.
     __device__ volatile int& stage_hint(int j) const {
         return slots[2 * SLOT_INTS + FWD_STAGES + (unsigned)j % FWD_STAGES];
     }

@@ -67,11 +67,13 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
         if (leader) {
             mbar_expect_tx(sm.q_full(u), B::ROWS * D * 2);
             #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
+            for (int r = 0; r < B::ROWS / 64; ++r) {
+                const ViewRow v = view_row(qrow[r], R);
                 #pragma unroll
-                for (int r = 0; r < B::ROWS / 64; ++r)
-                    tma_box(sm.q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, qrow[r], R, c.b,
+                for (int cb = 0; cb < D / 64; ++cb)
+                    tma_box(sm.q_tile(u) + cb * B::ROWS * 64 + r * 64 * 64, &q_map, cb * 64, c.h, v, 0, c.b,
                             sm.q_full(u));
+            }
         }
         mbar_arrive(sm.q_full(u));
     } else {
@@ -119,6 +121,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
         else
             mbar_arrive(sm.q_full(u));
         const int claim_at = j0 + max(n - LOOKAHEAD, 0);
+        const int qseg = p.compact ? compact_item_seg(p, c.tile * B::ROWS, B::ROWS) : -1;
         if (leader && n == 0) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
         // Every K/V tile of a plain launch is a box, issued by the leader: the other
         // producer warps wait at the next item's barrier rather than poll the stages'
@@ -131,26 +134,30 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
             if (leader && j == claim_at) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
             if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // its previous tile
             const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
-            int row0 = k0, hint = plan_marked(p, kbeg + j - j0) ? 1 : -1;
+            int row0 = k0, hint;
             bool box = true;
             if (p.compact) {  // the head's offset code and the key limit from the item's slot
                 const TileEnds e = compact_tile_ends<FBN>(p, ka, k0, sm.slot(u)[7]);
                 row0 = e.row0;
                 box = ends_are_box<FBN>(p, ka, e);
-                hint = compact_key_seg(p, e, sm.slot(u)[3]);
+                const int kseg = compact_key_seg(p, e, sm.slot(u)[3]);
+                hint = kseg < 0 ? -1 : 2 * kseg + (kseg == qseg);  // compact_hint_full
+            } else {
+                hint = plan_marked(p, kbeg + j - j0) ? 1 : -1;
             }
             if (box) {
                 if (!leader) continue;
                 sm.stage_key(j) = k0;
                 sm.stage_hint(j) = hint;
                 mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
+                const ViewRow v = view_row(row0, R);
                 #pragma unroll
                 for (int cb = 0; cb < D / 64; ++cb)
                     #pragma unroll
                     for (int r = 0; r < FBN / 64; ++r) {
                         u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
-                        tma_box(dst, &maps.a, cb * 64, kvh, row0 + 64 * r * R, R, c.b, sm.full(j));
-                        tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, row0 + 64 * r * R, R, c.b, sm.full(j));
+                        tma_box(dst, &maps.a, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
+                        tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
                     }
             } else {
                 load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j), p.k, p, ka, c.b, c.h, k0);

@@ -13,14 +13,21 @@ struct __align__(64) TensorMap {
 struct TensorPair {  // the two tensors a launch streams: K, V (forward); Q, dO (backward)
     TensorMap a, b;
 };
-// One TMA box: rows row0, row0 + R, ... (BN of them) of head h, batch b, head dims
-// c0..c0+63, into `dst` (1024-aligned).
-__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, int row0, int R, int b,
+// Row `row` in the view's coordinates: row = step * R + phase. Taken once per tile: the
+// boxes of a tile share the phase, and box r starts 64 r steps further (a division per
+// box put two integer divisions per box on the producer's path to the next TMA).
+struct ViewRow {
+    int phase, step;
+};
+__device__ __forceinline__ ViewRow view_row(int row, int R) { return {row % R, row / R}; }
+// One TMA box: rows v, v + R, ... (BN of them; v's step plus `steps`) of head h, batch b,
+// head dims c0..c0+63, into `dst` (1024-aligned).
+__device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, ViewRow v, int steps, int b,
                                         u32 bar) {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
         "%6}], [%7];\n" ::"r"((u32)__cvta_generic_to_shared(dst)),
-        "l"(map), "r"(c0), "r"(h), "r"(row0 % R), "r"(row0 / R), "r"(b), "r"(bar)
+        "l"(map), "r"(c0), "r"(h), "r"(v.phase), "r"(v.step + steps), "r"(b), "r"(bar)
         : "memory");
 }
 

@@ -66,14 +66,6 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             if (t == 0) *lrow = mx + logf(sum);
         }
 }
-__device__ __forceinline__ void store_row(float* dst, const float* v, bool acc) {
-    if (acc) {
-        float2 old = *reinterpret_cast<float2*>(dst);
-        *reinterpret_cast<float2*>(dst) = make_float2(old.x + v[0], old.y + v[1]);
-    } else {
-        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-    }
-}
 
 // dQ contribution of one (key tile, query tile) pair: dq[row][col], dq[row][col + 1] +=
 // (x, y). Blocks of different key tiles add into the same rows, so this is a global f32
@@ -88,13 +80,18 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
     atomicAdd(dst + 1, y);
 #endif
 }
+// Does a backward launch add its dK, dV into the buffers rather than write them? Then a
+// row no query reaches may be left alone (adding zero), as a block that visits nothing.
+__device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumulate || p.kv_group > 1; }
 // dK (scaled) and dV rows of this thread, columns col0 .. col0 + 8 NC - 1 (all D, or a
-// warp's slice of D), query head h's contribution to K/V head
-// h / kv_group: written (in f32, or with `half_out` in the inputs' 16-bit type), or added
-// with `accumulate`. Under grouped-query attention the
-// kv_group query heads of a K/V head add into the same rows from different blocks, so the
-// contributions are global reductions into buffers the host has zeroed (or holds running
-// sums in).
+// warp's slice of D), query head h's contribution to K/V head h / kv_group: written (in
+// f32, or with `half_out` in the inputs' 16-bit type), or added (bwd_adds_kv): as global
+// reductions into buffers the host has zeroed or holds running sums in. Under grouped-query
+// attention the kv_group query heads of a K/V head add into the same rows from different
+// blocks; with `accumulate` (a ring step's or a pattern branch's launch) one block adds
+// into each row, and a reduction still needs no read: a load, add and store per pair
+// waited for each load in turn (dk and dv may alias, so no load moves above a store), some
+// 30 us per wave of blocks whatever the block's work.
 template <int NC>
 __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[NC][4],
                                            const float (&dv)[NC][4], const int (&krow)[2], int col0, int t) {
@@ -106,7 +103,7 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
         for (int i = 0; i < NC; ++i) {
             float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
             float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
-            if (p.kv_group > 1) {
+            if (bwd_adds_kv(p)) {
                 red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
                 red_add2(p.dv + base + i * 8 + 2 * t, vv[0], vv[1]);
             } else if (p.half_out) {
@@ -114,8 +111,8 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
                 *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dk) + base + i * 8 + 2 * t) = pack2(vk[0], vk[1]);
                 *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dv) + base + i * 8 + 2 * t) = pack2(vv[0], vv[1]);
             } else {
-                store_row(p.dk + base + i * 8 + 2 * t, vk, p.accumulate);
-                store_row(p.dv + base + i * 8 + 2 * t, vv, p.accumulate);
+                *reinterpret_cast<float2*>(p.dk + base + i * 8 + 2 * t) = make_float2(vk[0], vk[1]);
+                *reinterpret_cast<float2*>(p.dv + base + i * 8 + 2 * t) = make_float2(vv[0], vv[1]);
             }
         }
     }

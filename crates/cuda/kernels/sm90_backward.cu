@@ -239,6 +239,10 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS, 1)
     const BwdSmem sm = bwd_smem(smem_wb);
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
     const int klimit = key_limit(p, bc.b);
+    // A block whose keys visit no query tile adds nothing to dQ, and zeros to dK, dV where
+    // the launch adds them: it has nothing to do. (A ring step's launch between a query
+    // piece and the keys of other documents is nearly all such blocks.)
+    if (bwd_adds_kv(p) && walk_is_empty(query_walk(p, bc.tile, bc.b, klimit))) return;
     if (threadIdx.x == 0)
         for (int st = 0; st < BWD_STAGES; ++st) {
             mbar_init(sm.full(st), WG_PRODUCERS);

@@ -137,6 +137,13 @@ __device__ __forceinline__ QueryWalk query_walk(const Params& p, int kb, int b, 
     }
     return w;
 }
+// Does the walk visit no query tile at all?
+__device__ __forceinline__ bool walk_is_empty(const QueryWalk& w) {
+    bool empty = true;
+    #pragma unroll
+    for (int i = 0; i < WB_WGS; ++i) empty = empty && w.pos[i] == w.end[i];
+    return empty;
+}
 // The next visited query tile (QB rows; -1: none left). Bit WB_QSUB i + j of `vis`:
 // warpgroup i's key tile visits plan tile j of it (its other plan tiles are masked: a
 // plan row lists every tile with a visible pair); bit VIS_FULL + WB_QSUB i + j: and the

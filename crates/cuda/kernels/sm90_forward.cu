@@ -144,7 +144,9 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             acquire(j);
             mbar_arrive(sm.empty(j));
         }
-        if (q0 + 64 * wg < p.nq) store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
+        // Rows that saw no key merge as the identity: in an accumulating launch they keep
+        // what they hold, so only a launch that writes its rows stores them.
+        if (q0 + 64 * wg < p.nq && (nw > 0 || !p.accumulate)) store_forward<1>(p, b, h, o, m, l, wq0 + g, t);
         j0 += n;
     }
 }

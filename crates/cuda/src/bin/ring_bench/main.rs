@@ -7,9 +7,10 @@
 //! `ring_bench --nproc P [--json FILE] [--md FILE] [--date TEXT] [--max-per-gpu TOKENS] [--links-only]`
 //! (several hosts: `--nnodes H --node-rank I --id-file PATH`; `--timeout T`)
 //!
-//! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT]`: the ring's kernel time
-//! on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]), packed documents
-//! on contiguous ranks and on the work-balanced split included.
+//! `ring_bench --virtual P [--json FILE] [--md FILE] [--date TEXT] [--only TEXT]`: the
+//! ring's kernel time on `P` virtual ranks of one GPU against one GPU ([`virtual_timing`]),
+//! packed documents on contiguous ranks and on the work-balanced split included; `--only`
+//! runs the rows whose "pattern layout" contains TEXT (one row under a profiler).
 //!
 //! Ratio = `t_1(N) / (P t_P(N))`: `P`-GPU throughput over `P` times one GPU's at the same
 //! total length `N = P x N/GPU` (1.0 = perfect); runs with different `P` at the same

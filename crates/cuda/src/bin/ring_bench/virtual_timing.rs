@@ -54,8 +54,29 @@ fn virtual_ring(gpu: &Gpu, pat: &str, layout: &Layout, n: usize, p: usize) -> (f
     (median(fwd), median(both))
 }
 
-/// Time every row and write the table (`--md`) and JSON (`--json`).
+/// The rows: (pattern, layout).
+const ROWS: [(&str, &str); 4] = [
+    ("longnet dilated causal", "contiguous"),
+    ("dense causal", "zigzag"),
+    ("packed dense causal", "contiguous"),
+    ("packed dense causal", "balanced"),
+];
+
+/// The rows `--only TEXT` picks: those whose "pattern layout" contains TEXT (all without
+/// it), so that a profiler can be run over one row; none is an error naming TEXT.
+fn selected(only: Option<&str>) -> Result<Vec<(&'static str, &'static str)>, String> {
+    let rows: Vec<_> =
+        ROWS.into_iter().filter(|(pat, layout)| only.is_none_or(|t| format!("{pat} {layout}").contains(t))).collect();
+    if rows.is_empty() {
+        let names: Vec<String> = ROWS.iter().map(|(pat, layout)| format!("{pat} {layout}")).collect();
+        return Err(format!("--only {:?} matches no row; the rows are: {}", only.unwrap_or(""), names.join(", ")));
+    }
+    Ok(rows)
+}
+
+/// Time every row (or `--only`'s) and write the table (`--md`) and JSON (`--json`).
 pub fn run(args: &Args, p: usize) {
+    let rows_wanted = selected(args.value("--only").as_deref()).unwrap_or_else(|e| args.fail(2, e));
     let gpu = args.gpu();
     let device = gpu.describe().expect("device");
     let n = 128 * 1024;
@@ -69,13 +90,12 @@ pub fn run(args: &Args, p: usize) {
     .unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|").unwrap();
     let mut rows = Vec::new();
-    let balanced = balanced_layout(&packed_documents(n), 1, n, p).expect("balanced split");
-    for (pat, name, layout) in [
-        ("longnet dilated causal", "contiguous", Layout::Contiguous),
-        ("dense causal", "zigzag", Layout::Zigzag),
-        ("packed dense causal", "contiguous", Layout::Contiguous),
-        ("packed dense causal", "balanced", balanced),
-    ] {
+    for (pat, name) in rows_wanted {
+        let layout = match name {
+            "zigzag" => Layout::Zigzag,
+            "balanced" => balanced_layout(&packed_documents(n), 1, n, p).expect("balanced split"),
+            _ => Layout::Contiguous,
+        };
         let one = single(&gpu, pat, n);
         let (f, b) = virtual_ring(&gpu, pat, &layout, n, p);
         let (f, b) = (f * 1e3, b * 1e3);
@@ -101,5 +121,20 @@ pub fn run(args: &Args, p: usize) {
     }
     if let Some(path) = args.value("--md") {
         std::fs::write(path, md).expect("write md");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_picks_the_rows_whose_name_contains_it() {
+        assert_eq!(selected(None).unwrap().len(), 4);
+        assert_eq!(selected(Some("packed")).unwrap(), [ROWS[2], ROWS[3]]);
+        assert_eq!(selected(Some("dense causal zigzag")).unwrap(), [ROWS[1]]);
+        assert_eq!(selected(Some("causal balanced")).unwrap(), [ROWS[3]]);
+        let e = selected(Some("ulysses")).unwrap_err();
+        assert!(e.contains("\"ulysses\"") && e.contains("packed dense causal balanced"), "{e}");
     }
 }

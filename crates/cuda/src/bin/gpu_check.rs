@@ -2,12 +2,15 @@
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
 //! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]
-//! [--only TEXT] [--shard K/N] [--from I]`
+//! [--only TEXT] [--shard K/N | --jobs N] [--from I]`
 //!
 //! `--shard K/N` runs the cases whose index is K mod N, with the inputs they get in the
 //! whole list: N processes (one per GPU) with the same seed run the whole check between
 //! them, each compiling the kernel modules of its own cases only. `--from I` skips the
-//! cases before index I (a run cut short, resumed with the same seed).
+//! cases before index I (a run cut short, resumed with the same seed). `--jobs N` starts
+//! the N shards itself, side by side on this machine's GPU (each process compiles its own
+//! cases' kernel modules, one CPU core each: the slow part of a check), and merges their
+//! logs into `--log` (`ringdil_cuda::programs::shards`).
 //!
 //! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
 //! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
@@ -19,7 +22,7 @@ use ringdil_cuda::check::{
     GRAD_RMS_FLOOR, LARGE_LOGITS, Logits, MERGE_BOUND, OFFSET_LOGITS, bound, bound_for, cases, describe,
     large_lse_bound, run_case,
 };
-use ringdil_cuda::programs::{Args, CheckLog, Program};
+use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use std::fmt::Write;
 
@@ -47,6 +50,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let jobs = args.integer::<usize>("--jobs");
+    match (jobs, &shard) {
+        (Some(0), _) => args.fail(2, "--jobs 0: expected at least 1 process"),
+        (Some(j), Some(s)) => args.fail(2, format!("--jobs {j} with --shard {s}: --jobs runs the shards itself")),
+        _ => {}
+    }
     let list: Vec<(usize, _)> = cases(seed, false)
         .into_iter()
         .enumerate()
@@ -59,6 +68,9 @@ fn main() {
     let mut filter = only.as_deref().map_or(String::new(), |t| format!(" --only '{t}'"));
     if let Some(s) = &shard {
         write!(filter, " --shard {s}").unwrap();
+    }
+    if let Some(j) = jobs {
+        write!(filter, " --jobs {j}").unwrap();
     }
     if from > 0 {
         write!(filter, " --from {from}").unwrap();
@@ -81,6 +93,10 @@ fn main() {
     writeln!(header, "* outputs poisoned with NaN before every launch; NaN never passes; a case that errors fails\n")
         .unwrap();
     writeln!(header, "## Cases\n\n| # | result | case | errors |\n|---|---|---|---|").unwrap();
+    if let Some(jobs) = jobs {
+        let numbers: Vec<usize> = list.iter().map(|&(i, _)| i).collect();
+        run_jobs(&args, jobs, seed, &numbers, header);
+    }
     let mut log = CheckLog::default();
     let start = std::time::Instant::now();
     println!("gpu_check: seed {seed}, {} cases", list.len());
@@ -118,6 +134,66 @@ fn main() {
     if let Some(path) = log_path {
         std::fs::write(&path, text).expect("write the log");
     }
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+/// `--jobs N`: this program `N` times as shards `K/N` with the same seed (the NVRTC
+/// compiles, one CPU core each, run side by side), each writing its own log next to
+/// `--log` (or in the temporary directory), then one log from theirs
+/// ([`shards::merge_logs`]): `header`, the rows by case number, the worst errors, the
+/// counts. A case of `numbers` in no shard's log (a shard that stopped) fails.
+fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: String) -> ! {
+    let start = std::time::Instant::now();
+    let exe = std::env::current_exe().unwrap_or_else(|e| args.fail(1, format!("own path: {e}")));
+    let base = args.value("--log").unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("gpu-check-{}.md", std::process::id())).display().to_string()
+    });
+    let paths: Vec<String> = (0..jobs).map(|k| format!("{base}.shard-{k}-of-{jobs}.md")).collect();
+    let children: Vec<_> = paths
+        .iter()
+        .enumerate()
+        .map(|(k, path)| {
+            let add = [
+                "--seed".into(),
+                seed.to_string(),
+                "--shard".into(),
+                format!("{k}/{jobs}"),
+                "--log".into(),
+                path.clone(),
+            ];
+            let shard = shards::shard_args(args.rest(), &["--jobs", "--seed", "--log"], &add);
+            std::process::Command::new(&exe)
+                .args(shard)
+                .spawn()
+                .unwrap_or_else(|e| args.fail(1, format!("starting shard {k}/{jobs}: {e}")))
+        })
+        .collect();
+    for (k, mut child) in children.into_iter().enumerate() {
+        child.wait().unwrap_or_else(|e| args.fail(1, format!("waiting for shard {k}/{jobs}: {e}")));
+    }
+    let logs: Vec<(String, String)> =
+        paths.iter().map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default())).collect();
+    let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
+    let missing: Vec<usize> = numbers.iter().copied().filter(|n| merged.numbers.binary_search(n).is_err()).collect();
+    let failed = merged.failed + missing.len();
+    let mut text = header + &merged.rows;
+    if !missing.is_empty() {
+        writeln!(text, "\nNot run (a shard stopped first; counted as failed): cases {missing:?}").unwrap();
+    }
+    writeln!(text, "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|").unwrap();
+    text += &merged.worst;
+    let summary = format!(
+        "GPU check: {} passed, {failed} failed, 0 skipped ({} cases in {jobs} shards, {:.1} s)",
+        merged.passed,
+        numbers.len(),
+        start.elapsed().as_secs_f64()
+    );
+    writeln!(text, "\n{summary}").unwrap();
+    println!("{summary}");
+    if let Some(path) = args.value("--log") {
+        std::fs::write(&path, text).expect("write the log");
+    }
+    paths.iter().for_each(|p| drop(std::fs::remove_file(p)));
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
 

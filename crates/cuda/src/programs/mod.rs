@@ -8,7 +8,8 @@
 //! * the launch flags of the distributed programs (`--nproc`, `--nnodes`, `--node-rank`,
 //!   `--id-file`, `--timeout`: `launch.rs`);
 //! * [`CheckLog`]: the Markdown log of a check run, one row per case with its errors,
-//!   the pass / fail counts and the worst error per quantity.
+//!   the pass / fail counts and the worst error per quantity;
+//! * [`shards`]: one log from a check run as several processes (`gpu_check --jobs N`).
 //!
 //! The cases the checks run live with what they check: [`crate::check`] (kernels) and
 //! [`crate::check::ring`] (distributed attention).
@@ -16,6 +17,7 @@
 mod args;
 mod launch;
 mod log;
+pub mod shards;
 
 pub use args::{Args, Program};
 pub use log::CheckLog;

@@ -1,0 +1,164 @@
+//! One log from a check run in shards (`gpu_check --jobs N`: N processes with the same
+//! seed, process K running the cases whose number is K mod N). The expensive part of a check
+//! is NVRTC compiling each case's kernel modules on one CPU core; shards compile in
+//! parallel on one GPU. Each shard writes its own log ([`CheckLog`]'s numbered rows and
+//! worst-error table); the merge orders the rows by case number, refuses a number seen
+//! twice, keeps the worst error per quantity over the shards, and counts the verdicts.
+//!
+//! [`CheckLog`]: super::CheckLog
+
+use std::fmt::Write;
+
+/// The merged rows and worst errors of several shards' logs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merged {
+    /// The numbered case rows, by case number, one per line.
+    pub rows: String,
+    /// The worst-error table's rows (`| quantity | worst | bound |`), in the order the
+    /// quantities were first seen.
+    pub worst: String,
+    pub passed: usize,
+    pub failed: usize,
+    /// The case numbers found, ascending.
+    pub numbers: Vec<usize>,
+}
+
+/// Merge the texts of the shards' logs. A log that is not a check log (no case table), a
+/// row whose result is neither `pass` nor `**FAIL**`, or a case number in two logs is an
+/// error naming it.
+pub fn merge_logs(logs: &[(String, String)]) -> Result<Merged, String> {
+    let mut rows: Vec<(usize, &str)> = Vec::new();
+    let mut worst: Vec<(String, f64, String)> = Vec::new();
+    for (name, text) in logs {
+        let (_, tables) =
+            text.split_once("## Cases").ok_or_else(|| format!("{name}: not a check log (no \"## Cases\" table)"))?;
+        let (cases, worst_table) = tables.split_once("## Worst errors").unwrap_or((tables, ""));
+        for line in cases.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // | N | result | case | errors |: cells[0] is the text before the first bar.
+            let Some(number) = cells.get(1).and_then(|c| c.parse::<usize>().ok()) else { continue };
+            if !matches!(cells.get(2), Some(&"pass") | Some(&"**FAIL**")) {
+                return Err(format!("{name}: case {number}'s row has no result: {line:?}"));
+            }
+            rows.push((number, line));
+        }
+        for line in worst_table.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let (Some(key), Some(Ok(err)), Some(bound)) =
+                (cells.get(1), cells.get(2).map(|c| c.parse::<f64>()), cells.get(3))
+            else {
+                continue;
+            };
+            match worst.iter_mut().find(|(k, _, _)| k == key) {
+                // NaN is the worst error (it never passes).
+                Some(entry) if err.is_nan() || err > entry.1 => entry.1 = err,
+                Some(_) => {}
+                None => worst.push((key.to_string(), err, bound.to_string())),
+            }
+        }
+    }
+    rows.sort_by_key(|&(n, _)| n);
+    if let Some(w) = rows.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!("case {} is in two shards' logs", w[0].0));
+    }
+    let failed = rows.iter().filter(|(_, line)| line.contains("| **FAIL** |")).count();
+    let mut merged = Merged {
+        rows: String::new(),
+        worst: String::new(),
+        passed: rows.len() - failed,
+        failed,
+        numbers: rows.iter().map(|&(n, _)| n).collect(),
+    };
+    for (_, line) in &rows {
+        writeln!(merged.rows, "{line}").expect("write to a String");
+    }
+    for (key, err, bound) in &worst {
+        writeln!(merged.worst, "| {key} | {err:.2e} | {bound} |").expect("write to a String");
+    }
+    Ok(merged)
+}
+
+/// The arguments a shard runs with: `args` without the options `drop` names (each with its
+/// value), then `add`.
+pub fn shard_args(args: &[String], drop: &[&str], add: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if drop.contains(&a.as_str()) {
+            it.next();
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out.extend_from_slice(add);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(rows: &[&str], worst: &[&str]) -> String {
+        let mut t = String::from(
+            "# GPU check log\n\n* seed: 1\n\n## Cases\n\n| # | result | case | errors |\n|---|---|---|---|\n",
+        );
+        for r in rows {
+            t += r;
+            t += "\n";
+        }
+        t += "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|\n";
+        for w in worst {
+            t += w;
+            t += "\n";
+        }
+        t + "\nGPU check: 2 passed, 0 failed, 0 skipped (2 cases, 1.0 s)\n"
+    }
+
+    #[test]
+    fn rows_come_out_by_case_number_with_the_worst_error_per_quantity() {
+        let a = log(
+            &["| 0 | pass | A | out 1.00e-3 |", "| 2 | **FAIL** | C | out 5.00e-2 |"],
+            &["| Forward Bf16 out | 5.00e-2 | 1e-2 |", "| Forward Bf16 lse | 1.00e-8 | 1e-2 |"],
+        );
+        let b = log(
+            &["| 1 | pass | B | out 2.00e-3 |", "| 3 | pass | D | dq 3.00e-3 |"],
+            &[
+                "| Forward Bf16 out | 2.00e-3 | 1e-2 |",
+                "| Backward Bf16 dq | 3.00e-3 | 1e-2 |",
+                "| Forward Bf16 lse | NaN | 1e-2 |",
+            ],
+        );
+        let m = merge_logs(&[("a".into(), a), ("b".into(), b)]).unwrap();
+        assert_eq!(m.numbers, [0, 1, 2, 3]);
+        assert_eq!((m.passed, m.failed), (3, 1));
+        let order: Vec<&str> = m.rows.lines().map(|l| l.split('|').nth(3).unwrap().trim()).collect();
+        assert_eq!(order, ["A", "B", "C", "D"]);
+        assert_eq!(
+            m.worst,
+            "| Forward Bf16 out | 5.00e-2 | 1e-2 |\n| Forward Bf16 lse | NaN | 1e-2 |\n| Backward Bf16 dq | 3.00e-3 | 1e-2 |\n"
+        );
+    }
+
+    #[test]
+    fn a_case_in_two_logs_a_row_without_a_result_and_a_foreign_file_are_errors() {
+        let a = log(&["| 4 | pass | A | out 1.00e-3 |"], &[]);
+        let e = merge_logs(&[("a".into(), a.clone()), ("b".into(), a)]).unwrap_err();
+        assert!(e.contains("case 4"), "{e}");
+        let cut = log(&["| 5 | | A | out 1.00e-3 |"], &[]);
+        let e = merge_logs(&[("cut.md".into(), cut)]).unwrap_err();
+        assert!(e.contains("cut.md") && e.contains("case 5"), "{e}");
+        let e = merge_logs(&[("notes.md".into(), "# notes\n| 1 | pass |\n".into())]).unwrap_err();
+        assert!(e.contains("notes.md") && e.contains("Cases"), "{e}");
+    }
+
+    #[test]
+    fn a_shard_keeps_every_option_but_those_it_replaces() {
+        let args: Vec<String> =
+            "--seed 7 --only dense --jobs 3 --require-gpu --log x.md".split(' ').map(String::from).collect();
+        let add: Vec<String> = ["--shard", "1/3"].map(String::from).to_vec();
+        assert_eq!(
+            shard_args(&args, &["--jobs", "--log"], &add),
+            ["--seed", "7", "--only", "dense", "--require-gpu", "--shard", "1/3"]
+        );
+    }
+}

@@ -25,6 +25,7 @@ use ringdil_cuda::check::{
 use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use std::fmt::Write;
+use std::time::Instant;
 
 fn main() {
     let args = Args::from_env(Program::GpuCheck);
@@ -98,7 +99,7 @@ fn main() {
         run_jobs(&args, jobs, seed, &numbers, header);
     }
     let mut log = CheckLog::default();
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     println!("gpu_check: seed {seed}, {} cases", list.len());
     let log_path = args.value("--log");
     for (done, (i, case)) in list.iter().enumerate() {
@@ -118,20 +119,33 @@ fn main() {
             Err(e) => log.record_errored(i, &describe(case), &e.to_string()),
         }
     }
-    let mut text = header + log.rows();
-    writeln!(text, "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|").unwrap();
+    let mut worst = String::new();
     for (key, err, b) in log.worst() {
-        writeln!(text, "| {key} | {err:.2e} | {b:.0e} |").unwrap();
+        writeln!(worst, "| {key} | {err:.2e} | {b:.0e} |").unwrap();
     }
-    let (passed, failed) = (log.passed(), log.failed());
+    let cases = format!("{} cases", list.len());
+    finish(&args, header + log.rows(), &worst, (log.passed(), log.failed()), &cases, start);
+}
+
+/// The end of a run: the log's worst-error table (`worst`: its rows) and summary line
+/// after `text`, written to `--log`; the summary printed; exit status 1 if a case failed.
+fn finish(
+    args: &Args,
+    mut text: String,
+    worst: &str,
+    (passed, failed): (usize, usize),
+    cases: &str,
+    start: Instant,
+) -> ! {
+    writeln!(text, "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|").unwrap();
+    text += worst;
     let summary = format!(
-        "GPU check: {passed} passed, {failed} failed, 0 skipped ({} cases, {:.1} s)",
-        list.len(),
+        "GPU check: {passed} passed, {failed} failed, 0 skipped ({cases}, {:.1} s)",
         start.elapsed().as_secs_f64()
     );
     writeln!(text, "\n{summary}").unwrap();
     println!("{summary}");
-    if let Some(path) = log_path {
+    if let Some(path) = args.value("--log") {
         std::fs::write(&path, text).expect("write the log");
     }
     std::process::exit(if failed == 0 { 0 } else { 1 });
@@ -143,7 +157,7 @@ fn main() {
 /// ([`shards::merge_logs`]): `header`, the rows by case number, the worst errors, the
 /// counts. A case of `numbers` in no shard's log (a shard that stopped) fails.
 fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: String) -> ! {
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let exe = std::env::current_exe().unwrap_or_else(|e| args.fail(1, format!("own path: {e}")));
     let base = args.value("--log").unwrap_or_else(|| {
         std::env::temp_dir().join(format!("gpu-check-{}.md", std::process::id())).display().to_string()
@@ -175,26 +189,13 @@ fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: Stri
         paths.iter().map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default())).collect();
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
     let missing: Vec<usize> = numbers.iter().copied().filter(|n| merged.numbers.binary_search(n).is_err()).collect();
-    let failed = merged.failed + missing.len();
     let mut text = header + &merged.rows;
     if !missing.is_empty() {
         writeln!(text, "\nNot run (a shard stopped first; counted as failed): cases {missing:?}").unwrap();
     }
-    writeln!(text, "\n## Worst errors\n\n| kernel / dtype / quantity | worst | bound |\n|---|---|---|").unwrap();
-    text += &merged.worst;
-    let summary = format!(
-        "GPU check: {} passed, {failed} failed, 0 skipped ({} cases in {jobs} shards, {:.1} s)",
-        merged.passed,
-        numbers.len(),
-        start.elapsed().as_secs_f64()
-    );
-    writeln!(text, "\n{summary}").unwrap();
-    println!("{summary}");
-    if let Some(path) = args.value("--log") {
-        std::fs::write(&path, text).expect("write the log");
-    }
     paths.iter().for_each(|p| drop(std::fs::remove_file(p)));
-    std::process::exit(if failed == 0 { 0 } else { 1 });
+    let counts = (merged.passed, merged.failed + missing.len());
+    finish(args, text, &merged.worst, counts, &format!("{} cases in {jobs} shards", numbers.len()), start);
 }
 
 /// `K/N` with `K < N`, or an error naming the value.

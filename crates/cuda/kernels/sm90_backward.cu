@@ -1,6 +1,9 @@
 // The wgmma backward (sm_90a): its producer warpgroup, its consumer warpgroups and the
 // kernel (block shape, shared memory, products and query walk in sm90_backward_layout.cuh).
 
+// Compiled where the wgmma family runs the backward (OWN_BACKWARD: d = 64, 128); the
+// backward of d = 192, 256 is the mma family's kernel (Family::backward_family).
+#if OWN_BACKWARD
 // The producer warpgroup: every visit's fill, in order, starting while the consumers load
 // K and V (a block's start waits for one round trip to memory, not two in a row). Query
 // tile `qt` goes into the stage of visit `it` once every consumer is done with the
@@ -257,3 +260,4 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS, 1)
         bwd_consumer(p, sm, dq_map, bc.tile, bc.h, bc.b, klimit);
     }
 }
+#endif  // OWN_BACKWARD

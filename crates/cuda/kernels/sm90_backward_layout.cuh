@@ -23,6 +23,9 @@
 // keys, flash-attention 3's tile at that head dimension (forward + backward 6-9% faster
 // than three one-warpgroup blocks per SM), and d = 128 64 x 128 (its registers hold no
 // more). A third, producer warpgroup fills the query stages.
+// Compiled where the wgmma family runs the backward (OWN_BACKWARD: d = 64, 128); the
+// backward of d = 192, 256 is the mma family's kernel (Family::backward_family).
+#if OWN_BACKWARD
 #define WB_QSUB (QB / BM)  // plan tiles (64 query rows) per visited query tile
 #define QNB (QB / 8)       // 8-query column blocks of a warpgroup's S^T
 #define WB_KEYS (BN * WB_WGS)
@@ -168,3 +171,4 @@ __device__ __forceinline__ int next_query_tile(const Params& p, QueryWalk& w, u3
     return q == CUT_MAX ? -1 : q;
 }
 
+#endif  // OWN_BACKWARD

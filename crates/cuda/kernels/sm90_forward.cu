@@ -34,8 +34,9 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
     // 2-5% slower there. 128-key tiles (d = 64) leave
     // no room for it (S 64, P 32, O 32 of the consumers' 160 registers; ptxas serialises
     // every wgmma with a second set): P(j+1) stays in S's f32 registers until the wait and
-    // is packed into pa then (flash-attention 3's order).
-    constexpr bool EARLY_PACK = FBN == BN;
+    // is packed into pa then (flash-attention 3's order). At d = 256 O's 128 registers leave
+    // no room for it either.
+    constexpr bool EARLY_PACK = FBN == BN && D <= 192;
     float o[1][D / 8][4], s[1][FNKB][4], m[1][2], l[1][2], alpha[1][2];
     u32 pa[1][FBN / 16][4], pn[1][FBN / 16][4];  // pn: EARLY_PACK only
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];
@@ -44,6 +45,17 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
     auto acquire = [&](int j) {
         mbar_wait(sm.full(j), ((unsigned)j / FWD_STAGES) & 1);
         fence_async_smem();
+    };
+    // FWD_SPLIT_KV: tile j's V has landed; K(j) is released once its S, key and hint
+    // have been read (release_k), V(j) by empty(j).
+    auto acquire_v = [&](int j) {
+        if constexpr (FWD_SPLIT_KV) {
+            mbar_wait(sm.v_full(j), ((unsigned)j / FWD_STAGES) & 1);
+            fence_async_smem();
+        }
+    };
+    auto release_k = [&](int j) {
+        if constexpr (FWD_SPLIT_KV) mbar_arrive(sm.k_empty(j));
     };
     for (int u = 0, j0 = 0;; ++u) {
         mbar_wait(sm.q_full(u), (u >> 1) & 1);
@@ -93,6 +105,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             wg_commit();
         };
         auto issue_o = [&](int j) {  // O += P(j) V(j), committed as one group
+            acquire_v(j);
             fence_acc(o[0]);
             wg_fence();
             issue_pv<FBN>(o[0], pa[0], sm.stage(j) + FBN * D);
@@ -110,6 +123,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             wg_wait<0>();
             fence_acc(s[0]);
             softmax_tile(j0);
+            release_k(j0);
             pack_p<1, FNKB>(pa, s);
         }
         // Q in registers: the tile is free once loaded.
@@ -121,6 +135,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             wg_wait<1>();  // S(j+1) is done; P(j) V(j) may still run
             fence_acc(s[0]);
             const bool grew = softmax_tile(j + 1);
+            release_k(j + 1);
             if constexpr (EARLY_PACK) pack_p<1, FNKB>(pn, s);
             wg_wait<0>();
             fence_acc(o[0]);
@@ -142,6 +157,8 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         }
         for (int j = jw; j < jn; ++j) {  // the stages this warpgroup skips
             acquire(j);
+            release_k(j);
+            acquire_v(j);
             mbar_arrive(sm.empty(j));
         }
         // Rows that saw no key merge as the identity: in an accumulating launch they keep
@@ -161,6 +178,10 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         for (int s = 0; s < FWD_STAGES; ++s) {
             mbar_init(sm.full(s), 1);
             mbar_init(sm.empty(s), B::CONSUMERS);
+            if (FWD_SPLIT_KV) {
+                mbar_init(sm.v_full(s), 1);
+                mbar_init(sm.k_empty(s), B::CONSUMERS);
+            }
         }
         for (int u = 0; u < 2; ++u) {
             mbar_init(sm.q_full(u), WG_PRODUCERS + 1);  // each producer's Q copies, and the slot
@@ -177,10 +198,12 @@ __device__ __forceinline__ void attn_fwd_body(const Params& p, const TensorPair&
         fwd_consumer<WGS>(p, sm, tiles, items);
     }
 }
+#if FWD_Q_ROWS == FBM  // up to d = 128 (sm90_forward_layout.cuh)
 extern "C" __global__ void __launch_bounds__(FwdBlock<FWD_WGS>::THREADS, 1)
     attn_fwd(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap q_map) {
     attn_fwd_body<FWD_WGS>(p, maps, q_map);
 }
+#endif
 extern "C" __global__ void __launch_bounds__(FwdBlock<FBM_NARROW / 64>::THREADS, 1)
     attn_fwd_128(const Params p, const __grid_constant__ TensorPair maps, const __grid_constant__ TensorMap q_map) {
     attn_fwd_body<FBM_NARROW / 64>(p, maps, q_map);

@@ -13,6 +13,8 @@
 // Two instantiations, by consumer warpgroups WGS (64 rows each, plus the producer):
 // FBM / 64 (`attn_fwd`) and FBM_NARROW / 64 (`attn_fwd_128`, 128-row tiles for compact
 // launches whose segments are not a multiple of FBM rows: Family::forward_q_tile_for).
+// Above d = 128 only `attn_fwd_128` is compiled (FWD_Q_ROWS = FBM_NARROW): O takes D / 2
+// registers per consumer thread, 128 at d = 256, and Q stays in shared memory.
 // Separate kernels rather than a run-time tile: one measured 6% slower on dense rows, and
 // a block of 128 rows is 384 threads, not 512 with one idle warpgroup, so its consumers
 // get the registers to hold Q.
@@ -31,50 +33,61 @@ struct FwdBlock {
     // of a setmaxnreg to its own count. (The producer spills: about 100 bytes at d = 128
     // around the item claim and the cp.async gather of a Q tile's rows, once per item; more
     // with 32 registers, in the cp.async gather of tiles that are not TMA boxes.)
-    static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : 120,
-                         CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : 192;
+    // Above d = 128 (two warpgroups, O of D / 2 registers): 128 * 40 + 256 * 232 = 64512.
+    static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : (D > 128 ? 40 : 120),
+                         CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : (D > 128 ? 232 : 192);
     // S = Q K^T reads Q from shared memory with three consumer warpgroups (Q in registers,
     // 16 or 32 per thread, does not fit next to O, S and P: at d = 64 ptxas serialises every
     // wgmma even with 160) and from registers with two (192 registers). With 64-key tiles,
     // d = 64 held Q in registers, 5-7% faster than from shared memory; 128-key tiles gained
-    // 14-17% more. The Q tile is in the wgmma operand layout either way.
-    static constexpr bool Q_SMEM = WGS == 3;
+    // 14-17% more. Above d = 128 Q (D / 4 registers) does not fit next to O. The Q tile is
+    // in the wgmma operand layout either way.
+    static constexpr bool Q_SMEM = WGS == 3 || D > 128;
 };
 static_assert(FwdBlock<FWD_WGS>::THREADS == FWD_THREADS, "attn_fwd block threads differ from the host's");
 static_assert(FwdBlock<FBM_NARROW / 64>::THREADS == FWD_THREADS_NARROW, "attn_fwd_128 threads differ from the host's");
 
 // The block's shared memory, in order from a 1 KB-aligned base (the swizzle of the wgmma
 // operands is a function of address bits; the host adds 1 KB of slack to round up into):
-//   q        two Q tiles of FBM rows (item u uses q_tile(u)), wgmma operand layout;
+//   q        FWD_Q_BUFS Q tiles of FWD_Q_ROWS rows (item u uses q_tile(u)), wgmma operand
+//            layout;
 //   kv       FWD_STAGES stages of K then V, FBN rows each (tile j of the block's run uses
 //            stage(j));
-//   barriers 8-byte mbarriers: full and empty per stage, then q_full, q_empty, slot_free
-//            per Q tile;
+//   barriers 8-byte mbarriers: full and empty per stage (FWD_SPLIT_KV: for K, then
+//            v_full and k_empty for V and K), then q_full, q_empty, slot_free per item
+//            slot;
 //   slots    per Q tile, the item's 8 ints: number, first plan entry, key tiles, key
 //            limit, each consumer warpgroup's key tiles (WGS <= 3), the head's dilation
 //            offset_code (written by the producer's leader);
 //   keys     per stage, its tile's first key (launch index), then its stage_hint.
 // mbarriers: full(j) completes when tile j has landed (one arrival plus the TMA's bytes),
-// empty(j) when every consumer thread is done with it; q_full(u) when item u's slot is
+// empty(j) when every consumer thread is done with it. With FWD_SPLIT_KV (two stages,
+// above d = 128: Family::forward_split_kv) full(j) counts K alone and v_full(j) V, and
+// k_empty(j) completes once every consumer has S(j) and tile j's key and hint, so that
+// K(j + 2) loads while P(j) V(j) runs; empty(j) then frees V. q_full(u) when item u's slot is
 // written and its Q tile has landed, q_empty(u) when every consumer is past the item's
 // last S, slot_free(u) when every consumer has read the slot.
 struct FwdSmem {
-    static constexpr int Q_TILE = FBM * D, STAGE = 2 * FBN * D;  // u16 elements
-    static constexpr int BARRIER_BYTES = 8 * (2 * FWD_STAGES + 3 * 2), SLOT_INTS = 8;
-    static constexpr int BYTES = (2 * Q_TILE + FWD_STAGES * STAGE) * 2 + BARRIER_BYTES + 2 * SLOT_INTS * 4 +
-                                 2 * FWD_STAGES * 4;
+    static constexpr int Q_TILE = FWD_Q_ROWS * D, STAGE = 2 * FBN * D;  // u16 elements
+    // mbarriers: 2 per stage (4 with FWD_SPLIT_KV), 3 per item slot.
+    static constexpr int BARRIER_BYTES = 8 * ((FWD_SPLIT_KV ? 4 : 2) * FWD_STAGES + 3 * 2), SLOT_INTS = 8;
+    static constexpr int BYTES = (FWD_Q_BUFS * Q_TILE + FWD_STAGES * STAGE) * 2 + BARRIER_BYTES +
+                                 2 * SLOT_INTS * 4 + 2 * FWD_STAGES * 4;
     u16* q;
     u16* kv;
     u32 bars;             // shared-memory address of the first mbarrier
     volatile int* slots;  // two item slots, then the stages' keys and segments
 
-    __device__ u16* q_tile(int u) const { return q + (u & 1) * Q_TILE; }
+    __device__ u16* q_tile(int u) const { return q + (FWD_Q_BUFS == 2 ? u & 1 : 0) * Q_TILE; }
     __device__ u16* stage(int j) const { return kv + ((unsigned)j % FWD_STAGES) * STAGE; }
     __device__ u32 full(int j) const { return bars + 8 * ((unsigned)j % FWD_STAGES); }
     __device__ u32 empty(int j) const { return bars + 8 * (FWD_STAGES + (unsigned)j % FWD_STAGES); }
-    __device__ u32 q_full(int u) const { return bars + 16 * FWD_STAGES + 8 * (u & 1); }
-    __device__ u32 q_empty(int u) const { return bars + 16 * FWD_STAGES + 16 + 8 * (u & 1); }
-    __device__ u32 slot_free(int u) const { return bars + 16 * FWD_STAGES + 32 + 8 * (u & 1); }
+    __device__ u32 v_full(int j) const { return bars + 8 * (2 * FWD_STAGES + (unsigned)j % FWD_STAGES); }
+    __device__ u32 k_empty(int j) const { return bars + 8 * (3 * FWD_STAGES + (unsigned)j % FWD_STAGES); }
+    __device__ u32 q_full(int u) const { return slot_bars() + 8 * (u & 1); }
+    __device__ u32 q_empty(int u) const { return slot_bars() + 16 + 8 * (u & 1); }
+    __device__ u32 slot_free(int u) const { return slot_bars() + 32 + 8 * (u & 1); }
+    __device__ u32 slot_bars() const { return bars + (FWD_SPLIT_KV ? 32 : 16) * FWD_STAGES; }
     __device__ volatile int* slot(int u) const { return slots + SLOT_INTS * (u & 1); }
     // The consumers' mask needs tile j's first key: next to its stage, so that they do not
     // load the plan per tile (a global load per tile measured 1-2% slower at d = 128).
@@ -89,12 +102,13 @@ struct FwdSmem {
     }
 };
 static_assert(FwdSmem::BYTES + 1024 == FWD_SMEM_BYTES, "forward shared memory differs from the host's");
+static_assert(FWD_Q_BUFS == 1 || FWD_Q_BUFS == 2, "one or two Q buffers");
 
 // The layout over the block's dynamic shared memory.
 __device__ __forceinline__ FwdSmem fwd_smem(u16* raw) {
     FwdSmem s;
     s.q = raw + ((1024 - ((u32)__cvta_generic_to_shared(raw) & 1023)) & 1023) / 2;
-    s.kv = s.q + 2 * FwdSmem::Q_TILE;
+    s.kv = s.q + FWD_Q_BUFS * FwdSmem::Q_TILE;
     s.bars = (u32)__cvta_generic_to_shared(s.kv + FWD_STAGES * FwdSmem::STAGE);
     s.slots = reinterpret_cast<volatile int*>(raw) +
               (s.bars + FwdSmem::BARRIER_BYTES - (u32)__cvta_generic_to_shared(raw)) / 4;

@@ -116,6 +116,8 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
         }
         const Coords c = coords_of(p, item, tiles, true);
         const int kbeg = sm.slot(u)[1], n = sm.slot(u)[2], kvh = c.h / p.kv_group;  // the item's K/V head
+        // One Q buffer (d = 256): item u - 1's S are all done before its Q is overwritten.
+        if (FWD_Q_BUFS == 1 && u >= 1 && n > 0) mbar_wait(sm.q_empty(u - 1), ((u - 1) >> 1) & 1);
         if (n > 0)
             fwd_load_q<WGS>(p, sm, q_map, u, c, leader, R);
         else
@@ -132,7 +134,8 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
         }
         for (int j = j0; j < j0 + n; ++j) {
             if (leader && j == claim_at) fwd_claim<WGS>(p, sm, u + 1, tiles, items);
-            if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // its previous tile
+            // Its previous tile's K (FWD_SPLIT_KV) or whole stage is free.
+            if (j >= FWD_STAGES) mbar_wait(FWD_SPLIT_KV ? sm.k_empty(j) : sm.empty(j), (j / FWD_STAGES - 1) & 1);
             const int k0 = p.plan_idx[kbeg + j - j0] * FBN;
             int row0 = k0, hint;
             bool box = true;
@@ -149,17 +152,35 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                 if (!leader) continue;
                 sm.stage_key(j) = k0;
                 sm.stage_hint(j) = hint;
-                mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
                 const ViewRow v = view_row(row0, R);
-                #pragma unroll
-                for (int cb = 0; cb < D / 64; ++cb)
+                // K's boxes, then V's (tensor `map` into stage part `part`) on `bar`.
+                auto boxes = [&](const TensorMap& map, int part, u32 bar) {
                     #pragma unroll
-                    for (int r = 0; r < FBN / 64; ++r) {
-                        u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
-                        tma_box(dst, &maps.a, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
-                        tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
-                    }
+                    for (int cb = 0; cb < D / 64; ++cb)
+                        #pragma unroll
+                        for (int r = 0; r < FBN / 64; ++r)
+                            tma_box(sm.stage(j) + part * FBN * D + cb * FBN * 64 + r * 64 * 64, &map, cb * 64, kvh,
+                                    v, 64 * r, c.b, bar);
+                };
+                if constexpr (FWD_SPLIT_KV) {
+                    mbar_expect_bytes(sm.full(j), FBN * D * 2);
+                    boxes(maps.a, 0, sm.full(j));
+                    if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // V's part is free
+                    mbar_expect_bytes(sm.v_full(j), FBN * D * 2);
+                    boxes(maps.b, 1, sm.v_full(j));
+                } else {
+                    mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
+                    #pragma unroll
+                    for (int cb = 0; cb < D / 64; ++cb)
+                        #pragma unroll
+                        for (int r = 0; r < FBN / 64; ++r) {
+                            u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
+                            tma_box(dst, &maps.a, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
+                            tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
+                        }
+                }
             } else {
+                if (FWD_SPLIT_KV && j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // V's part too
                 load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j), p.k, p, ka, c.b, c.h, k0);
                 load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j) + FBN * D, p.v, p, ka, c.b, c.h, k0);
                 cp_wait<0>();
@@ -169,6 +190,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                     sm.stage_key(j) = k0;
                     sm.stage_hint(j) = hint;
                     mbar_arrive(sm.full(j));
+                    if (FWD_SPLIT_KV) mbar_arrive(sm.v_full(j));
                 }
             }
         }

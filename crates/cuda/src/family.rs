@@ -27,10 +27,15 @@ pub const MMA_THREADS: u32 = 128;
 /// Head dims of the mma family: every one that flash-attention 3 serves.
 const MMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
 
-/// Head dims of the wgmma family: its TMA boxes are 64 columns wide and its tiles are tuned
-/// for these two; other head dims need other tile shapes (future work), and run the mma
-/// family's kernels on sm_90 meanwhile ([`Family::for_head_dim`]).
-const WGMMA_HEAD_DIMS: &[usize] = &[64, 128];
+/// Head dims of the wgmma family's forward: its TMA boxes are 64 columns wide, so every
+/// multiple of 64 that the mma family serves (96 runs the mma family's kernels on sm_90,
+/// [`Family::for_head_dim`]). Above d = 128 only the two-warpgroup kernel (`attn_fwd_128`)
+/// is compiled: a consumer's O is 64 x D f32, D / 2 registers per thread (128 at d = 256).
+const WGMMA_HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
+
+/// Head dims of the wgmma family's backward: its tiles are tuned for these two; the
+/// backward of the others runs the mma family's kernel ([`Family::backward_family`]).
+const WGMMA_BACKWARD_HEAD_DIMS: &[usize] = &[64, 128];
 
 /// Threads of the producer warpgroup of a wgmma block (`WG_PRODUCERS`).
 pub const PRODUCER_THREADS: u32 = 128;
@@ -68,9 +73,24 @@ impl Family {
     /// `smem_per_block` bytes of shared memory (its opt-in maximum): the mma family at
     /// d = 256 (192 KB forward, 210 KB backward) needs sm_90's 227 KB; sm_80's 163 KB runs up
     /// to d = 192, sm_86 / sm_89's 99 KB d = 64 and 96 (d = 128's backward takes 106 KB).
+    /// The wgmma family's forward at d = 192, 256 takes 193 KB, so with the mma backward
+    /// it needs sm_90 as well.
     pub fn fits(self, head_dim: usize, smem_per_block: u32) -> bool {
+        let backward = self.backward_family(head_dim);
         self.head_dims().contains(&head_dim)
-            && self.forward_smem(head_dim).max(self.backward_smem(head_dim)) <= smem_per_block
+            && backward.head_dims().contains(&head_dim)
+            && self.forward_smem(head_dim).max(backward.backward_smem(head_dim)) <= smem_per_block
+    }
+
+    /// The family whose backward kernel runs `head_dim` where `self` runs the forward:
+    /// `self`, except the wgmma family above d = 128 (`WGMMA_BACKWARD_HEAD_DIMS`), whose
+    /// backward is the mma family's. The two passes share only global-memory results (the
+    /// output, its LSE, `delta`) whose layout is the same in both families.
+    pub fn backward_family(self, head_dim: usize) -> Family {
+        match self {
+            Family::Wgmma if !WGMMA_BACKWARD_HEAD_DIMS.contains(&head_dim) => Family::Mma,
+            f => f,
+        }
     }
 
     /// The family that runs `head_dim` on a device whose family is `self` and whose blocks
@@ -81,7 +101,8 @@ impl Family {
         [self, Family::Mma].into_iter().find(|f| f.fits(head_dim, smem_per_block))
     }
 
-    /// The head dims this family has kernels for.
+    /// The head dims this family has a forward kernel for (the backward's family:
+    /// [`Family::backward_family`]).
     pub fn head_dims(self) -> &'static [usize] {
         match self {
             Family::Mma => MMA_HEAD_DIMS,
@@ -132,8 +153,12 @@ impl Family {
     ///   an expression or a table; `launch::launches_for` decides). A key tile is full for a block only if
     ///   it is for all of the block's rows: the taller the block, the more tiles at a
     ///   band's edges are masked per element, and a 192-row block straddles 128-token
-    ///   blocks that a 128-row one covers exactly.
-    pub fn forward_q_tile_for(self, map: &IndexMap, masked: bool) -> usize {
+    ///   blocks that a 128-row one covers exactly;
+    /// * every launch above d = 128, which has no 192-row kernel.
+    pub fn forward_q_tile_for(self, map: &IndexMap, masked: bool, head_dim: usize) -> usize {
+        if self.forward_q_rows(head_dim) != self.forward_q_tile() {
+            return self.forward_q_tile_narrow();
+        }
         match *map {
             IndexMap::Compact { segment, dilation, .. }
                 if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
@@ -157,11 +182,42 @@ impl Family {
     }
 
     /// K/V stages of the forward (`FWD_STAGES`): mma double-buffers (tile j+1 loads while
-    /// tile j computes); wgmma keeps 4 (tile j+1 computes while j+2 and j+3 load).
-    pub fn forward_stages(self) -> usize {
+    /// tile j computes); wgmma keeps 4 (tile j+1 computes while j+2 and j+3 load) up to
+    /// d = 128, and 2 above, where a stage of 64 keys is 48 or 64 KB (then K and V are
+    /// released separately: [`Family::forward_split_kv`]).
+    pub fn forward_stages(self, head_dim: usize) -> usize {
         match self {
-            Family::Mma => 2,
-            Family::Wgmma => 4,
+            Family::Wgmma if head_dim <= 128 => 4,
+            _ => 2,
+        }
+    }
+
+    /// Whether the wgmma forward hands a stage's K and V over separately (`FWD_SPLIT_KV`):
+    /// K(j) is free once S(j) = Q K(j)^T is done and V(j) once O += P(j) V(j) is, each
+    /// with its own full and empty mbarriers (flash-attention 3's two pipelines). With two
+    /// stages (above d = 128) a stage released whole only after P(j) V(j) would leave the
+    /// next tile's load in the consumers' path; split, K(j + 2) loads while P(j) V(j) runs.
+    pub fn forward_split_kv(self, head_dim: usize) -> bool {
+        self == Family::Wgmma && self.forward_stages(head_dim) == 2
+    }
+
+    /// Rows of a Q buffer of the forward (`FWD_Q_ROWS`): the largest forward tile the
+    /// module compiles ([`Family::forward_q_tile`]; wgmma above d = 128:
+    /// [`Family::forward_q_tile_narrow`], its only kernel there).
+    pub fn forward_q_rows(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim > 128 => self.forward_q_tile_narrow(),
+            f => f.forward_q_tile(),
+        }
+    }
+
+    /// Q buffers of the wgmma forward (`FWD_Q_BUFS`): two (the next item's Q loads while
+    /// the last one computes), and one at d = 256, whose 64 KB Q tile leaves room for no
+    /// second next to two 64 KB stages (227 KB in all). mma: one.
+    pub fn forward_q_buffers(self, head_dim: usize) -> usize {
+        match self {
+            Family::Wgmma if head_dim <= 192 => 2,
+            _ => 1,
         }
     }
 
@@ -263,19 +319,22 @@ impl Family {
     /// Dynamic shared memory of the forward (`FWD_SMEM_BYTES`; the kernels' `FwdSmem`
     /// layouts assert the same sum): a Q tile of [`Family::forward_q_tile`] rows and the
     /// [`Family::forward_stages`] K/V stages of [`Family::forward_key_tile`] rows. wgmma's
-    /// blocks run several work items each ([`Family::forward_grid`]): two Q tiles (the next
-    /// item's loads while the last one computes); 8-byte mbarriers, full and empty per K/V
-    /// stage, full, empty and slot-read per Q tile; the two items' slots (32 bytes each:
-    /// number, plan, key limit, warpgroups' tiles, head offset); each stage's first key and
-    /// key segment (8 bytes); and 1 KB of slack to round the base up to 1 KB in the kernel
-    /// (the swizzle of its operands is a function of address bits).
+    /// blocks run several work items each ([`Family::forward_grid`]):
+    /// [`Family::forward_q_buffers`] Q tiles of [`Family::forward_q_rows`]; 8-byte
+    /// mbarriers, full and empty per K/V stage (twice that where K and V are handed over
+    /// separately, [`Family::forward_split_kv`]), full, empty and slot-read per item slot
+    /// (two); the two items' slots (32 bytes each: number, plan, key limit, warpgroups'
+    /// tiles, head offset); each stage's first key and key segment (8 bytes); and 1 KB of
+    /// slack to round the base up to 1 KB in the kernel (the swizzle of its operands is a
+    /// function of address bits).
     pub fn forward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile, k_tile) = (head_dim * 2, self.forward_q_tile(), self.forward_key_tile(head_dim));
-        let stages = self.forward_stages();
+        let (row, k_tile, stages) = (head_dim * 2, self.forward_key_tile(head_dim), self.forward_stages(head_dim));
         let bytes = match self {
-            Family::Mma => (q_tile + 2 * stages * k_tile) * row,
+            Family::Mma => (self.forward_q_tile() + 2 * stages * k_tile) * row,
             Family::Wgmma => {
-                (2 * q_tile + 2 * stages * k_tile) * row + 2 * (stages + 3) * 8 + 2 * 32 + stages * 8 + 1024
+                let q = self.forward_q_buffers(head_dim) * self.forward_q_rows(head_dim);
+                let stage_bars = if self.forward_split_kv(head_dim) { 4 } else { 2 };
+                (q + 2 * stages * k_tile) * row + (stage_bars * stages + 6) * 8 + 2 * 32 + stages * 8 + 1024
             }
         };
         bytes as u32
@@ -329,17 +388,23 @@ mod tests {
         }
         assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
         // Head dims the wgmma family has no kernels for run the mma family's on sm_90 (227 KB
-        // of shared memory per block).
+        // of shared memory per block); above d = 128 its forward runs with mma's backward.
         let (sm90, sm80, sm86) = (227 * 1024, 163 * 1024, 99 * 1024);
         for d in [64, 128] {
             assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Wgmma));
+            assert_eq!(Family::Wgmma.backward_family(d), Family::Wgmma);
+        }
+        for d in [192, 256] {
+            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Wgmma));
+            assert_eq!(Family::Wgmma.backward_family(d), Family::Mma);
+            // Its forward alone (193 KB) does not fit sm_80's blocks; there mma runs both.
+            assert_eq!(Family::Wgmma.for_head_dim(d, sm80), Family::Mma.for_head_dim(d, sm80));
         }
         for d in [64, 96, 128, 192, 256] {
             assert_eq!(Family::Mma.for_head_dim(d, sm90), Some(Family::Mma));
+            assert_eq!(Family::Mma.backward_family(d), Family::Mma);
         }
-        for d in [96, 192, 256] {
-            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Mma));
-        }
+        assert_eq!(Family::Wgmma.for_head_dim(96, sm90), Some(Family::Mma));
         for d in [0, 32, 80, 100, 512] {
             assert_eq!((Family::Wgmma.for_head_dim(d, sm90), Family::Mma.for_head_dim(d, sm90)), (None, None));
         }
@@ -380,8 +445,8 @@ mod tests {
     }
 
     /// The wgmma family's forward blocks: 192 rows for dense and causal launches, 128 for
-    /// masked ones and for compact branches whose segments keep a multiple of 128 rows
-    /// but not of 192; the mma family keeps its one size.
+    /// masked ones, for compact branches whose segments keep a multiple of 128 rows but
+    /// not of 192, and for every launch above d = 128; the mma family keeps its one size.
     #[test]
     fn forward_rows_per_launch() {
         use crate::plan::Axis;
@@ -393,15 +458,27 @@ mod tests {
             k: Axis::contiguous(0, 4096),
         };
         let w = Family::Wgmma;
-        assert_eq!((w.forward_q_tile_for(&whole, false), w.forward_q_tile_for(&whole, true)), (192, 128));
-        assert_eq!(
-            (w.forward_q_tile_for(&compact(2048, 1), false), w.forward_q_tile_for(&compact(1536, 1), false)),
-            (128, 192)
-        );
-        assert_eq!(
-            (Family::Mma.forward_q_tile_for(&whole, true), Family::Mma.forward_q_tile_for(&compact(2048, 1), false)),
-            (FWD_Q_TILE, FWD_Q_TILE)
-        );
+        for d in [64, 128] {
+            assert_eq!((w.forward_q_tile_for(&whole, false, d), w.forward_q_tile_for(&whole, true, d)), (192, 128));
+            assert_eq!(
+                (w.forward_q_tile_for(&compact(2048, 1), false, d), w.forward_q_tile_for(&compact(1536, 1), false, d)),
+                (128, 192)
+            );
+        }
+        for d in [192, 256] {
+            for map in [whole, compact(2048, 1), compact(1536, 1)] {
+                assert_eq!((w.forward_q_tile_for(&map, false, d), w.forward_q_rows(d)), (128, 128), "d = {d}");
+            }
+        }
+        for d in [64, 128, 256] {
+            assert_eq!(
+                (
+                    Family::Mma.forward_q_tile_for(&whole, true, d),
+                    Family::Mma.forward_q_tile_for(&compact(2048, 1), false, d)
+                ),
+                (FWD_Q_TILE, FWD_Q_TILE)
+            );
+        }
     }
 
     #[test]
@@ -411,6 +488,13 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 208 + 1024);
         // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
         assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 208 + 1024);
+        // d = 192: two Q tiles of 128 rows (96 KB), two stages of 64-key K / V (96 KB); d = 256:
+        // one Q tile (64 KB), two stages (128 KB). Four mbarriers per stage (K and V handed
+        // over apart), six per item slot: 112 bytes.
+        assert_eq!(Family::Wgmma.forward_smem(192), 192 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(256), 192 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!((Family::Wgmma.forward_q_buffers(192), Family::Wgmma.forward_q_buffers(256)), (2, 1));
+        assert!(Family::Wgmma.forward_split_kv(256) && !Family::Wgmma.forward_split_kv(128));
         assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
@@ -434,7 +518,7 @@ mod tests {
         for f in [Family::Mma, Family::Wgmma] {
             for &d in f.head_dims() {
                 assert!(f.forward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
-                assert!(f.backward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
+                assert!(f.backward_family(d).backward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
             }
         }
     }

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Kernels {
     /// The family that compiled the module ([`Gpu::family_for`]).
     pub(crate) family: Family,
-    /// The attention kernels of that family ([`Kernel::of`]).
+    /// The attention kernels of that family ([`Kernel::of`]), and the backward of the
+    /// family that runs it where that is another ([`Family::backward_family`]).
     attention: HashMap<Kernel, CudaFunction>,
     pub(crate) merge: CudaFunction,
     pub(crate) fill: CudaFunction,
@@ -111,25 +112,28 @@ impl Gpu {
         Ok(Some(Gpu { ctx, stream, arch, cc, family, smem_per_block, sms, kernels }))
     }
 
-    /// Device name, NVRTC target and kernel family, and the head dims another family runs,
-    /// e.g. "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels; d = 96, 192, 256: mma, sm_90)".
+    /// Device name, NVRTC target and kernel family, the head dims another family runs and
+    /// those whose backward another family runs, e.g. "NVIDIA H100 80GB HBM3 (sm_90a,
+    /// wgmma kernels; d = 96: mma, sm_90; backward d = 192, 256: mma, sm_90)".
     pub fn describe(&self) -> Result<String> {
         let (name, family) = (self.ctx.name()?, self.family.name());
-        let mut other: Vec<(usize, Family)> = Vec::new();
+        let (mut whole, mut backward): (Vec<(usize, Family)>, Vec<(usize, Family)>) = (Vec::new(), Vec::new());
         for &d in Family::Mma.head_dims() {
             match self.family_for(d) {
-                Ok(f) if f != self.family => other.push((d, f)),
+                Ok(f) if f != self.family => whole.push((d, f)),
+                Ok(f) if f.backward_family(d) != f => backward.push((d, f.backward_family(d))),
                 _ => {}
             }
         }
-        Ok(match other.first() {
-            None => format!("{name} ({}, {family} kernels)", self.arch),
-            Some(&(_, f)) => {
-                let dims: Vec<String> = other.iter().map(|(d, _)| d.to_string()).collect();
+        let mut s = format!("{name} ({}, {family} kernels", self.arch);
+        for (what, others) in [("", &whole), ("backward ", &backward)] {
+            if let Some(&(_, f)) = others.first() {
+                let dims: Vec<String> = others.iter().map(|(d, _)| d.to_string()).collect();
                 let target = f.target(self.cc.0, self.cc.1);
-                format!("{name} ({}, {family} kernels; d = {}: {}, {target})", self.arch, dims.join(", "), f.name())
+                s += &format!("; {what}d = {}: {}, {target}", dims.join(", "), f.name());
             }
-        })
+        }
+        Ok(s + ")")
     }
 
     /// Registers per thread and local (spilled) bytes of each attention kernel, for the
@@ -137,8 +141,11 @@ impl Gpu {
     pub fn kernel_resources(&self, dtype: Dtype, head_dim: usize) -> Result<String> {
         let k = self.kernels(Variant::new(dtype, head_dim))?;
         let mut parts = Vec::new();
-        for (name, f) in [("fwd", k.get(Kernel::Forward)), ("bwd", k.get(Kernel::Backward))] {
-            parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
+        for (name, kernel) in [("fwd", Kernel::Forward), ("fwd_128", Kernel::ForwardNarrow), ("bwd", Kernel::Backward)]
+        {
+            if let Some(f) = k.attention.get(&kernel) {
+                parts.push(format!("{name} {} regs / {} B spill", f.num_regs()?, f.local_size_bytes()?));
+            }
         }
         Ok(parts.join(", "))
     }
@@ -177,9 +184,11 @@ impl Gpu {
         }
         let head_dim = variant.head_dim;
         let family = self.family_for(head_dim)?;
-        let ptx = compile(&family.target(self.cc.0, self.cc.1), family, variant)?;
-        let module = self.ctx.load_module(ptx)?;
-        let load = |name: &str, smem: u32| -> Result<CudaFunction> {
+        let load_module = |f: Family| -> Result<_> {
+            Ok(self.ctx.load_module(compile(&f.target(self.cc.0, self.cc.1), f, variant)?)?)
+        };
+        let module = load_module(family)?;
+        let load_from = |module: &Arc<cudarc::driver::CudaModule>, name: &str, smem: u32| -> Result<CudaFunction> {
             let f = module.load_function(name)?;
             if smem > 48 * 1024 {
                 f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
@@ -191,9 +200,18 @@ impl Gpu {
             }
             Ok(f)
         };
+        let load = |name: &str, smem: u32| load_from(&module, name, smem);
         let mut attention = HashMap::new();
-        for &kernel in Kernel::of(family) {
+        for kernel in Kernel::of(family, head_dim) {
             attention.insert(kernel, load(kernel.name(), kernel.smem(family, head_dim))?);
+        }
+        // A head dim whose backward another family runs (wgmma above d = 128): its
+        // module too, for that kernel alone.
+        let backward = family.backward_family(head_dim);
+        if backward != family {
+            let kernel = Kernel::Backward;
+            let f = load_from(&load_module(backward)?, kernel.name(), kernel.smem(backward, head_dim))?;
+            attention.insert(kernel, f);
         }
         let k = Arc::new(Kernels {
             family,

@@ -60,12 +60,17 @@ impl Kernel {
         }
     }
 
-    /// The kernels `family` compiles.
-    pub fn of(family: Family) -> &'static [Kernel] {
-        match family {
-            Family::Mma => &[Kernel::Forward, Kernel::Backward],
-            Family::Wgmma => &[Kernel::Forward, Kernel::ForwardNarrow, Kernel::Backward],
-        }
+    /// The kernels `family`'s module for `head_dim` compiles: without `attn_fwd` where the
+    /// wgmma family has only its narrow forward ([`Family::forward_q_rows`]), and without
+    /// `attn_bwd` where another family runs the backward ([`Family::backward_family`]).
+    pub fn of(family: Family, head_dim: usize) -> Vec<Kernel> {
+        let forward = match family {
+            Family::Mma => vec![Kernel::Forward],
+            Family::Wgmma if family.forward_q_rows(head_dim) != family.forward_q_tile() => vec![Kernel::ForwardNarrow],
+            Family::Wgmma => vec![Kernel::Forward, Kernel::ForwardNarrow],
+        };
+        let backward = (family.backward_family(head_dim) == family).then_some(Kernel::Backward);
+        forward.into_iter().chain(backward).collect()
     }
 
     /// Dynamic shared memory every launch of this kernel requests.
@@ -110,9 +115,14 @@ impl LaunchSpec {
         }
     }
 
+    /// The family of the backward kernel ([`Family::backward_family`]).
+    pub fn backward_family(&self) -> Family {
+        self.family.backward_family(self.head_dim)
+    }
+
     /// The backward launch.
     pub fn backward_dims(&self) -> LaunchDims {
-        let f = self.family;
+        let f = self.backward_family();
         LaunchDims {
             kernel: Kernel::Backward,
             grid: self.grid_cols(f.backward_key_tiles()),
@@ -273,7 +283,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
             );
         let (fwd_q_tile, fwd_k_tile) =
-            (family.forward_q_tile_for(&map, masked), family.forward_key_tile(shape.head_dim));
+            (family.forward_q_tile_for(&map, masked, shape.head_dim), family.forward_key_tile(shape.head_dim));
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
             (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, map, tiles),

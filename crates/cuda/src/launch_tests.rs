@@ -67,6 +67,35 @@ fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
 }
 
 #[test]
+fn wgmma_wide_head_dims_run_its_narrow_forward_and_the_mma_backward() {
+    // Above d = 128 the wgmma family runs every forward launch on attn_fwd_128 (two consumer
+    // warpgroups and a producer: 384 threads), and its backward is the mma family's: 8
+    // warps, no producer, mma's shared memory.
+    let patterns = [dense().causal(true), GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(512, 1), (1024, 4)])))];
+    for d in [192, 256] {
+        let shape = Shape::square(2, 1000, 3, d);
+        for spec in &patterns {
+            for l in launches_for(&shape, spec, &Chunk::whole(&shape), Family::Wgmma).unwrap() {
+                assert_eq!(
+                    (l.family, l.backward_family(), l.fwd_q_tile, l.fwd_k_tile),
+                    (Family::Wgmma, Family::Mma, 128, 64)
+                );
+                let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
+                assert_eq!(
+                    (fwd.kernel, fwd.block, fwd.smem),
+                    (Kernel::ForwardNarrow, 384, Family::Wgmma.forward_smem(d))
+                );
+                assert_eq!((bwd.kernel, bwd.block, bwd.smem), (Kernel::Backward, 256, Family::Mma.backward_smem(d)));
+            }
+        }
+        // The module compiles exactly those: the narrow forward, and no backward of its own.
+        assert_eq!(Kernel::of(Family::Wgmma, d), [Kernel::ForwardNarrow]);
+        assert_eq!(Kernel::of(Family::Mma, d), [Kernel::Forward, Kernel::Backward]);
+    }
+    assert_eq!(Kernel::of(Family::Wgmma, 128), [Kernel::Forward, Kernel::ForwardNarrow, Kernel::Backward]);
+}
+
+#[test]
 fn dilated_launches_are_compact_on_whole_sequences_and_ring_chunks() {
     let d = Dilated::longnet(&[(512, 1), (1024, 4), (100_000, 16)]);
     let spec = GpuSpec::new(GpuPattern::Dilated(d));
@@ -323,12 +352,12 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
         err(&Shape { head_dim: 80, ..shape }, &dense(), &whole),
         "head_dim 80 has no GPU kernel; supported: 64, 96, 128, 192, 256"
     );
-    // The wgmma family has kernels for two of them (a device runs the others with mma's:
-    // Gpu::family_for).
+    // The wgmma family has forward kernels for the multiples of 64 (a device runs d = 96
+    // with mma's: Gpu::family_for).
     let d96 = Shape { head_dim: 96, ..shape };
     assert!(matches!(
         launches_for(&d96, &dense(), &whole, Family::Wgmma),
-        Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128]
+        Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128, 192, 256]
     ));
     assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
     assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));

@@ -1,9 +1,10 @@
 //! Head-dim rows of the benchmark: n = 16384, 16 heads of d = 96, 128, 192, 256, bf16,
 //! causal and not, forward and forward + backward, against torch SDPA's cuDNN and flash
-//! backends (`bench/torch_peer.py`'s `head_dims` rows) in the same run. d = 128 is the
-//! wgmma family's row; on sm_90 d = 96, 192 and 256 run the mma.sync kernels
-//! (`Gpu::family_for`), so these rows say what that costs against cuDNN (issue 22 asks
-//! for the d = 256 forward at least cuDNN's).
+//! backends (`bench/torch_peer.py`'s `head_dims` rows) in the same run. On sm_90 d = 96
+//! runs the mma.sync kernels (`Gpu::family_for`); d = 192 and 256 the wgmma forward with
+//! the mma backward (`Family::backward_family`): the family column names each pass's, so
+//! these rows say what each costs against cuDNN (issue 22 asks for the d = 256 forward at
+//! least cuDNN's).
 
 use crate::{HostInputs, run, tflops};
 use ringdil_cuda::{Gpu, GpuPattern, GpuSpec, Shape};
@@ -33,7 +34,11 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String) -> Vec
     writeln!(md, "|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut out = Vec::new();
     for d in DIMS {
-        let family = gpu.family_for(d).map(|f| f.name()).unwrap_or("none");
+        let (forward, backward) = match gpu.family_for(d) {
+            Ok(f) => (f.name(), f.backward_family(d).name()),
+            Err(_) => ("none", "none"),
+        };
+        let both_passes = if forward == backward { forward.to_string() } else { format!("{forward} + {backward} bwd") };
         for causal in [false, true] {
             let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
             let (fwd, both) = run(gpu, host, &Shape::square(1, SEQ, HEADS, d), &spec, true);
@@ -46,6 +51,7 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String) -> Vec
                 let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
                 let vs = cudnn.map_or("-".into(), |c| format!("{:.2}", c / ms));
                 let rate = tflops(work, ms);
+                let family = if pass == "fwd" { forward } else { &both_passes };
                 writeln!(
                     md,
                     "| {d} | {family} | {causal} | {pass} | {ms:.3} | {rate:.0} | {} | {vs} | {} |",

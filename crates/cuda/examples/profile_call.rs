@@ -7,7 +7,8 @@
 //! ```
 //!
 //! The call is the LongNet pattern of the branches given (dense attention without any) at
-//! n = 16384, 16 heads, d = 128, bf16, on random bf16 inputs: `gpu_bench`'s dilated rows.
+//! n = 16384, 16 heads, d = 128 (`--head-dim D`: `gpu_bench`'s head-dim rows), bf16, on
+//! random bf16 inputs: `gpu_bench`'s dilated rows.
 //! `--batch B --seq N` change the shape, so that a branch's equal-work baseline (dense
 //! attention over n/w sequences of w/r tokens: `--batch 4 --seq 1024` for (4096, 4)) is
 //! profiled the same way.
@@ -22,8 +23,7 @@ use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [SEGMENT,DILATION ...]";
+const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--head-dim D] [SEGMENT,DILATION ...]";
 
 fn branch(arg: &str) -> Result<(usize, usize), String> {
     let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("branch {arg:?}: {e}"));
@@ -35,7 +35,7 @@ fn branch(arg: &str) -> Result<(usize, usize), String> {
 
 fn run() -> Result<(), String> {
     let (mut causal, mut backward, mut branches) = (false, false, Vec::new());
-    let (mut calls, mut batch, mut seq) = (3, 1, 16384);
+    let (mut calls, mut batch, mut seq, mut head_dim) = (3, 1, 16384, 128);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut number = |flag: &str| -> Result<usize, String> {
@@ -51,6 +51,7 @@ fn run() -> Result<(), String> {
             "--calls" => calls = number("--calls")?,
             "--batch" => batch = number("--batch")?,
             "--seq" => seq = number("--seq")?,
+            "--head-dim" => head_dim = number("--head-dim")?,
             _ => branches.push(branch(&a)?),
         }
     }
@@ -63,7 +64,7 @@ fn run() -> Result<(), String> {
         false => GpuPattern::Dilated(Dilated::longnet(&branches)),
     };
     let spec = GpuSpec::new(pattern).causal(causal);
-    let shape = Shape::square(batch, seq, 16, 128);
+    let shape = Shape::square(batch, seq, 16, head_dim);
     let err = |e: ringdil_cuda::CudaError| e.to_string();
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).map_err(err)?;
     let mut rng = SplitMix64::new(1);

@@ -55,8 +55,8 @@ pub enum Family {
     Mma,
     /// Hopper's asynchronous warpgroup MMA (`wgmma`, sm_90a: H100, H200) with operands read
     /// by the tensor cores from shared memory, tiles copied by TMA. Forward: 3 consumer
-    /// warpgroups and a producer warpgroup, [`Family::forward_stages`] K/V stages handed
-    /// over by mbarriers. Backward: two consumer warpgroups of 64 key rows and a producer
+    /// warpgroups (2 above d = 128) and a producer warpgroup, [`Family::forward_stages`]
+    /// K/V stages handed over by mbarriers. Backward: two consumer warpgroups of 64 key rows and a producer
     /// warpgroup per block, visiting 128 query rows at a time at d = 64 and 64 at d = 128.
     /// Kernel sources `sm90_*.cu`.
     Wgmma,

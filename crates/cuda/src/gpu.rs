@@ -117,7 +117,7 @@ impl Gpu {
     /// wgmma kernels; d = 96: mma, sm_90; backward d = 192, 256: mma, sm_90)".
     pub fn describe(&self) -> Result<String> {
         let (name, family) = (self.ctx.name()?, self.family.name());
-        let (mut whole, mut backward): (Vec<(usize, Family)>, Vec<(usize, Family)>) = (Vec::new(), Vec::new());
+        let (mut whole, mut backward) = (Vec::<(usize, Family)>::new(), Vec::<(usize, Family)>::new());
         for &d in Family::Mma.head_dims() {
             match self.family_for(d) {
                 Ok(f) if f != self.family => whole.push((d, f)),
@@ -156,8 +156,9 @@ impl Gpu {
         Gpu { stream, ctx: self.ctx.clone(), arch: self.arch.clone(), kernels: self.kernels.clone(), ..*self }
     }
 
-    /// The family whose kernels run `head_dim` here: the device's where it has them, else
-    /// mma's (on sm_90: d = 96, 192, 256, compiled for `sm_90`; see [`Family::for_head_dim`]).
+    /// The family whose kernels run `head_dim`'s forward here: the device's where it has
+    /// them, else mma's (on sm_90: d = 96, compiled for `sm_90`; see [`Family::for_head_dim`];
+    /// the backward's: [`Family::backward_family`], on sm_90 mma's at d = 192, 256).
     /// Otherwise an error naming the value and every head dim this device runs (mma's,
     /// those whose blocks fit its shared memory: d = 256 needs sm_90's 227 KB).
     pub fn family_for(&self, head_dim: usize) -> Result<Family> {

@@ -118,6 +118,13 @@ fn main() {
         let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
         check(format!("sm_80 {} compiles", variant.tag()), r);
     }
+    // The wgmma family's forward at 192 and 256 (two stages whose K and V are handed over
+    // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason.
+    for head_dim in [192, 256] {
+        let variant = Variant::new(Dtype::Bf16, head_dim);
+        let r = compile_uncached("sm_90a", Family::Wgmma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+        check(format!("sm_90a {} compiles", variant.tag()), r);
+    }
     // A field moved on the kernel side only: the offset asserts name it.
     let swapped = planted(
         "params",

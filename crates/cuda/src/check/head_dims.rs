@@ -1,8 +1,9 @@
 //! The cases of the head dims beyond 64 and 128: d = 96, 192 and 256 (flash-attention 3's
-//! others), which run the mma family's kernels on every device (on sm_90 too: the wgmma
-//! family has none for them, [`crate::Family::for_head_dim`]). 96 has its own swizzle
-//! (12 chunks per row) and 3-chunk copies; 192 and 256 have 8-warp blocks and the backward
-//! whose warps split D (`kernels/sm80_backward_wide.cu`).
+//! others). 96 runs the mma family's kernels on every device ([`crate::Family::for_head_dim`]),
+//! with its own swizzle (12 chunks per row) and 3-chunk copies. 192 and 256 run, on sm_90,
+//! the wgmma forward (two consumer warpgroups, K and V handed over apart) and everywhere the
+//! mma backward whose warps split D (`kernels/sm80_backward_wide.cu`,
+//! [`crate::Family::backward_family`]); the mma family's forward has 8-warp blocks there.
 //!
 //! For each element type and of these head dims: forward dense, causal, sliding window
 //! and LongNet; a dilated ring step; a causal backward with key padding and a grouped-query

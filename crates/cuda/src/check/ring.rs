@@ -139,9 +139,9 @@ fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
 type Size = ((usize, usize, usize, usize, usize), &'static [&'static str]);
 
 /// The sizes: two multi-head ones, then grouped-query (8:2, with LongNet offsets that
-/// differ within a group) and multi-query attention; then the head dims that run on the
-/// mma kernels on every device (96, 192, 256: a ring step's launches there are the
-/// portable family's), causal and dilated only.
+/// differ within a group) and multi-query attention; then the head dims beyond 64 and 128
+/// (96, 192, 256: on sm_90 96 runs the mma kernels and 192, 256 the wgmma forward with
+/// the mma backward), causal and dilated only.
 const SIZES: [Size; 7] = [
     ((1000, 64, 1, 4, 4), &[]),
     ((777, 128, 2, 4, 4), &["window"]),

@@ -114,7 +114,8 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     or float16, on one device; ``k`` and ``v`` may have fewer heads than ``q``
     (grouped-query attention: query head ``h`` reads K/V head ``h // (heads // kv_heads)``).
     Non-contiguous inputs are copied to contiguous ones first. Head dims: 64, 96, 128, 192
-    and 256 (on H100/H200, 96, 192 and 256 run the portable mma.sync kernels).
+    and 256 (on H100/H200, 96 runs the portable mma.sync kernels; 192 and 256 the
+    wgmma forward with the mma.sync backward).
 
     The arguments mean what they mean in :func:`ringdil.reference.attention` (the
     specification this function is tested against): ``pattern`` is ``None`` (dense), a

@@ -186,7 +186,9 @@ fn main() {
         torch["torch"].as_str().unwrap_or("not run")
     )
     .unwrap();
-    for d in [64, 128] {
+    // The wgmma forward's wide head dims too where their rows run.
+    let wide: &[usize] = if wanted("head_dims") { &[192, 256] } else { &[] };
+    for &d in [64, 128].iter().chain(wide) {
         let res = gpu.kernel_resources(Dtype::Bf16, d).expect("kernel attributes");
         writeln!(md, "Kernels, bf16, d = {d}: {res}.\n").unwrap();
         println!("d={d}: {res}");

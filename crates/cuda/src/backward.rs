@@ -10,10 +10,23 @@ use crate::tma::{Elem, TensorMap};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 
 /// What the backward reads of the forward: its f32 partial, or its 16-bit output (delta
-/// is then taken from the rounded output, as flash-attention does) and the f32 LSE.
+/// is then taken from the rounded output, as flash-attention does) and the f32 LSE; or
+/// its f32 partial whose per-row inputs an earlier backward already took ([`RowInputs`]).
 pub(crate) enum Saved<'a> {
     Partial(&'a DevicePartial),
     Half(&'a DeviceTensor, &'a CudaSlice<f32>),
+    Rows(&'a DevicePartial, &'a RowInputs),
+}
+
+/// The per-query-row inputs `bwd_delta` takes from a forward result and its upstream
+/// gradient, as the backward kernels read them: `delta = rowsum(dO * O)` (divided by a
+/// pattern's output scale where it applies, [`crate::output_scale`]) and `lse2 = lse
+/// log2(e)`. They depend on the query rows' output and gradient alone, so calls over the
+/// same query rows and different keys (a ring's steps and pieces) can share them: the
+/// pass over O and dO (`b n h d` values each) runs once instead of once per call.
+pub struct RowInputs {
+    delta: CudaSlice<f32>,
+    lse2: CudaSlice<f32>,
 }
 
 /// Where dK and dV go: f32 buffers (written, or added into), or 16-bit tensors written
@@ -109,6 +122,33 @@ impl Gpu {
         self.backward(prep, q, k, v, Saved::Partial(fwd), dout, grads.dq, KvDest::F32(grads.dk, grads.dv), true)
     }
 
+    /// The per-row inputs that the last backward of `prep` took (a copy: `prep`'s buffers
+    /// are rewritten by its next backward), for [`Gpu::backward_add_rows_into`] of other
+    /// calls over the same query rows, forward result and upstream gradient.
+    pub fn row_inputs(&self, prep: &Prepared) -> Result<RowInputs> {
+        Ok(RowInputs { delta: self.stream.clone_dtod(&prep.delta)?, lse2: self.stream.clone_dtod(&prep.lse2)? })
+    }
+
+    /// [`Gpu::backward_add_into`] with the per-row inputs `rows` taken by an earlier
+    /// backward of the same query rows, forward result `fwd` and upstream gradient `dout`
+    /// ([`Gpu::row_inputs`]): copied, not recomputed. Rows of another shape are refused;
+    /// that they come from the same `fwd` and `dout` is the caller's to keep.
+    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
+    pub fn backward_add_rows_into(
+        &self,
+        prep: &mut Prepared,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        fwd: &DevicePartial,
+        rows: &RowInputs,
+        dout: &DeviceTensor,
+        grads: GradsMut<'_>,
+    ) -> Result<()> {
+        let kv = KvDest::F32(grads.dk, grads.dv);
+        self.backward(prep, q, k, v, Saved::Rows(fwd, rows), dout, grads.dq, kv, true)
+    }
+
     /// The backward's launches after the checks: `saved` gives delta and the LSE, dQ is
     /// always f32 (reductions), dK and dV are f32 or (written once) 16-bit.
     #[allow(clippy::too_many_arguments)]
@@ -129,6 +169,18 @@ impl Gpu {
         match saved {
             Saved::Partial(fwd) => self.check_partial("forward result", prep, fwd)?,
             Saved::Half(out, lse) => check_half(&s, out, lse)?,
+            Saved::Rows(fwd, rows) => {
+                self.check_partial("forward result", prep, fwd)?;
+                for (what, got) in [("delta rows", rows.delta.len()), ("lse2 rows", rows.lse2.len())] {
+                    if got != prep.delta.len() {
+                        return Err(CudaError::ShapeMismatch {
+                            what,
+                            expected: vec![prep.delta.len()],
+                            got: vec![got],
+                        });
+                    }
+                }
+            }
         }
         if dout.dims != s.q_dims() {
             return Err(CudaError::ShapeMismatch {
@@ -159,26 +211,32 @@ impl Gpu {
             });
         }
         let st = &self.stream;
-        {
+        // delta and lse2: bwd_delta over the output and dO, or copies of an earlier one's.
+        let launch = match saved {
+            Saved::Partial(fwd) => {
+                let mut l = st.launch_builder(&prep.kernels.delta);
+                l.arg(&dout.data).arg(&fwd.out).arg(&fwd.lse);
+                Some(l)
+            }
+            Saved::Half(out, lse) => {
+                let mut l = st.launch_builder(&prep.kernels.delta_half);
+                l.arg(&dout.data).arg(&out.data).arg(lse);
+                Some(l)
+            }
+            Saved::Rows(_, rows) => {
+                st.memcpy_dtod(&rows.delta, &mut prep.delta)?;
+                st.memcpy_dtod(&rows.lse2, &mut prep.lse2)?;
+                None
+            }
+        };
+        if let Some(mut l) = launch {
             let (batch, rows, heads) = (s.batch as i32, s.q_rows as i32, s.heads as i32);
-            let mut l = match saved {
-                Saved::Partial(fwd) => {
-                    let mut l = st.launch_builder(&prep.kernels.delta);
-                    l.arg(&dout.data).arg(&fwd.out).arg(&fwd.lse);
-                    l
-                }
-                Saved::Half(out, lse) => {
-                    let mut l = st.launch_builder(&prep.kernels.delta_half);
-                    l.arg(&dout.data).arg(&out.data).arg(lse);
-                    l
-                }
-            };
             l.arg(&mut prep.delta).arg(&mut prep.lse2);
             l.arg(&batch).arg(&rows).arg(&heads);
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len() * DELTA_LANES)) }?;
+            self.unscale_delta(prep)?;
         }
-        self.unscale_delta(prep)?;
         if !add {
             st.memset_zeros(&mut *dq)?;
         }

@@ -13,6 +13,7 @@
 use super::error::DistResult;
 use super::layout::DistPlan;
 use super::ring::RankGrads;
+use crate::backward::RowInputs;
 use crate::gpu::Gpu;
 use crate::shape::Dtype;
 use crate::tensors::{DevicePartial, DeviceTensor, GradsMut, Prepared};
@@ -337,7 +338,9 @@ impl RankCompute {
 
     /// The backward of [`RankCompute::attend`]: add the contributions of the pairs with
     /// `src` to `dq[qi]` and to the source block's `dk[kj]`, `dv[kj]`. `fin[qi]` is the
-    /// finished forward result of query piece `qi`.
+    /// finished forward result of query piece `qi`. `rows` holds one backward's per-row
+    /// inputs of each query piece ([`PieceRows`]): the first pair of a piece takes them,
+    /// the piece's other pairs, in this step and the later ones, copy them.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn backward(
         &mut self,
@@ -348,6 +351,7 @@ impl RankCompute {
         kv: &[Option<(&DeviceTensor, &DeviceTensor)>],
         fin: &[DevicePartial],
         dout: &[DeviceTensor],
+        rows: &mut PieceRows,
         dq: &mut [CudaSlice<f32>],
         dkv: &mut [Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>],
     ) -> DistResult<()> {
@@ -355,9 +359,31 @@ impl RankCompute {
             let (Some((k, v)), Some((dk, dv))) = (kv[kj], dkv[kj].as_mut()) else { continue };
             let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
             let grads = GradsMut { dq: &mut dq[qi], dk, dv };
-            gpu.backward_add_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], grads)?;
+            match &rows.0[qi] {
+                Some(r) => gpu.backward_add_rows_into(prep, &q[qi], k, v, &fin[qi], r, &dout[qi], grads)?,
+                None => {
+                    gpu.backward_add_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], grads)?;
+                    rows.0[qi] = Some(gpu.row_inputs(prep)?);
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// The per-row inputs of one backward pass of a rank, per query piece
+/// ([`crate::backward::RowInputs`]: delta and lse2 from the piece's finished output and
+/// upstream gradient). A piece meets every rank's keys over the steps, one call per
+/// (step, key piece); the pass over its O and dO runs for the first of them only (before,
+/// a packed causal row at P = 2 on virtual ranks ran three 97 us passes per piece where
+/// one does). Made anew for each backward pass, so rows never outlive the output and
+/// gradient they were taken from.
+pub(crate) struct PieceRows(Vec<Option<RowInputs>>);
+
+impl PieceRows {
+    /// Nothing taken yet for `pieces` query pieces.
+    pub(crate) fn new(pieces: usize) -> Self {
+        PieceRows((0..pieces).map(|_| None).collect())
     }
 }
 

@@ -8,7 +8,7 @@
 //! `virtual_ulysses.rs`.
 
 use super::error::{DistError, DistResult};
-use super::exec::{Helpers, RankCompute, all_of, all_of_mut, finish, finish_grads, zeros};
+use super::exec::{Helpers, PieceRows, RankCompute, all_of, all_of_mut, finish, finish_grads, zeros};
 use super::layout::DistPlan;
 use super::ring::{RankData, RankGrads};
 use crate::gpu::Gpu;
@@ -79,13 +79,14 @@ impl<'a> VirtualRanks<'a> {
         let mut dq: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
         let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
         let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut rows: Vec<_> = (0..p).map(|r| PieceRows::new(self.plan.piece_lens(r).len())).collect();
         for s in 0..p {
             for r in 0..p {
                 let src = (r + p - s) % p;
                 let kv = all_of(&data[src].k, &data[src].v);
                 let mut dkv = all_of_mut(&mut dk[src], &mut dv[src]);
-                self.ranks[r]
-                    .backward(self.gpu, self.plan, src, &data[r].q, &kv, &out[r], &dout[r], &mut dq[r], &mut dkv)?;
+                let (q, fin, dout, rows) = (&data[r].q, &out[r], &dout[r], &mut rows[r]);
+                self.ranks[r].backward(self.gpu, self.plan, src, q, &kv, fin, dout, rows, &mut dq[r], &mut dkv)?;
             }
         }
         let mut grads: Vec<RankGrads> =

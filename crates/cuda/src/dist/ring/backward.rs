@@ -7,7 +7,7 @@ use super::DistRank;
 use super::data::{RankData, RankGrads};
 use super::transfers::{Block, GradPieces};
 use crate::dist::error::{DistError, DistResult};
-use crate::dist::exec::{all_of, all_of_mut, finish_grads, zeros};
+use crate::dist::exec::{PieceRows, all_of, all_of_mut, finish_grads, zeros};
 use crate::tensors::{DevicePartial, DeviceTensor};
 use cudarc::driver::CudaSlice;
 use ringdil_reference::ring::Kind;
@@ -52,6 +52,7 @@ impl DistRank<'_> {
         }
         let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
+        let mut rows = PieceRows::new(qlens.len());
         // The token-split schedules sum unscaled steps; the pattern's output scale goes on
         // the complete gradients ([`finish_grads`]). Ulysses' calls, and the hybrid's
         // inner rings, apply it themselves.
@@ -77,6 +78,7 @@ impl DistRank<'_> {
                         &all_of(ck, cv),
                         out,
                         dout,
+                        &mut rows,
                         &mut dq,
                         &mut all_of_mut(&mut dk, &mut dv),
                     )?;
@@ -112,6 +114,7 @@ impl DistRank<'_> {
                     &all_of(&data.k, &data.v),
                     out,
                     dout,
+                    &mut rows,
                     &mut dq,
                     &mut all_of_mut(&mut dk, &mut dv),
                 )?;
@@ -153,7 +156,7 @@ impl DistRank<'_> {
                         for ((kj, a), b) in which.iter().zip(sdk.iter_mut()).zip(sdv.iter_mut()) {
                             dkv[*kj] = Some((a, b));
                         }
-                        self.compute.backward(gpu, plan, src, &data.q, &kv, out, dout, &mut dq, &mut dkv)?;
+                        self.compute.backward(gpu, plan, src, &data.q, &kv, out, dout, &mut rows, &mut dq, &mut dkv)?;
                     }
                     if let Some((from, mine, (a, b))) = pending.take() {
                         self.add_pieces(&mut dk, &mut dv, Some(from), &mine, a, b)?;

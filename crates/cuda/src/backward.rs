@@ -107,7 +107,11 @@ impl Gpu {
 
     /// [`Gpu::backward_into`], but the gradients are added to what `grads` holds: every
     /// launch accumulates and nothing is cleared. A ring rank sums its steps' gradients
-    /// this way without a temporary per step (and the copies that would add it in).
+    /// this way without a temporary per step (and the copies that would add it in). With
+    /// `rows`, the per-row inputs that an earlier backward of the same query rows, forward
+    /// result `fwd` and upstream gradient `dout` took ([`Gpu::row_inputs`]), those are
+    /// copied, not recomputed (rows of another shape are refused; that they come from the
+    /// same `fwd` and `dout` is the caller's to keep).
     #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
     pub fn backward_add_into(
         &self,
@@ -116,37 +120,19 @@ impl Gpu {
         k: &DeviceTensor,
         v: &DeviceTensor,
         fwd: &DevicePartial,
+        rows: Option<&RowInputs>,
         dout: &DeviceTensor,
         grads: GradsMut<'_>,
     ) -> Result<()> {
-        self.backward(prep, q, k, v, Saved::Partial(fwd), dout, grads.dq, KvDest::F32(grads.dk, grads.dv), true)
+        let saved = rows.map_or(Saved::Partial(fwd), |r| Saved::Rows(fwd, r));
+        self.backward(prep, q, k, v, saved, dout, grads.dq, KvDest::F32(grads.dk, grads.dv), true)
     }
 
     /// The per-row inputs that the last backward of `prep` took (a copy: `prep`'s buffers
-    /// are rewritten by its next backward), for [`Gpu::backward_add_rows_into`] of other
-    /// calls over the same query rows, forward result and upstream gradient.
+    /// are rewritten by its next backward), for [`Gpu::backward_add_into`] of other calls
+    /// over the same query rows, forward result and upstream gradient.
     pub fn row_inputs(&self, prep: &Prepared) -> Result<RowInputs> {
         Ok(RowInputs { delta: self.stream.clone_dtod(&prep.delta)?, lse2: self.stream.clone_dtod(&prep.lse2)? })
-    }
-
-    /// [`Gpu::backward_add_into`] with the per-row inputs `rows` taken by an earlier
-    /// backward of the same query rows, forward result `fwd` and upstream gradient `dout`
-    /// ([`Gpu::row_inputs`]): copied, not recomputed. Rows of another shape are refused;
-    /// that they come from the same `fwd` and `dout` is the caller's to keep.
-    #[allow(clippy::too_many_arguments)] // the device buffers of one backward pass, as the kernels take them
-    pub fn backward_add_rows_into(
-        &self,
-        prep: &mut Prepared,
-        q: &DeviceTensor,
-        k: &DeviceTensor,
-        v: &DeviceTensor,
-        fwd: &DevicePartial,
-        rows: &RowInputs,
-        dout: &DeviceTensor,
-        grads: GradsMut<'_>,
-    ) -> Result<()> {
-        let kv = KvDest::F32(grads.dk, grads.dv);
-        self.backward(prep, q, k, v, Saved::Rows(fwd, rows), dout, grads.dq, kv, true)
     }
 
     /// The backward's launches after the checks: `saved` gives delta and the LSE, dQ is

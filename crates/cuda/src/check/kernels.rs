@@ -173,12 +173,12 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 // must add the same gradients again; a pattern that scales its output
                 // (the head-group combine) cannot be added into and must say so.
                 let violations = if prep.scales_output() {
-                    let refused = gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, &dod, grads.as_mut());
+                    let refused = gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, None, &dod, grads.as_mut());
                     let named = matches!(refused, Err(CudaError::Unsupported { what }) if what.contains("head-group"));
                     metrics.push(Metric { what: "adding refused", err: if named { 0.0 } else { 1.0 }, bound: 1.0 });
                     exact_zero_grads(case, &want.lse, [&first[0], &first[1], &first[2]])
                 } else {
-                    gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, &dod, grads.as_mut())?;
+                    gpu.backward_add_into(&mut prep, &qd, &kd, &vd, &out, None, &dod, grads.as_mut())?;
                     let names = [
                         quantity!(case.logits, "dq added"),
                         quantity!(case.logits, "dk added"),

@@ -359,12 +359,10 @@ impl RankCompute {
             let (Some((k, v)), Some((dk, dv))) = (kv[kj], dkv[kj].as_mut()) else { continue };
             let prep = self.preps.get_mut(&(src, qi, kj)).expect("a prepared call per needed pair");
             let grads = GradsMut { dq: &mut dq[qi], dk, dv };
-            match &rows.0[qi] {
-                Some(r) => gpu.backward_add_rows_into(prep, &q[qi], k, v, &fin[qi], r, &dout[qi], grads)?,
-                None => {
-                    gpu.backward_add_into(prep, &q[qi], k, v, &fin[qi], &dout[qi], grads)?;
-                    rows.0[qi] = Some(gpu.row_inputs(prep)?);
-                }
+            let taken = rows.0[qi].is_some();
+            gpu.backward_add_into(prep, &q[qi], k, v, &fin[qi], rows.0[qi].as_ref(), &dout[qi], grads)?;
+            if !taken {
+                rows.0[qi] = Some(gpu.row_inputs(prep)?);
             }
         }
         Ok(())

@@ -372,10 +372,9 @@ impl RankCompute {
 /// The per-row inputs of one backward pass of a rank, per query piece
 /// ([`crate::backward::RowInputs`]: delta and lse2 from the piece's finished output and
 /// upstream gradient). A piece meets every rank's keys over the steps, one call per
-/// (step, key piece); the pass over its O and dO runs for the first of them only (before,
-/// a packed causal row at P = 2 on virtual ranks ran three 97 us passes per piece where
-/// one does). Made anew for each backward pass, so rows never outlive the output and
-/// gradient they were taken from.
+/// (step, key piece); the pass over its O and dO (`b n h d` values each, for `b h n`
+/// results) runs for the first of them only. Made anew for each backward pass, so rows
+/// never outlive the output and gradient they were taken from.
 pub(crate) struct PieceRows(Vec<Option<RowInputs>>);
 
 impl PieceRows {

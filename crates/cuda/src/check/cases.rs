@@ -6,7 +6,7 @@
 //! [`super::head_dims`], the mask expressions of [`super::expressions`], the mask tables
 //! of [`super::tables`], the compact `dilated_expr` patterns of [`super::dilated_expr`]
 //! the head-group combine of [`super::head_groups`] and the interval masks of
-//! [`super::intervals`] (269 cases in all: 64 + 21 + 24 + 24 + 42 + 20 + 16 + 18 + 16 + 24).
+//! [`super::intervals`] (273 cases in all: 64 + 21 + 24 + 24 + 46 + 20 + 16 + 18 + 16 + 24).
 //! Lengths favour primes and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -235,7 +235,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 269);
+        assert_eq!(c.len(), 273);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 22);
         // The table module's 16 and the head-group combine's 4 as tables.
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 20);

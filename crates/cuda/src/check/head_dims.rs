@@ -7,7 +7,8 @@
 //!
 //! For each element type and of these head dims: forward dense, causal, sliding window
 //! and LongNet; a dilated ring step; a causal backward with key padding and a grouped-query
-//! one. Every name starts with `d=D ` (`gpu_check --only "d=256"` runs one head dim's).
+//! one. At 192 and 256 (bf16), dense forwards with several work items per block of the
+//! wgmma forward (its one Q buffer at d = 256 reused), outside the quick list. Every name starts with `d=D ` (`gpu_check --only "d=256"` runs one head dim's).
 
 use super::cases::{Case, Kind, fit_spec, sizes};
 use crate::shape::Dtype;
@@ -50,8 +51,34 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
             add(Kind::Backward, "gqa backward causal + padding", padded, Some(kv_heads), rng);
         }
     }
+    if !quick {
+        out.extend(several_items_per_block());
+    }
     out
 }
+
+/// Forward cases at d = 192 and 256 (bf16, dense, causal and not) whose 128-row work items
+/// number at least two per block of a 132-multiprocessor device (the wgmma forward's grid
+/// is one block per multiprocessor): a block's second item reuses its Q buffer (one at
+/// d = 256: the producer waits for the first item's last S) and its K/V stages' phases.
+/// The random sizes above give most blocks one item. Fixed sizes, no draws from the rng.
+fn several_items_per_block() -> Vec<Case> {
+    let mut out = Vec::new();
+    for head_dim in [192, 256] {
+        for causal in [false, true] {
+            let what = if causal { "dense causal" } else { "dense" };
+            let name = format!("d={head_dim} {what}, several items per block");
+            let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
+            out.push(Case::new(Kind::Forward, &name, (Dtype::Bf16, head_dim), [2, SEVERAL_SEQ, SEVERAL_HEADS], spec));
+        }
+    }
+    out
+}
+
+/// The sizes of [`several_items_per_block`]: 10 tiles of 128 rows x 16 heads x 2 batch
+/// rows = 320 items.
+const SEVERAL_SEQ: usize = 1280;
+const SEVERAL_HEADS: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -61,11 +88,12 @@ mod tests {
     fn every_new_head_dim_has_forward_ring_and_backward_cases_named_by_it() {
         let mut rng = SplitMix64::new(7);
         let c = cases(&mut rng, false);
-        assert_eq!(c.len(), 2 * HEAD_DIMS.len() * 7);
+        assert_eq!(c.len(), 2 * HEAD_DIMS.len() * 7 + 4);
+        assert_eq!(cases(&mut SplitMix64::new(7), true).len(), 2 * HEAD_DIMS.len() * 7);
         for d in HEAD_DIMS {
             let tag = format!("d={d} ");
             let of_d: Vec<&Case> = c.iter().filter(|x| x.name.starts_with(&tag)).collect();
-            assert_eq!(of_d.len(), 14);
+            assert_eq!(of_d.len(), if d == 96 { 14 } else { 16 });
             assert!(of_d.iter().all(|x| x.head_dim == d));
             for kind in [Kind::Forward, Kind::RingStep, Kind::Backward] {
                 for dtype in [Dtype::Bf16, Dtype::F16] {
@@ -77,6 +105,12 @@ mod tests {
         for x in &c {
             assert!(x.heads % x.kv_heads == 0, "{}", x.name);
             x.spec.validate(x.batch, x.heads, x.seq).unwrap();
+        }
+        // Two items or more per block of 132 (the wgmma forward's 128-row tiles).
+        let several: Vec<&Case> = c.iter().filter(|x| x.name.contains("several items per block")).collect();
+        assert_eq!(several.len(), 4);
+        for x in several {
+            assert!(x.seq.div_ceil(128) * x.heads * x.batch >= 2 * 132, "{}", x.name);
         }
     }
 }

@@ -9,10 +9,11 @@
 //! * **Forward** ([`Gpu::forward_into`]): tiled online softmax on tensor cores (bf16 or
 //!   f16 inputs, f32 accumulation), head dims 64, 96, 128, 192 and 256, returns the output
 //!   and the log-sum-exp, i.e. a `ringdil_reference::Partial`. On H100/H200 (sm_90a) at
-//!   d = 64 and 128 a flash-attention-3-style kernel: asynchronous warpgroup MMAs
-//!   (`wgmma`), a producer warpgroup loading K/V by TMA ([`tma`]), mbarrier-handed stages;
-//!   elsewhere, and for the other head dims, `mma.sync.m16n8k16` ([`family::Family`]
-//!   chooses, per head dim; its table holds every tile size).
+//!   d = 64, 128, 192 and 256 a flash-attention-3-style kernel: asynchronous warpgroup
+//!   MMAs (`wgmma`), a producer warpgroup loading K/V by TMA ([`tma`]), mbarrier-handed
+//!   stages; elsewhere, and for d = 96, `mma.sync.m16n8k16` ([`family::Family`] chooses,
+//!   per head dim and pass: the backward at 192 and 256 is mma.sync's; its table holds
+//!   every tile size).
 //! * **Masks** are evaluated in the kernel from *global* indices: causal, key padding,
 //!   sliding window, block-sparse, and LongNet dilated branches (segment, dilation,
 //!   per-head offset). Tiles a mask leaves empty are not visited at all: the host builds a

@@ -156,7 +156,7 @@ impl Family {
     ///   blocks that a 128-row one covers exactly;
     /// * every launch above d = 128, which has no 192-row kernel.
     pub fn forward_q_tile_for(self, map: &IndexMap, masked: bool, head_dim: usize) -> usize {
-        if self.forward_q_rows(head_dim) != self.forward_q_tile() {
+        if !self.has_wide_forward(head_dim) {
             return self.forward_q_tile_narrow();
         }
         match *map {
@@ -209,6 +209,13 @@ impl Family {
             Family::Wgmma if head_dim > 128 => self.forward_q_tile_narrow(),
             f => f.forward_q_tile(),
         }
+    }
+
+    /// Whether the module of `head_dim` has the forward of [`Family::forward_q_tile`] rows
+    /// (`attn_fwd`): every one but the wgmma family's above d = 128, whose only forward is
+    /// the narrow one ([`Family::forward_q_rows`]).
+    pub fn has_wide_forward(self, head_dim: usize) -> bool {
+        self.forward_q_rows(head_dim) == self.forward_q_tile()
     }
 
     /// Q buffers of the wgmma forward (`FWD_Q_BUFS`): two (the next item's Q loads while

@@ -61,13 +61,13 @@ impl Kernel {
     }
 
     /// The kernels `family`'s module for `head_dim` compiles: without `attn_fwd` where the
-    /// wgmma family has only its narrow forward ([`Family::forward_q_rows`]), and without
+    /// wgmma family has only its narrow forward ([`Family::has_wide_forward`]), and without
     /// `attn_bwd` where another family runs the backward ([`Family::backward_family`]).
     pub fn of(family: Family, head_dim: usize) -> Vec<Kernel> {
-        let forward = match family {
-            Family::Mma => vec![Kernel::Forward],
-            Family::Wgmma if family.forward_q_rows(head_dim) != family.forward_q_tile() => vec![Kernel::ForwardNarrow],
-            Family::Wgmma => vec![Kernel::Forward, Kernel::ForwardNarrow],
+        let forward = match (family, family.has_wide_forward(head_dim)) {
+            (Family::Mma, _) => vec![Kernel::Forward],
+            (Family::Wgmma, true) => vec![Kernel::Forward, Kernel::ForwardNarrow],
+            (Family::Wgmma, false) => vec![Kernel::ForwardNarrow],
         };
         let backward = (family.backward_family(head_dim) == family).then_some(Kernel::Backward);
         forward.into_iter().chain(backward).collect()

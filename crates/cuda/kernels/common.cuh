@@ -20,7 +20,8 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 #define D HEAD_DIM
-#define CH (D / 8)     // 16-byte chunks per row
+#define DV HEAD_DIM_V  // head dim of v, d_out, out, dv (D but for d_qk = 192, d_v = 128)
+#define CH (D / 8)     // 16-byte chunks per row of q, k
 #define NKB (BN / 8)  // 8-key column blocks of a plan tile's scores
 #define NEG_INF (__int_as_float(0xff800000))
 #define POS_INF (__int_as_float(0x7f800000))
@@ -52,23 +53,25 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
     return r;
 }
 
-// Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][D] tile, a
-// permutation of the chunks of each row, so that ldmatrix's 8 addresses of one 8 x 8 matrix
+// Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][W] tile (W = D, or DV
+// for tiles of v and d_out), a permutation of the chunks of each row, so that ldmatrix's 8
+// addresses of one 8 x 8 matrix
 // (one chunk of 8 consecutive rows) hit the 8 different 16-byte bank groups of a 128-byte
-// cycle. Where CH is a multiple of 8 (d = 64, 128, 192, 256: a row is a whole number of
-// cycles) the chunk is XOR-ed with r mod 8. At d = 96 (CH = 12, rows of 192 bytes) that XOR
+// cycle. Where W / 8 is a multiple of 8 (d = 64, 128, 192, 256: a row is a whole number of
+// cycles) the chunk is XOR-ed with r mod 8. At d = 96 (12 chunks, rows of 192 bytes) that XOR
 // would move chunks 8..11 out of the row, so there:
 // * chunks 0..7 keep ch ^ (r mod 8). Row r starts 12 r = 4 (r mod 2) groups into a cycle
 //   (mod 8), so chunk c lands in group c ^ (r mod 8) ^ 4 (r mod 2): r -> (r mod 8) ^ 4 (r mod
 //   2) is a bijection of 0..7, 8 groups;
 // * chunks 8..11 XOR their low 2 bits with (r / 2) mod 4 (staying in 8..11): group
 //   4 (r mod 2) + ((c mod 4) ^ ((r / 2) mod 4)), and (r mod 2, (r / 2) mod 4) takes 8 values.
-static_assert(CH % 8 == 0 || CH == 12, "swz: the swizzle is derived for rows of 8k or 12 chunks");
+template <int W = D>
 __device__ __forceinline__ int swz(int r, int ch) {
-    if constexpr (CH % 8 == 0) {
-        return r * D + ((ch ^ (r & 7)) << 3);
+    static_assert(W % 64 == 0 || W == 96, "swz: the swizzle is derived for rows of 8k or 12 chunks");
+    if constexpr (W % 64 == 0) {
+        return r * W + ((ch ^ (r & 7)) << 3);
     } else {
-        return r * D + ((ch < 8 ? ch ^ (r & 7) : ch ^ ((r >> 1) & 3)) << 3);
+        return r * W + ((ch < 8 ? ch ^ (r & 7) : ch ^ ((r >> 1) & 3)) << 3);
     }
 }
 

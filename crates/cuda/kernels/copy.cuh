@@ -14,21 +14,21 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // Asynchronously copy ROWS rows (launch indices c0..) of query head h's view of a tensor
-// (its head h / a.group) into a swizzled tile;
+// of W columns (its head h / a.group) into a swizzled tile;
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
 // Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
 // copies the same CPT 16-byte chunks of every (THREADS / LPR)-th row: a fixed trip count,
 // one address per row, no per-chunk division. LPR, the threads of a row, is CH where it
 // divides THREADS (d = 64, 128, 256: one chunk each); the 12 and 24 chunks of d = 96 and
 // 192 divide no power of two, so there a row takes CH / 3 threads of 3 chunks, CH / 3 apart.
-template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false>
+template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false, int W = D>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
                                           int c0) {
-    constexpr int CPT = THREADS % CH == 0 ? 1 : 3, LPR = CH / CPT;
+    constexpr int CHW = W / 8, CPT = THREADS % CHW == 0 ? 1 : 3, LPR = CHW / CPT;
     constexpr int STEP = THREADS / LPR;  // rows per pass
-    static_assert(CH % CPT == 0 && THREADS % LPR == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
+    static_assert(CHW % CPT == 0 && THREADS % LPR == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
     const int tid = threadIdx.x % THREADS, r0 = tid / LPR, ch = tid % LPR;
-    const u16* base = g + ((size_t)b * a.rows * a.heads + h / a.group) * D + ch * 8;
+    const u16* base = g + ((size_t)b * a.rows * a.heads + h / a.group) * W + ch * 8;
     #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
         const int r = r0 + i * STEP;
@@ -36,8 +36,8 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
         #pragma unroll
         for (int j = 0; j < CPT; ++j) {
             const int c = ch + j * LPR;
-            cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, c) : swz(r, c)),
-                       row >= 0 ? base + (size_t)row * a.heads * D + j * LPR * 8 : g, row >= 0);
+            cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, c) : swz<W>(r, c)),
+                       row >= 0 ? base + (size_t)row * a.heads * W + j * LPR * 8 : g, row >= 0);
         }
     }
 }

@@ -8,7 +8,7 @@
 // quad reads the old LSE before lane 0 overwrites it (one warp owns each row; __syncwarp
 // orders the two).
 template <int WMT>
-__device__ __forceinline__ void store_forward(const Params& p, int b, int h, const float (&o)[WMT][D / 8][4],
+__device__ __forceinline__ void store_forward(const Params& p, int b, int h, const float (&o)[WMT][DV / 8][4],
                                               const float (&m)[WMT][2], const float (&l)[WMT][2], int qbase, int t) {
     float lold[WMT][2];
     int qrows[WMT][2];
@@ -32,20 +32,20 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             const int qrow = qrows[mt][r];
             if (qrow < 0) continue;
             const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
-            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
             float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
             if (!p.accumulate) {
                 const float inv = lr > 0.f ? 1.f / lr : 0.f;
                 if (p.half_out) {
                     // The same element offsets in a 16-bit tensor: two values per 32-bit store.
-                    u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * D;
+                    u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
                     #pragma unroll
-                    for (int i = 0; i < D / 8; ++i)
+                    for (int i = 0; i < DV / 8; ++i)
                         *reinterpret_cast<u32*>(hrow + i * 8 + 2 * t) =
                             pack2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
                 } else {
                     #pragma unroll
-                    for (int i = 0; i < D / 8; ++i)
+                    for (int i = 0; i < DV / 8; ++i)
                         *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
                             make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
                 }
@@ -58,7 +58,7 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             // Weights of the old partial and of this launch's normalised output O / l.
             const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
             #pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
+            for (int i = 0; i < DV / 8; ++i) {
                 float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
                 const float2 old = *at;
                 *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
@@ -83,8 +83,8 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 // Does a backward launch add its dK, dV into the buffers rather than write them? Then a
 // row no query reaches may be left alone (adding zero), as a block that visits nothing.
 __device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumulate || p.kv_group > 1; }
-// dK (scaled) and dV rows of this thread, columns col0 .. col0 + 8 NC - 1 (all D, or a
-// warp's slice of D), query head h's contribution to K/V head h / kv_group: written (in
+// dK (scaled) and dV rows of this thread: dK columns 8 NC slice .. + 8 NC - 1 (all D, or a
+// warp's slice of D), dV columns 8 NCV slice .. of DV likewise; query head h's contribution to K/V head h / kv_group: written (in
 // f32, or with `half_out` in the inputs' 16-bit type), or added (bwd_adds_kv): as global
 // reductions into buffers the host has zeroed or holds running sums in. Under grouped-query
 // attention the kv_group query heads of a K/V head add into the same rows from different
@@ -92,27 +92,31 @@ __device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumula
 // into each row, and a reduction still needs no read: a load, add and store per pair
 // waited for each load in turn (dk and dv may alias, so no load moves above a store), some
 // 30 us per wave of blocks whatever the block's work.
-template <int NC>
+template <int NC, int NCV = NC>
 __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[NC][4],
-                                           const float (&dv)[NC][4], const int (&krow)[2], int col0, int t) {
+                                           const float (&dv)[NCV][4], const int (&krow)[2], int slice, int t) {
+    constexpr int N = NC > NCV ? NC : NCV;
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (krow[r] < 0) continue;
-        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * D + col0;
+        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * D + slice * NC * 8;
+        size_t vbase = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * DV + slice * NCV * 8;
         #pragma unroll
-        for (int i = 0; i < NC; ++i) {
-            float vk[2] = {dk[i][2 * r] * p.scale, dk[i][2 * r + 1] * p.scale};
-            float vv[2] = {dv[i][2 * r], dv[i][2 * r + 1]};
+        for (int i = 0; i < N; ++i) {
+            float vk[2] = {i < NC ? dk[i][2 * r] * p.scale : 0.f, i < NC ? dk[i][2 * r + 1] * p.scale : 0.f};
+            float vv[2] = {i < NCV ? dv[i][2 * r] : 0.f, i < NCV ? dv[i][2 * r + 1] : 0.f};
             if (bwd_adds_kv(p)) {
-                red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
-                red_add2(p.dv + base + i * 8 + 2 * t, vv[0], vv[1]);
+                if (i < NC) red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
+                if (i < NCV) red_add2(p.dv + vbase + i * 8 + 2 * t, vv[0], vv[1]);
             } else if (p.half_out) {
                 // Written once (no accumulate, one query head per K/V head): 16-bit results.
-                *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dk) + base + i * 8 + 2 * t) = pack2(vk[0], vk[1]);
-                *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dv) + base + i * 8 + 2 * t) = pack2(vv[0], vv[1]);
+                if (i < NC)
+                    *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dk) + base + i * 8 + 2 * t) = pack2(vk[0], vk[1]);
+                if (i < NCV)
+                    *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dv) + vbase + i * 8 + 2 * t) = pack2(vv[0], vv[1]);
             } else {
-                *reinterpret_cast<float2*>(p.dk + base + i * 8 + 2 * t) = make_float2(vk[0], vk[1]);
-                *reinterpret_cast<float2*>(p.dv + base + i * 8 + 2 * t) = make_float2(vv[0], vv[1]);
+                if (i < NC) *reinterpret_cast<float2*>(p.dk + base + i * 8 + 2 * t) = make_float2(vk[0], vk[1]);
+                if (i < NCV) *reinterpret_cast<float2*>(p.dv + vbase + i * 8 + 2 * t) = make_float2(vv[0], vv[1]);
             }
         }
     }

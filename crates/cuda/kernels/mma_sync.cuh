@@ -22,17 +22,20 @@ __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A fragment (16 rows from r0, k-step kk) of a swizzled row-major tile.
+// A fragment (16 rows from r0, k-step kk) of a swizzled row-major tile of W columns.
+template <int W = D>
 __device__ __forceinline__ void frag_a(u32* a, const u16* tile, int r0, int kk, int lane) {
-    ldsm4(a, tile + swz(r0 + (lane & 15), kk * 2 + (lane >> 4)));
+    ldsm4(a, tile + swz<W>(r0 + (lane & 15), kk * 2 + (lane >> 4)));
 }
 // B fragments for n-block `nb` (8 rows of `tile` as columns n) and k-steps kk, kk+1:
 // b[0], b[1] for kk; b[2], b[3] for kk + 1. (B = tile^T: S = Q K^T.)
+template <int W = D>
 __device__ __forceinline__ void frag_b_rows(u32* b, const u16* tile, int nb, int kk, int lane) {
-    ldsm4(b, tile + swz(nb * 8 + (lane & 7), kk * 2 + (lane >> 3)));
+    ldsm4(b, tile + swz<W>(nb * 8 + (lane & 7), kk * 2 + (lane >> 3)));
 }
 // B fragments for k-step kk (16 rows of `tile` as k) and column blocks cb, cb+1 (8 columns
 // each): b[0], b[1] for cb; b[2], b[3] for cb + 1. (B = tile: O = P V.)
+template <int W = D>
 __device__ __forceinline__ void frag_b_cols(u32* b, const u16* tile, int kk, int cb, int lane) {
-    ldsm4t(b, tile + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, cb + (lane >> 4)));
+    ldsm4t(b, tile + swz<W>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, cb + (lane >> 4)));
 }

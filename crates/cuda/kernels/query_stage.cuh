@@ -2,17 +2,17 @@
 // tensor row, filled by either family's loads (stage_query_row: the per-row part).
 
 // One query stage of the backward (double-buffered in both kernels): the ROWS-row query
-// tile's Q and dO, then per query row its lse2, delta, global position (-1: none) and
+// tile's Q (D columns) and dO (DV columns), then per query row its lse2, delta, global position (-1: none) and
 // tensor row (-1: none). SIZE is its size in u16 units, a multiple of 512 (1 KB).
 // (A view of one base pointer: the parts are fixed offsets from it, which the loads and
 // stores take as immediates, and only the base is live across the loop.)
 template <int ROWS>
 struct QueryStage {
-    static constexpr int SIZE = 2 * ROWS * D + 4 * ROWS * 2;
+    static constexpr int SIZE = ROWS * (D + DV) + 4 * ROWS * 2;
     u16* base;
     __device__ u16* q() const { return base; }
     __device__ u16* o() const { return base + ROWS * D; }
-    __device__ float* lse2() const { return reinterpret_cast<float*>(base + 2 * ROWS * D); }
+    __device__ float* lse2() const { return reinterpret_cast<float*>(base + ROWS * (D + DV)); }
     __device__ float* delta() const { return lse2() + ROWS; }
     __device__ int* pos() const { return reinterpret_cast<int*>(lse2() + 2 * ROWS); }
     __device__ int* row() const { return reinterpret_cast<int*>(lse2() + 3 * ROWS); }

@@ -15,6 +15,7 @@ static_assert(WB_WGS == 1 && QB == BM && BWD_STAGES == 2 && WB_DS_BUFFERS == 1 &
 static_assert((2 * BN * D + BWD_STAGES * QueryStage<BM>::SIZE + WB_DS_BUFFERS * BN * BM) * 2 == BWD_SMEM_BYTES,
               "backward shared memory differs from the host's");
 static_assert(BWD_THREADS == NTHREADS, "backward block threads differ from the host's");
+static_assert(DV == D, "v's head dim differs from q's only above d = 128 (sm80_backward_wide.cu)");
 
 // The backward (flash-attention 2 structure): one block per 64 key rows (4 warps of 16
 // keys), visiting the query tiles of the transposed plan. Per (key tile, query tile),

@@ -19,16 +19,17 @@
 // registers and no spills, the rest addresses and operands loaded ahead).
 
 #if BWD_DIM_SLICES > 1
-#define DS (D / BWD_DIM_SLICES)   // columns of a warp's slice of dK, dV, dQ
+#define DS (D / BWD_DIM_SLICES)   // columns of a warp's slice of dK, dQ
+#define DSV (DV / BWD_DIM_SLICES) // columns of a warp's slice of dV
 #define QW (BM / BWD_DIM_SLICES)  // query columns of a warp's S^T, dP^T
 #define KG (BN / 16)              // key groups of 16 rows (warps per slice)
 static_assert(WB_WGS == 1 && QB == BM && BWD_STAGES == 2 && WB_DS_BUFFERS == 1 && BWD_P_TILES == 1 &&
                   WB_DQ_BUFFERS == 0,
               "one key tile, 64-query visits, double-buffered stages, one dS^T and one P^T tile");
 static_assert(BWD_THREADS == 32 * KG * BWD_DIM_SLICES, "backward block threads differ from the host's");
-static_assert(DS % 16 == 0 && QW % 16 == 0, "a warp's slices are whole 16-column MMA blocks");
+static_assert(DS % 16 == 0 && DSV % 16 == 0 && QW % 16 == 0, "a warp's slices are whole 16-column MMA blocks");
 // Shared memory: K and V of the block's key tile, two query stages, dS^T, P^T.
-static_assert((2 * BN * D + BWD_STAGES * QueryStage<BM>::SIZE + (WB_DS_BUFFERS + BWD_P_TILES) * BN * BM) * 2 ==
+static_assert((BN * (D + DV) + BWD_STAGES * QueryStage<BM>::SIZE + (WB_DS_BUFFERS + BWD_P_TILES) * BN * BM) * 2 ==
                   BWD_SMEM_BYTES,
               "backward shared memory differs from the host's");
 
@@ -38,7 +39,7 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
     extern __shared__ __align__(128) u16 smem[];
     u16* sK = smem;
     u16* sV = sK + BN * D;
-    u16* sStage = sV + BN * D;
+    u16* sStage = sV + BN * DV;
     u16* sS = sStage + BWD_STAGES * QueryStage<BM>::SIZE;  // dS^T of the current pair, [BN][BM]
     u16* sP = sS + BN * BM;                                 // P^T of the current pair, [BN][BM]
     const Coords bc = block_coords(p, false);  // causal: the first key tiles are the heaviest
@@ -57,22 +58,26 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
         kseg[r] = seg_of(p, k_axis(p), kw + g + 8 * r);
         kpos[r] = pos_of(k_axis(p), krow[r]);
     }
-    float dk[DS / 8][4], dv[DS / 8][4];
+    float dk[DS / 8][4], dv[DSV / 8][4];
     #pragma unroll
     for (int i = 0; i < DS / 8; ++i)
         #pragma unroll
-        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+        for (int e = 0; e < 4; ++e) dk[i][e] = 0.f;
+    #pragma unroll
+    for (int i = 0; i < DSV / 8; ++i)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) dv[i][e] = 0.f;
 
     // Issue the loads of query tile `it` into its stage.
     auto fetch = [&](int it) {
         const int q0 = p.plan_idx[it] * BM;
         const QueryStage<BM> qs{sStage + ((it - qbeg) & 1) * QueryStage<BM>::SIZE};
         load_tile<BM, BWD_THREADS>(qs.q(), p.q, p, q_axis(p), b, h, q0);
-        load_tile<BM, BWD_THREADS>(qs.o(), p.dout, p, q_axis(p), b, h, q0);
+        load_tile<BM, BWD_THREADS, false, DV>(qs.o(), p.dout, p, q_axis(p), b, h, q0);
         if (threadIdx.x < BM) stage_query_row(p, b, h, q0, threadIdx.x, qs);
     };
     load_tile<BN, BWD_THREADS>(sK, p.k, p, k_axis(p), b, h, k0);
-    load_tile<BN, BWD_THREADS>(sV, p.v, p, k_axis(p), b, h, k0);
+    load_tile<BN, BWD_THREADS, false, DV>(sV, p.v, p, k_axis(p), b, h, k0);
     if (qbeg < qend) fetch(qbeg);
     cp_commit();
     for (int it = qbeg; it < qend; ++it) {
@@ -82,28 +87,38 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
         __syncthreads();  // for everyone, and every warp is done with tile it - 1 (and sS, sP)
         if (it + 1 < qend) fetch(it + 1);
         cp_commit();
-        // S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x query columns QW sl ..
+        // S^T = K Q^T (over D) and dP^T = V dO^T (over DV): the warp's 16 keys x query
+        // columns QW sl ..
         float s[QW / 8][4], dp[QW / 8][4];
         #pragma unroll
         for (int nb = 0; nb < QW / 8; ++nb)
             #pragma unroll
             for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
         #pragma unroll
-        for (int kk = 0; kk < D / 16; kk += 2) {
+        for (int kk = 0; kk < (D > DV ? D : DV) / 16; kk += 2) {
+            const bool on_k = kk < D / 16, on_v = kk < DV / 16;  // compile-time once unrolled
             u32 ka[4], kb[4], va[4], vb[4];
-            frag_a(ka, sK, kg * 16, kk, lane);
-            frag_a(kb, sK, kg * 16, kk + 1, lane);
-            frag_a(va, sV, kg * 16, kk, lane);
-            frag_a(vb, sV, kg * 16, kk + 1, lane);
+            if (on_k) {
+                frag_a(ka, sK, kg * 16, kk, lane);
+                frag_a(kb, sK, kg * 16, kk + 1, lane);
+            }
+            if (on_v) {
+                frag_a<DV>(va, sV, kg * 16, kk, lane);
+                frag_a<DV>(vb, sV, kg * 16, kk + 1, lane);
+            }
             #pragma unroll
             for (int nb = 0; nb < QW / 8; ++nb) {
                 u32 bf[4];
-                frag_b_rows(bf, qs.q(), sl * (QW / 8) + nb, kk, lane);
-                mma(s[nb], ka, bf[0], bf[1]);
-                mma(s[nb], kb, bf[2], bf[3]);
-                frag_b_rows(bf, qs.o(), sl * (QW / 8) + nb, kk, lane);
-                mma(dp[nb], va, bf[0], bf[1]);
-                mma(dp[nb], vb, bf[2], bf[3]);
+                if (on_k) {
+                    frag_b_rows(bf, qs.q(), sl * (QW / 8) + nb, kk, lane);
+                    mma(s[nb], ka, bf[0], bf[1]);
+                    mma(s[nb], kb, bf[2], bf[3]);
+                }
+                if (on_v) {
+                    frag_b_rows<DV>(bf, qs.o(), sl * (QW / 8) + nb, kk, lane);
+                    mma(dp[nb], va, bf[0], bf[1]);
+                    mma(dp[nb], vb, bf[2], bf[3]);
+                }
             }
         }
         // Masked pairs get s = -inf, so P = 2^-inf = 0 (and dS = 0) below.
@@ -130,22 +145,27 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
             }
         }
         __syncthreads();  // every warp's P^T and dS^T columns are in sP, sS
-        // dV += P^T dO, dK += dS^T Q: the warp's 16 keys x columns DS sl .., over all 64
-        // queries (A: P^T, dS^T rows of its keys; B: dO, Q by ldmatrix.trans).
+        // dV += P^T dO, dK += dS^T Q: the warp's 16 keys x columns DSV sl .. (dV), DS sl ..
+        // (dK), over all 64 queries (A: P^T, dS^T rows of its keys; B: dO, Q by
+        // ldmatrix.trans).
         #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) {
             u32 pa[4], da[4];
             ldsm4(pa, sP + swz_s(kg * 16 + (lane & 15), 2 * kk + (lane >> 4)));
             ldsm4(da, sS + swz_s(kg * 16 + (lane & 15), 2 * kk + (lane >> 4)));
             #pragma unroll
-            for (int cb = 0; cb < DS / 8; cb += 2) {
+            for (int cb = 0; cb < (DS > DSV ? DS : DSV) / 8; cb += 2) {
                 u32 bf[4];
-                frag_b_cols(bf, qs.o(), kk, sl * (DS / 8) + cb, lane);
-                mma(dv[cb], pa, bf[0], bf[1]);
-                mma(dv[cb + 1], pa, bf[2], bf[3]);
-                frag_b_cols(bf, qs.q(), kk, sl * (DS / 8) + cb, lane);
-                mma(dk[cb], da, bf[0], bf[1]);
-                mma(dk[cb + 1], da, bf[2], bf[3]);
+                if (cb < DSV / 8) {
+                    frag_b_cols<DV>(bf, qs.o(), kk, sl * (DSV / 8) + cb, lane);
+                    mma(dv[cb], pa, bf[0], bf[1]);
+                    mma(dv[cb + 1], pa, bf[2], bf[3]);
+                }
+                if (cb < DS / 8) {
+                    frag_b_cols(bf, qs.q(), kk, sl * (DS / 8) + cb, lane);
+                    mma(dk[cb], da, bf[0], bf[1]);
+                    mma(dk[cb + 1], da, bf[2], bf[3]);
+                }
             }
         }
         // dQ rows 16 kg .. + 15 of the query tile, columns DS sl ..: A = dS (queries x keys)
@@ -181,9 +201,10 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
         }
     }
     cp_wait<0>();
-    store_dkdv(p, b, h, dk, dv, krow, sl * DS, t);
+    store_dkdv(p, b, h, dk, dv, krow, sl, t);
 }
 #undef DS
+#undef DSV
 #undef QW
 #undef KG
 #endif

@@ -14,13 +14,14 @@
 // as little: ptxas, sm_90.)
 #define PF (D == 128 ? 2 : 4)
 #define NKF ((D / 32) * (BN / 8))   // K fragments per tile (x4: 8 keys x 32 dims)
-#define NVF ((BN / 16) * (D / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
+#define NVF ((BN / 16) * (DV / 16))  // V fragments per tile (x4.trans: 16 keys x 16 dims)
 static_assert(FBM == FWD_THREADS / 32 * WM * 16, "a block's warps cover its query tile");
 static_assert(FBN == BN, "the mma forward's key tiles are plan tiles");
-// Shared memory: the Q tile, then FWD_STAGES = 2 stages of K and V (the loop alternates
-// them by tile parity), as the host sizes it.
+// Shared memory: the Q tile, then FWD_STAGES = 2 stages of K (BN x D) and V (BN x DV) (the
+// loop alternates them by tile parity), as the host sizes it.
 static_assert(FWD_STAGES == 2, "K/V tiles are double-buffered");
-static_assert((FBM + 2 * FWD_STAGES * BN) * D * 2 == FWD_SMEM_BYTES, "forward shared memory differs from the host's");
+#define KV_STAGE (BN * (D + DV))  // u16 elements of one stage
+static_assert((FBM * D + FWD_STAGES * KV_STAGE) * 2 == FWD_SMEM_BYTES, "forward shared memory differs from the host's");
 
 // One block: FBM query rows (launch indices) of one (batch, head), visiting only the key
 // tiles of its plan row, online softmax in the log2 domain. K/V tiles are double-buffered:
@@ -28,7 +29,7 @@ static_assert((FBM + 2 * FWD_STAGES * BN) * D * 2 == FWD_SMEM_BYTES, "forward sh
 extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params p) {
     extern __shared__ __align__(128) u16 smem[];
     u16* sQ = smem;
-    u16* sKV = sQ + FBM * D;  // stage s: K at sKV + 2*s*BN*D, V right after it
+    u16* sKV = sQ + FBM * D;  // stage s: K at sKV + s * KV_STAGE, V right after it
     // Heaviest tiles first: under a causal mask the last query tiles visit the most keys.
     const Coords bc = block_coords(p, true);
     const int qt = bc.tile, h = bc.h, b = bc.b;
@@ -37,11 +38,11 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
     const int klimit = key_limit(p, b);
     const int prow = plan_row(p, b, qt), kbeg = p.plan_ptr[prow], kend = plan_end(p, prow, klimit);
 
-    float o[WM][D / 8][4];
+    float o[WM][DV / 8][4];
     #pragma unroll
     for (int mt = 0; mt < WM; ++mt)
         #pragma unroll
-        for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+        for (int i = 0; i < DV / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
     float m[WM][2], l[WM][2];
     #pragma unroll
     for (int mt = 0; mt < WM; ++mt) m[mt][0] = m[mt][1] = NEG_INF, l[mt][0] = l[mt][1] = 0.f;
@@ -52,20 +53,20 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
     load_tile<FBM, FWD_THREADS>(sQ, p.q, p, q_axis(p), b, h, q0);
     if (kbeg < kend) {
         load_tile<BN, FWD_THREADS>(sKV, p.k, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
-        load_tile<BN, FWD_THREADS>(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
+        load_tile<BN, FWD_THREADS, false, DV>(sKV + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[kbeg] * BN);
     }
     cp_commit();
 
     for (int it = kbeg; it < kend; ++it) {
         const int k0 = p.plan_idx[it] * BN;
-        const u16* sK = sKV + ((it - kbeg) & 1) * 2 * BN * D;
+        const u16* sK = sKV + ((it - kbeg) & 1) * KV_STAGE;
         const u16* sV = sK + BN * D;
         cp_wait<0>();     // this thread's copies of tile `it` (and Q) have landed
         __syncthreads();  // everyone's have, and every warp is done with tile it - 1
         if (it + 1 < kend) {  // into the stage tile it - 1 used
-            u16* nK = sKV + ((it + 1 - kbeg) & 1) * 2 * BN * D;
+            u16* nK = sKV + ((it + 1 - kbeg) & 1) * KV_STAGE;
             load_tile<BN, FWD_THREADS>(nK, p.k, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
-            load_tile<BN, FWD_THREADS>(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
+            load_tile<BN, FWD_THREADS, false, DV>(nK + BN * D, p.v, p, k_axis(p), b, h, p.plan_idx[it + 1] * BN);
         }
         cp_commit();
 #if QREGS
@@ -127,17 +128,18 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
         float alpha[WM][2];
         if (softmax_step<WM>(p, s, m, l, alpha)) rescale<WM>(o, alpha);
 
-        // O += P V. Fragment f covers keys 16*(f div D/16).., dims 16*(f mod D/16)..
+        // O += P V. Fragment f covers keys 16*(f div DV/16).., dims 16*(f mod DV/16)..
         {
             u32 pa[WM][BN / 16][4];
             pack_p<WM>(pa, s);
             u32 vf[NVF][4];
             #pragma unroll
-            for (int f = 0; f < PF; ++f) frag_b_cols(vf[f], sV, f / (D / 16), 2 * (f % (D / 16)), lane);
+            for (int f = 0; f < PF; ++f) frag_b_cols<DV>(vf[f], sV, f / (DV / 16), 2 * (f % (DV / 16)), lane);
             #pragma unroll
             for (int f = 0; f < NVF; ++f) {
-                const int kk = f / (D / 16), cb = 2 * (f % (D / 16));
-                if (f + PF < NVF) frag_b_cols(vf[f + PF], sV, (f + PF) / (D / 16), 2 * ((f + PF) % (D / 16)), lane);
+                const int kk = f / (DV / 16), cb = 2 * (f % (DV / 16));
+                if (f + PF < NVF)
+                    frag_b_cols<DV>(vf[f + PF], sV, (f + PF) / (DV / 16), 2 * ((f + PF) % (DV / 16)), lane);
                 #pragma unroll
                 for (int mt = 0; mt < WM; ++mt) {
                     mma(o[mt][cb], pa[mt][kk], vf[f][0], vf[f][1]);
@@ -149,3 +151,4 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
     cp_wait<0>();
     store_forward<WM>(p, b, h, o, m, l, wq0 + g, t);
 }
+#undef KV_STAGE

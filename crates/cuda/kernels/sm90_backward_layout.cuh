@@ -38,6 +38,7 @@
 #define WB_PRODUCER_REGS 24
 #define WB_CONSUMER_REGS 240
 static_assert(WB_CONSUMERS + WG_PRODUCERS == BWD_THREADS, "backward block threads differ from the host's");
+static_assert(DV == D, "the wgmma family runs equal head dims of q and v (the host routes others to mma)");
 static_assert(D * QB == 64 * 64 * WB_WGS, "warpgroup w computes a 64 x 64 block of the tile's dQ");
 static_assert(WB_DS_BUFFERS == 2, "the warpgroups alternate two dS^T tiles");
 static_assert(WB_DQ_BUFFERS == 1 || WB_DQ_BUFFERS == 2, "one or two dQ staging tiles");

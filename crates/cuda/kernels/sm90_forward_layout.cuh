@@ -19,6 +19,8 @@
 // a block of 128 rows is 384 threads, not 512 with one idle warpgroup, so its consumers
 // get the registers to hold Q.
 
+static_assert(DV == D, "the wgmma family runs equal head dims of q and v (the host routes others to mma)");
+
 #define FWD_WGS (FBM / 64)
 template <int WGS>
 struct FwdBlock {

@@ -41,11 +41,11 @@ __device__ __forceinline__ bool softmax_step(const Params& p, float (&s)[WMT][NK
 }
 
 template <int WMT>
-__device__ __forceinline__ void rescale(float (&o)[WMT][D / 8][4], const float (&alpha)[WMT][2]) {
+__device__ __forceinline__ void rescale(float (&o)[WMT][DV / 8][4], const float (&alpha)[WMT][2]) {
     #pragma unroll
     for (int mt = 0; mt < WMT; ++mt)
         #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
+        for (int i = 0; i < DV / 8; ++i) {
             o[mt][i][0] *= alpha[mt][0];
             o[mt][i][1] *= alpha[mt][0];
             o[mt][i][2] *= alpha[mt][1];

@@ -62,12 +62,12 @@ fn kv_writer(prep: &Prepared, add: bool) -> Option<usize> {
     prep.launch_order().next()
 }
 
-/// A 16-bit output shaped like q and its f32 LSE.
+/// A 16-bit output (`[batch, q_rows, heads, value_dim]`) and its f32 LSE.
 pub(crate) fn check_half(s: &Shape, out: &DeviceTensor, lse: &CudaSlice<f32>) -> Result<()> {
-    if out.dims != s.q_dims() || out.data.len() != s.q_len() || lse.len() != s.lse_len() {
+    if out.dims != s.out_dims() || out.data.len() != s.out_len() || lse.len() != s.lse_len() {
         return Err(CudaError::ShapeMismatch {
             what: "16-bit forward result",
-            expected: s.q_dims().to_vec(),
+            expected: s.out_dims().to_vec(),
             got: out.dims.to_vec(),
         });
     }
@@ -80,7 +80,7 @@ impl Gpu {
     pub fn alloc_grads(&self, prep: &Prepared) -> Result<DeviceGrads> {
         let s = prep.shape;
         let z = |n: usize| self.stream.alloc_zeros::<f32>(n.max(1));
-        Ok(DeviceGrads { dq: z(s.q_len())?, dk: z(s.k_len())?, dv: z(s.k_len())? })
+        Ok(DeviceGrads { dq: z(s.q_len())?, dk: z(s.k_len())?, dv: z(s.v_len())? })
     }
 
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
@@ -168,10 +168,10 @@ impl Gpu {
                 }
             }
         }
-        if dout.dims != s.q_dims() {
+        if dout.dims != s.out_dims() {
             return Err(CudaError::ShapeMismatch {
                 what: "d_out",
-                expected: s.q_dims().to_vec(),
+                expected: s.out_dims().to_vec(),
                 got: dout.dims.to_vec(),
             });
         }
@@ -179,7 +179,7 @@ impl Gpu {
             KvDest::F32(dk, dv) => (dk.len(), dv.len()),
             KvDest::Half(dk, dv) => (dk.data.len(), dv.data.len()),
         };
-        for (what, got, len) in [("dq", dq.len(), s.q_len()), ("dk", dk_len, s.k_len()), ("dv", dv_len, s.k_len())] {
+        for (what, got, len) in [("dq", dq.len(), s.q_len()), ("dk", dk_len, s.k_len()), ("dv", dv_len, s.v_len())] {
             if got != len {
                 return Err(CudaError::ShapeMismatch { what, expected: vec![len], got: vec![got] });
             }
@@ -304,7 +304,7 @@ impl Gpu {
             let dims = l.backward_dims();
             let maps = self.tile_maps(l.backward_family(), l, qp, dop, dout.dims)?;
             let dq_map = match maps {
-                Some(_) => Some(TensorMap::new(dqp, Elem::F32, dout.dims, l.row_stride())?),
+                Some(_) => Some(TensorMap::new(dqp, Elem::F32, q.dims, l.row_stride())?),
                 None => None,
             };
             let mut launch = st.launch_builder(prep.kernels.get(dims.kernel));

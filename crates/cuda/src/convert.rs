@@ -71,11 +71,12 @@ impl Gpu {
         Ok([
             self.to_half(prep.dtype, &g.dq, s.q_dims())?,
             self.to_half(prep.dtype, &g.dk, s.k_dims())?,
-            self.to_half(prep.dtype, &g.dv, s.k_dims())?,
+            self.to_half(prep.dtype, &g.dv, s.v_dims())?,
         ])
     }
 
-    /// The forward output in the inputs' 16-bit type (`out`, shaped like q) and the f32
+    /// The forward output in the inputs' 16-bit type (`out`, `[batch, q_rows, heads,
+    /// value_dim]`) and the f32
     /// LSE (`[batch, heads, rows]`): rounded by the epilogue when one launch writes every
     /// row (and no output scale follows), else computed in f32 and rounded by one pass
     /// (module docs).
@@ -97,7 +98,7 @@ impl Gpu {
             _ => {
                 let mut part = self.alloc_partial(prep)?;
                 self.forward_into(prep, q, k, v, &mut part)?;
-                self.to_half_into(prep.dtype, prep.shape.head_dim, &part.out, out)?;
+                self.to_half_into(prep.dtype, prep.shape.value_dim, &part.out, out)?;
                 Ok(self.stream.memcpy_dtod(&part.lse, lse)?)
             }
         }
@@ -119,12 +120,12 @@ impl Gpu {
         dout: &DeviceTensor,
         grads: [&mut DeviceTensor; 3],
     ) -> Result<()> {
-        let [dq_len, kv_len] = half_scratch_lens(prep);
+        let [dq_len, dk_len, dv_len] = half_scratch_lens(prep);
         // SAFETY: the backward clears every f32 sum before its reductions.
         let mut dq32 = unsafe { self.stream.alloc::<f32>(dq_len)? };
-        let mut kv32 = match kv_len {
+        let mut kv32 = match dk_len {
             0 => None,
-            n => Some(unsafe { (self.stream.alloc::<f32>(n)?, self.stream.alloc::<f32>(n)?) }),
+            n => Some(unsafe { (self.stream.alloc::<f32>(n)?, self.stream.alloc::<f32>(dv_len)?) }),
         };
         let kv = kv32.as_mut().map(|(a, b)| (a, b));
         self.backward_half_with(prep, q, k, v, saved, dout, grads, HalfScratch { dq: &mut dq32, kv })
@@ -146,16 +147,16 @@ impl Gpu {
         scratch: HalfScratch<'_>,
     ) -> Result<()> {
         let s = prep.shape;
-        let [dq_len, kv_len] = half_scratch_lens(prep);
+        let want = half_scratch_lens(prep);
         let lens = [
             scratch.dq.len(),
             scratch.kv.as_ref().map_or(0, |(a, _)| a.len()),
             scratch.kv.as_ref().map_or(0, |(_, b)| b.len()),
         ];
-        if lens != [dq_len, kv_len, kv_len] {
+        if lens != want {
             return Err(CudaError::ShapeMismatch {
                 what: "f32 backward sums (dq, dk, dv)",
-                expected: vec![dq_len, kv_len, kv_len],
+                expected: want.to_vec(),
                 got: lens.to_vec(),
             });
         }
@@ -164,7 +165,7 @@ impl Gpu {
                 let kv = KvDest::F32(dk32, dv32);
                 self.backward(prep, q, k, v, Saved::Half(out, lse), dout, scratch.dq, kv, false)?;
                 self.to_half_into(prep.dtype, s.head_dim, dk32, dk)?;
-                self.to_half_into(prep.dtype, s.head_dim, dv32, dv)?;
+                self.to_half_into(prep.dtype, s.value_dim, dv32, dv)?;
             }
             None => {
                 self.backward(prep, q, k, v, Saved::Half(out, lse), dout, scratch.dq, KvDest::Half(dk, dv), false)?
@@ -181,9 +182,12 @@ pub struct HalfScratch<'a> {
     pub kv: Option<(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>)>,
 }
 
-/// Elements of the f32 sums a 16-bit backward of `prep` needs: `[dQ, each of dK and dV]`
-/// (0 for dK, dV when the epilogue writes them in 16 bits).
-pub fn half_scratch_lens(prep: &Prepared) -> [usize; 2] {
+/// Elements of the f32 sums a 16-bit backward of `prep` needs: `[dQ, dK, dV]` (0 for dK,
+/// dV when the epilogue writes them in 16 bits).
+pub fn half_scratch_lens(prep: &Prepared) -> [usize; 3] {
     let s = prep.shape;
-    [s.q_len().max(1), if kv_accumulates(prep, false) { s.k_len().max(1) } else { 0 }]
+    match kv_accumulates(prep, false) {
+        true => [s.q_len().max(1), s.k_len().max(1), s.v_len().max(1)],
+        false => [s.q_len().max(1), 0, 0],
+    }
 }

@@ -10,6 +10,9 @@ pub enum CudaError {
     /// family or device can run: `supported` lists those it can ([`crate::Family::head_dims`],
     /// on a device those whose blocks fit its shared memory: [`crate::Family::fits`]).
     UnsupportedHeadDim { head_dim: usize, supported: Vec<usize> },
+    /// v's head dim differs from q's in a pair no kernel pairs (`supported`: the (q / k, v)
+    /// pairs of different dims that do run, [`crate::Family::value_dim_pairs`]).
+    UnsupportedValueDim { head_dim: usize, value_dim: usize, supported: Vec<(usize, usize)> },
     /// A pattern or combine rule the GPU kernels do not implement.
     Unsupported { what: &'static str },
     /// A tensor dimension that must be positive is zero.
@@ -53,6 +56,14 @@ impl fmt::Display for CudaError {
             CudaError::UnsupportedHeadDim { head_dim, supported } => {
                 let list: Vec<String> = supported.iter().map(|d| d.to_string()).collect();
                 write!(f, "head_dim {head_dim} has no GPU kernel; supported: {}", list.join(", "))
+            }
+            CudaError::UnsupportedValueDim { head_dim, value_dim, supported } => {
+                let list: Vec<String> = supported.iter().map(|(d, v)| format!("d = {d} with d_v = {v}")).collect();
+                write!(f, "head_dim {head_dim} with value head_dim {value_dim} has no GPU kernel; ")?;
+                match list.is_empty() {
+                    true => write!(f, "v's head dim must equal q's here"),
+                    false => write!(f, "v's head dim may differ from q's only as {}", list.join(", ")),
+                }
             }
             CudaError::Unsupported { what } => write!(f, "not supported on the GPU: {what}"),
             CudaError::ZeroDim { tensor, dim } => write!(f, "{tensor}: dimension `{dim}` is 0; it must be at least 1"),

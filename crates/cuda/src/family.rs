@@ -33,6 +33,12 @@ const MMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
 /// is compiled: a consumer's O is 64 x D f32, D / 2 registers per thread (128 at d = 256).
 const WGMMA_HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 
+/// Head dims of v (and d_out, the output, dV) other than q's that the mma family pairs with a
+/// q / k head dim: MLA's d_qk = 192, d_v = 128. Only its kernels above d = 128 take two
+/// dims (`HEAD_DIM_V`; the wide backward splits dK and dV columns separately); the wgmma
+/// family runs equal dims only, so on sm_90 such a call runs the mma family's kernels.
+const MMA_VALUE_DIMS: &[(usize, usize)] = &[(192, 128)];
+
 /// Head dims of the wgmma family's backward: its tiles are tuned for these two; the
 /// backward of the others runs the mma family's kernel ([`Family::backward_family`]).
 const WGMMA_BACKWARD_HEAD_DIMS: &[usize] = &[64, 128];
@@ -75,11 +81,26 @@ impl Family {
     /// to d = 192, sm_86 / sm_89's 99 KB d = 64 and 96 (d = 128's backward takes 106 KB).
     /// The wgmma family's forward at d = 192, 256 takes 193 KB, so with the mma backward
     /// it needs sm_90 as well.
-    pub fn fits(self, head_dim: usize, smem_per_block: u32) -> bool {
+    /// `value_dim` is v's head dim ([`Family::has_value_dim`]).
+    pub fn fits(self, head_dim: usize, value_dim: usize, smem_per_block: u32) -> bool {
         let backward = self.backward_family(head_dim);
         self.head_dims().contains(&head_dim)
             && backward.head_dims().contains(&head_dim)
-            && self.forward_smem(head_dim).max(backward.backward_smem(head_dim)) <= smem_per_block
+            && self.has_value_dim(head_dim, value_dim)
+            && self.forward_smem(head_dim, value_dim).max(backward.backward_smem(head_dim, value_dim))
+                <= smem_per_block
+    }
+
+    /// Whether this family's kernels pair q / k head dim `head_dim` with v head dim
+    /// `value_dim`: equal dims always, and the mma family MLA's 192 / 128
+    /// (`MMA_VALUE_DIMS`).
+    pub fn has_value_dim(self, head_dim: usize, value_dim: usize) -> bool {
+        value_dim == head_dim || (self == Family::Mma && MMA_VALUE_DIMS.contains(&(head_dim, value_dim)))
+    }
+
+    /// The (q / k, v) head-dim pairs with different dims that some family runs.
+    pub fn value_dim_pairs() -> &'static [(usize, usize)] {
+        MMA_VALUE_DIMS
     }
 
     /// The family whose backward kernel runs `head_dim` where `self` runs the forward:
@@ -93,12 +114,12 @@ impl Family {
         }
     }
 
-    /// The family that runs `head_dim` on a device whose family is `self` and whose blocks
-    /// may take `smem_per_block` bytes of shared memory: `self` where its kernels for it fit
-    /// ([`Family::fits`]), else mma (whose kernels run on every sm_80+ device, sm_90
-    /// included); None where neither's do.
-    pub fn for_head_dim(self, head_dim: usize, smem_per_block: u32) -> Option<Family> {
-        [self, Family::Mma].into_iter().find(|f| f.fits(head_dim, smem_per_block))
+    /// The family that runs `head_dim` (v: `value_dim`) on a device whose family is `self`
+    /// and whose blocks may take `smem_per_block` bytes of shared memory: `self` where its
+    /// kernels for it fit ([`Family::fits`]), else mma (whose kernels run on every sm_80+
+    /// device, sm_90 included); None where neither's do.
+    pub fn for_head_dim(self, head_dim: usize, value_dim: usize, smem_per_block: u32) -> Option<Family> {
+        [self, Family::Mma].into_iter().find(|f| f.fits(head_dim, value_dim, smem_per_block))
     }
 
     /// The head dims this family has a forward kernel for (the backward's family:
@@ -333,11 +354,12 @@ impl Family {
     /// (two); the two items' slots (32 bytes each: number, plan, key limit, warpgroups'
     /// tiles, head offset); each stage's first key and key segment (8 bytes); and 1 KB of
     /// slack to round the base up to 1 KB in the kernel (the swizzle of its operands is a
-    /// function of address bits).
-    pub fn forward_smem(self, head_dim: usize) -> u32 {
+    /// function of address bits). V's rows are `value_dim` wide (mma only: wgmma runs
+    /// `value_dim = head_dim`).
+    pub fn forward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
         let (row, k_tile, stages) = (head_dim * 2, self.forward_key_tile(head_dim), self.forward_stages(head_dim));
         let bytes = match self {
-            Family::Mma => (self.forward_q_tile() + 2 * stages * k_tile) * row,
+            Family::Mma => self.forward_q_tile() * row + stages * k_tile * (head_dim + value_dim) * 2,
             Family::Wgmma => {
                 let q = self.forward_q_buffers(head_dim) * self.forward_q_rows(head_dim);
                 let stage_bars = if self.forward_split_kv(head_dim) { 4 } else { 2 };
@@ -355,14 +377,15 @@ impl Family {
     /// ([`Family::backward_dq_buffers`]); wgmma adds a full and an empty mbarrier and the
     /// visit (query tile, warpgroups' plan tiles: 8 bytes) per stage, and no slack to
     /// align the base (the kernel checks that it starts 1 KB-aligned, as sm_90 places it).
-    pub fn backward_smem(self, head_dim: usize) -> u32 {
-        let (row, q_tile, stages) = (head_dim * 2, self.backward_q_tile(head_dim), self.backward_stages());
+    /// V and dO rows are `value_dim` wide.
+    pub fn backward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
+        let (q_tile, stages) = (self.backward_q_tile(head_dim), self.backward_stages());
         let keys = TILE * self.backward_key_tiles();
-        let stage = 2 * q_tile * row + 4 * q_tile * 4;
+        let stage = q_tile * (head_dim + value_dim) * 2 + 4 * q_tile * 4;
         let ds = (self.backward_ds_buffers() + self.backward_p_tiles(head_dim)) * keys * q_tile * 2;
         let dq = self.backward_dq_buffers(head_dim) * q_tile * head_dim * 4;
         let bars = if self == Family::Wgmma { 3 * stages * 8 } else { 0 };
-        (2 * keys * row + stages * stage + ds + dq + bars) as u32
+        (keys * (head_dim + value_dim) * 2 + stages * stage + ds + dq + bars) as u32
     }
 
     /// Launch grid of a forward whose work items (query tile, head, batch) form `items`
@@ -398,26 +421,37 @@ mod tests {
         // of shared memory per block); above d = 128 its forward runs with mma's backward.
         let (sm90, sm80, sm86) = (227 * 1024, 163 * 1024, 99 * 1024);
         for d in [64, 128] {
-            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Wgmma));
+            assert_eq!(Family::Wgmma.for_head_dim(d, d, sm90), Some(Family::Wgmma));
             assert_eq!(Family::Wgmma.backward_family(d), Family::Wgmma);
         }
         for d in [192, 256] {
-            assert_eq!(Family::Wgmma.for_head_dim(d, sm90), Some(Family::Wgmma));
+            assert_eq!(Family::Wgmma.for_head_dim(d, d, sm90), Some(Family::Wgmma));
             assert_eq!(Family::Wgmma.backward_family(d), Family::Mma);
             // Its forward alone (193 KB) does not fit sm_80's blocks; there mma runs both.
-            assert_eq!(Family::Wgmma.for_head_dim(d, sm80), Family::Mma.for_head_dim(d, sm80));
+            assert_eq!(Family::Wgmma.for_head_dim(d, d, sm80), Family::Mma.for_head_dim(d, d, sm80));
         }
         for d in [64, 96, 128, 192, 256] {
-            assert_eq!(Family::Mma.for_head_dim(d, sm90), Some(Family::Mma));
+            assert_eq!(Family::Mma.for_head_dim(d, d, sm90), Some(Family::Mma));
             assert_eq!(Family::Mma.backward_family(d), Family::Mma);
         }
-        assert_eq!(Family::Wgmma.for_head_dim(96, sm90), Some(Family::Mma));
+        assert_eq!(Family::Wgmma.for_head_dim(96, 96, sm90), Some(Family::Mma));
+        // d_qk = 192 with d_v = 128 (MLA): the mma family's kernels, on sm_90 too (the wgmma
+        // family runs equal dims), and on sm_80 (128 KB forward, 138 KB backward); no other
+        // pair of different dims.
+        for f in [Family::Wgmma, Family::Mma] {
+            assert_eq!(f.for_head_dim(192, 128, sm90), Some(Family::Mma));
+            for (d, dv) in [(128, 192), (256, 128), (192, 64), (128, 64), (192, 96)] {
+                assert_eq!(f.for_head_dim(d, dv, sm90), None, "{f:?} d = {d}, d_v = {dv}");
+            }
+        }
+        assert_eq!(Family::Mma.for_head_dim(192, 128, sm80), Some(Family::Mma));
+        assert_eq!(Family::Mma.for_head_dim(192, 128, sm86), None);
         for d in [0, 32, 80, 100, 512] {
-            assert_eq!((Family::Wgmma.for_head_dim(d, sm90), Family::Mma.for_head_dim(d, sm90)), (None, None));
+            assert_eq!((Family::Wgmma.for_head_dim(d, d, sm90), Family::Mma.for_head_dim(d, d, sm90)), (None, None));
         }
         // Smaller shared memories refuse the head dims whose blocks do not fit.
         let fit = |smem| -> Vec<usize> {
-            [64, 96, 128, 192, 256].into_iter().filter(|&d| Family::Mma.fits(d, smem)).collect()
+            [64, 96, 128, 192, 256].into_iter().filter(|&d| Family::Mma.fits(d, d, smem)).collect()
         };
         assert_eq!((fit(sm80), fit(sm86)), (vec![64, 96, 128, 192], vec![64, 96]));
         assert_eq!(Family::Mma.target(9, 0), "sm_90");
@@ -490,42 +524,47 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_and_adds_up() {
-        assert_eq!(Family::Mma.forward_smem(128), 96 * 1024);
-        assert_eq!(Family::Mma.forward_smem(64), 48 * 1024);
-        assert_eq!(Family::Wgmma.forward_smem(128), 224 * 1024 + 208 + 1024);
+        assert_eq!(Family::Mma.forward_smem(128, 128), 96 * 1024);
+        assert_eq!(Family::Mma.forward_smem(64, 64), 48 * 1024);
+        assert_eq!(Family::Wgmma.forward_smem(128, 128), 224 * 1024 + 208 + 1024);
         // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
-        assert_eq!(Family::Wgmma.forward_smem(64), 176 * 1024 + 208 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(64, 64), 176 * 1024 + 208 + 1024);
         // d = 192: two Q tiles of 128 rows (96 KB), two stages of 64-key K / V (96 KB); d = 256:
         // one Q tile (64 KB), two stages (128 KB). Four mbarriers per stage (K and V handed
         // over apart), six per item slot: 112 bytes.
-        assert_eq!(Family::Wgmma.forward_smem(192), 192 * 1024 + 112 + 64 + 16 + 1024);
-        assert_eq!(Family::Wgmma.forward_smem(256), 192 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(192, 192), 192 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(256, 256), 192 * 1024 + 112 + 64 + 16 + 1024);
         assert_eq!((Family::Wgmma.forward_q_buffers(192), Family::Wgmma.forward_q_buffers(256)), (2, 1));
         assert!(Family::Wgmma.forward_split_kv(256) && !Family::Wgmma.forward_split_kv(128));
-        assert_eq!(Family::Mma.backward_smem(128), 96 * 1024 + 2048 + 8192);
-        assert_eq!(Family::Mma.backward_smem(64), 48 * 1024 + 2048 + 8192);
+        assert_eq!(Family::Mma.backward_smem(128, 128), 96 * 1024 + 2048 + 8192);
+        assert_eq!(Family::Mma.backward_smem(64, 64), 48 * 1024 + 2048 + 8192);
         // d = 128: K, V of 128 keys (64 KB), two stages of 64 queries (66 KB), two dS^T tiles
         // (32 KB), two dQ staging tiles (64 KB). d = 64: K, V (32 KB), two stages of 128
         // queries (68 KB), two dS^T tiles (64 KB), one staging tile (32 KB). Then 48 bytes of
         // mbarriers and visits.
-        assert_eq!(Family::Wgmma.backward_smem(128), (64 + 66 + 32 + 64) * 1024 + 48);
-        assert_eq!(Family::Wgmma.backward_smem(64), (32 + 68 + 64 + 32) * 1024 + 48);
+        assert_eq!(Family::Wgmma.backward_smem(128, 128), (64 + 66 + 32 + 64) * 1024 + 48);
+        assert_eq!(Family::Wgmma.backward_smem(64, 64), (32 + 68 + 64 + 32) * 1024 + 48);
         // The new head dims: a 128-row Q tile and two stages of 64-key K / V tiles: 384 rows
         // of 2 D bytes.
         for d in [96, 192, 256] {
-            assert_eq!(Family::Mma.forward_smem(d), 384 * 2 * d as u32, "d = {d}");
+            assert_eq!(Family::Mma.forward_smem(d, d), 384 * 2 * d as u32, "d = {d}");
         }
         // d = 96: K, V (24 KB), two stages of 64 queries (2 x 25 KB), one dS^T tile (8 KB).
-        assert_eq!(Family::Mma.backward_smem(96), (24 + 50 + 8) * 1024);
+        assert_eq!(Family::Mma.backward_smem(96, 96), (24 + 50 + 8) * 1024);
         // d = 192, 256: K, V (48, 64 KB), two stages (2 x 49, 2 x 65 KB), dS^T and P^T (16 KB).
-        assert_eq!(Family::Mma.backward_smem(192), (48 + 98 + 16) * 1024);
-        assert_eq!(Family::Mma.backward_smem(256), (64 + 130 + 16) * 1024);
+        assert_eq!(Family::Mma.backward_smem(192, 192), (48 + 98 + 16) * 1024);
+        assert_eq!(Family::Mma.backward_smem(256, 256), (64 + 130 + 16) * 1024);
+        // MLA's d_qk = 192, d_v = 128: V rows of 256 bytes. Forward: Q 48 KB, two stages of
+        // K (24 KB) and V (16 KB). Backward: K 24 + V 16 KB, two stages of Q (24 KB), dO
+        // (16 KB) and 1 KB of row data, dS^T and P^T (16 KB).
+        assert_eq!(Family::Mma.forward_smem(192, 128), (48 + 2 * 40) * 1024);
+        assert_eq!(Family::Mma.backward_smem(192, 128), (40 + 2 * 41 + 16) * 1024);
         // sm_90's largest dynamic shared memory per block is 227 KB (sm_80's 163 KB: the mma
         // family at d = 192 (162 KB backward) and 256 (192, 210 KB) needs a device of sm_90's).
         for f in [Family::Mma, Family::Wgmma] {
             for &d in f.head_dims() {
-                assert!(f.forward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
-                assert!(f.backward_family(d).backward_smem(d) <= 227 * 1024, "{f:?} d = {d}");
+                assert!(f.forward_smem(d, d) <= 227 * 1024, "{f:?} d = {d}");
+                assert!(f.backward_family(d).backward_smem(d, d) <= 227 * 1024, "{f:?} d = {d}");
             }
         }
     }

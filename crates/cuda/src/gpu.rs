@@ -119,7 +119,7 @@ impl Gpu {
         let (name, family) = (self.ctx.name()?, self.family.name());
         let (mut whole, mut backward) = (Vec::<(usize, Family)>::new(), Vec::<(usize, Family)>::new());
         for &d in Family::Mma.head_dims() {
-            match self.family_for(d) {
+            match self.family_for(d, d) {
                 Ok(f) if f != self.family => whole.push((d, f)),
                 Ok(f) if f.backward_family(d) != f => backward.push((d, f.backward_family(d))),
                 _ => {}
@@ -160,11 +160,17 @@ impl Gpu {
     /// them, else mma's (on sm_90: d = 96, compiled for `sm_90`; see [`Family::for_head_dim`];
     /// the backward's: [`Family::backward_family`], on sm_90 mma's at d = 192, 256).
     /// Otherwise an error naming the value and every head dim this device runs (mma's,
-    /// those whose blocks fit its shared memory: d = 256 needs sm_90's 227 KB).
-    pub fn family_for(&self, head_dim: usize) -> Result<Family> {
-        self.family.for_head_dim(head_dim, self.smem_per_block).ok_or_else(|| {
-            let supported = Family::Mma.head_dims().iter().copied();
-            let supported = supported.filter(|&d| self.family.for_head_dim(d, self.smem_per_block).is_some()).collect();
+    /// those whose blocks fit its shared memory: d = 256 needs sm_90's 227 KB), or, where
+    /// `head_dim` runs but not with v's `value_dim`, the pairs of different dims it runs
+    /// (MLA's 192 / 128 runs the mma family's kernels, on sm_90 too).
+    pub fn family_for(&self, head_dim: usize, value_dim: usize) -> Result<Family> {
+        let runs = |d: usize, v: usize| self.family.for_head_dim(d, v, self.smem_per_block).is_some();
+        self.family.for_head_dim(head_dim, value_dim, self.smem_per_block).ok_or_else(|| {
+            if runs(head_dim, head_dim) {
+                let supported = Family::value_dim_pairs().iter().copied().filter(|&(d, v)| runs(d, v)).collect();
+                return CudaError::UnsupportedValueDim { head_dim, value_dim, supported };
+            }
+            let supported = Family::Mma.head_dims().iter().copied().filter(|&d| runs(d, d)).collect();
             CudaError::UnsupportedHeadDim { head_dim, supported }
         })
     }
@@ -183,8 +189,8 @@ impl Gpu {
         if let Some(k) = self.kernels.lock().expect("kernel cache lock").get(&variant) {
             return Ok(k.clone());
         }
-        let head_dim = variant.head_dim;
-        let family = self.family_for(head_dim)?;
+        let (head_dim, value_dim) = (variant.head_dim, variant.value_dim);
+        let family = self.family_for(head_dim, value_dim)?;
         let load_module = |f: Family| -> Result<_> {
             Ok(self.ctx.load_module(compile(&f.target(self.cc.0, self.cc.1), f, variant)?)?)
         };
@@ -204,14 +210,14 @@ impl Gpu {
         let load = |name: &str, smem: u32| load_from(&module, name, smem);
         let mut attention = HashMap::new();
         for kernel in Kernel::of(family, head_dim) {
-            attention.insert(kernel, load(kernel.name(), kernel.smem(family, head_dim))?);
+            attention.insert(kernel, load(kernel.name(), kernel.smem(family, head_dim, value_dim))?);
         }
         // A head dim whose backward another family runs (wgmma above d = 128): its
         // module too, for that kernel alone.
         let backward = family.backward_family(head_dim);
         if backward != family {
             let kernel = Kernel::Backward;
-            let f = load_from(&load_module(backward)?, kernel.name(), kernel.smem(backward, head_dim))?;
+            let f = load_from(&load_module(backward)?, kernel.name(), kernel.smem(backward, head_dim, value_dim))?;
             attention.insert(kernel, f);
         }
         let k = Arc::new(Kernels {
@@ -256,7 +262,7 @@ impl Gpu {
         // The pattern the kernels run: a built-in in place of an expression equal to it.
         let lowered = spec.lowered();
         let spec = lowered.as_ref().unwrap_or(spec);
-        let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim)?)?;
+        let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim, shape.value_dim)?)?;
         // A mask expression runs compiled into the kernels, unless it is one LongNet
         // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {
@@ -266,6 +272,7 @@ impl Gpu {
             _ => None,
         };
         let variant = Variant::new(dtype, shape.head_dim)
+            .with_value_dim(shape.value_dim)
             .with_documents(spec.documents.is_some())
             .with_expr(expr)
             .with_table(matches!(spec.pattern, GpuPattern::Table(_)));
@@ -322,7 +329,7 @@ impl Gpu {
     pub fn alloc_partial(&self, prep: &Prepared) -> Result<DevicePartial> {
         let s = prep.shape;
         let z = |n: usize| self.stream.alloc_zeros::<f32>(n.max(1));
-        Ok(DevicePartial { out: z(s.q_len())?, lse: z(s.lse_len())?, dims: s.q_dims() })
+        Ok(DevicePartial { out: z(s.out_len())?, lse: z(s.lse_len())?, dims: s.out_dims() })
     }
 
     pub(crate) fn check_inputs(
@@ -333,8 +340,7 @@ impl Gpu {
         v: &DeviceTensor,
     ) -> Result<()> {
         let s = prep.shape;
-        let (qd, kd) = (s.q_dims(), s.k_dims());
-        for (what, t, d) in [("q", q, qd), ("k", k, kd), ("v", v, kd)] {
+        for (what, t, d) in [("q", q, s.q_dims()), ("k", k, s.k_dims()), ("v", v, s.v_dims())] {
             if t.dims != d {
                 return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: t.dims.to_vec() });
             }
@@ -343,8 +349,8 @@ impl Gpu {
     }
     pub(crate) fn check_partial(&self, what: &'static str, prep: &Prepared, p: &DevicePartial) -> Result<()> {
         let s = prep.shape;
-        let d = s.q_dims();
-        if p.dims != d || p.out.len() != s.q_len() || p.lse.len() != s.lse_len() {
+        let d = s.out_dims();
+        if p.dims != d || p.out.len() != s.out_len() || p.lse.len() != s.lse_len() {
             return Err(CudaError::ShapeMismatch { what, expected: d.to_vec(), got: p.dims.to_vec() });
         }
         Ok(())

@@ -83,11 +83,13 @@ pub struct Define {
 
 /// The compile-time constants of one (family, variant) module.
 pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
-    let (f, dtype, head_dim) = (family, variant.dtype, variant.head_dim);
+    let (f, dtype, head_dim, value_dim) = (family, variant.dtype, variant.head_dim, variant.value_dim);
     debug_assert!(f.head_dims().contains(&head_dim), "{f:?} has no kernels for d = {head_dim}");
+    debug_assert!(f.has_value_dim(head_dim, value_dim), "{f:?} has no kernels for d = {head_dim}, d_v = {value_dim}");
     let d = |name, value: usize, doc| Define { name, value: value as i64, doc };
     let mut out = vec![
-        d("HEAD_DIM", head_dim, "head dimension (register tiles)"),
+        d("HEAD_DIM", head_dim, "head dimension of q and k (register tiles)"),
+        d("HEAD_DIM_V", value_dim, "head dimension of v, d_out, the output and dv"),
         d("IS_F16", (dtype == Dtype::F16) as usize, "16-bit inputs: f16 (1) or bf16 (0)"),
         d("WGMMA", (f == Family::Wgmma) as usize, "kernel family: wgmma + TMA (1) or mma.sync (0)"),
         d("DOCS", variant.documents as usize, "launches may carry packed documents (document cut compiled in)"),
@@ -122,8 +124,8 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("WB_DS_BUFFERS", f.backward_ds_buffers(), "dS^T tiles of the backward"),
         d("WB_DQ_BUFFERS", f.backward_dq_buffers(head_dim), "f32 dQ staging tiles of the wgmma backward"),
         d("DELTA_LANES", DELTA_LANES, "threads per row of bwd_delta"),
-        d("FWD_SMEM_BYTES", f.forward_smem(head_dim) as usize, "dynamic shared memory of the forward"),
-        d("BWD_SMEM_BYTES", f.backward_smem(head_dim) as usize, "dynamic shared memory of the backward"),
+        d("FWD_SMEM_BYTES", f.forward_smem(head_dim, value_dim) as usize, "dynamic shared memory of the forward"),
+        d("BWD_SMEM_BYTES", f.backward_smem(head_dim, value_dim) as usize, "dynamic shared memory of the backward"),
     ];
     if f == Family::Mma {
         out.push(d("WM", f.forward_warp_tiles(head_dim), "m16 row tiles per warp of the mma forward"));
@@ -239,7 +241,7 @@ mod tests {
         ] {
             assert!(c.contains(line), "{line} missing from\n{c}");
         }
-        let smem = format!("#define BWD_SMEM_BYTES {} ", Family::Wgmma.backward_smem(64));
+        let smem = format!("#define BWD_SMEM_BYTES {} ", Family::Wgmma.backward_smem(64, 64));
         assert!(c.contains(&smem));
         let c = contract(Family::Mma, Variant::new(Dtype::Bf16, 128));
         assert!(c.contains("#define FBM 128 ") && c.contains("#define FBN 64 ") && c.contains("#define WGMMA 0 "));

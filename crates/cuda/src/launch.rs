@@ -24,6 +24,8 @@ pub struct LaunchSpec {
     pub map: IndexMap,
     pub family: Family,
     pub head_dim: usize,
+    /// v's head dim ([`Shape::value_dim`]).
+    pub value_dim: usize,
     /// Query rows per forward block ([`Family::forward_q_tile_for`]); it picks the forward
     /// kernel ([`Kernel::Forward`], or [`Kernel::ForwardNarrow`] for the narrow tile).
     pub fwd_q_tile: usize,
@@ -73,11 +75,12 @@ impl Kernel {
         forward.into_iter().chain(backward).collect()
     }
 
-    /// Dynamic shared memory every launch of this kernel requests.
-    pub fn smem(self, family: Family, head_dim: usize) -> u32 {
+    /// Dynamic shared memory every launch of this kernel requests (v's head dim
+    /// `value_dim`).
+    pub fn smem(self, family: Family, head_dim: usize, value_dim: usize) -> u32 {
         match self {
-            Kernel::Forward | Kernel::ForwardNarrow => family.forward_smem(head_dim),
-            Kernel::Backward => family.backward_smem(head_dim),
+            Kernel::Forward | Kernel::ForwardNarrow => family.forward_smem(head_dim, value_dim),
+            Kernel::Backward => family.backward_smem(head_dim, value_dim),
         }
     }
 }
@@ -111,7 +114,7 @@ impl LaunchSpec {
             kernel,
             grid: f.forward_grid(self.grid_fwd(), sms),
             block: f.forward_threads(self.fwd_q_tile, self.head_dim),
-            smem: kernel.smem(f, self.head_dim),
+            smem: kernel.smem(f, self.head_dim, self.value_dim),
         }
     }
 
@@ -127,7 +130,7 @@ impl LaunchSpec {
             kernel: Kernel::Backward,
             grid: self.grid_cols(f.backward_key_tiles()),
             block: f.backward_threads(self.head_dim),
-            smem: Kernel::Backward.smem(f, self.head_dim),
+            smem: Kernel::Backward.smem(f, self.head_dim, self.value_dim),
         }
     }
 
@@ -160,6 +163,10 @@ fn fits_i32(what: &'static str, value: usize) -> Result<i32> {
 pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<()> {
     if !family.head_dims().contains(&shape.head_dim) {
         return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim, supported: family.head_dims().to_vec() });
+    }
+    if !family.has_value_dim(shape.head_dim, shape.value_dim) {
+        let supported = Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v)).collect();
+        return Err(CudaError::UnsupportedValueDim { head_dim: shape.head_dim, value_dim: shape.value_dim, supported });
     }
     for (dim, size) in [
         ("batch", shape.batch),
@@ -316,6 +323,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             map,
             family,
             head_dim: shape.head_dim,
+            value_dim: shape.value_dim,
             fwd_q_tile,
             fwd_k_tile,
             fwd,

@@ -29,7 +29,7 @@ fn dense_launch_configuration() {
     assert_eq!(dims, LaunchDims { kernel: Kernel::Forward, grid: (8, 3, 2), block: 128, smem: 96 * 1024 });
     let bwd = l.backward_dims();
     assert_eq!((bwd.kernel, bwd.grid, bwd.block), (Kernel::Backward, (16, 3, 2), 128));
-    assert_eq!(bwd.smem, Family::Mma.backward_smem(128));
+    assert_eq!(bwd.smem, Family::Mma.backward_smem(128, 128));
     // Three consumer warpgroups: 192-row forward tiles.
     let l = launches_for(&shape, &dense().causal(true), &Chunk::whole(&shape), Family::Wgmma).unwrap();
     assert_eq!(l[0].grid_fwd(), (6, 3, 2)); // ceil(1000 / 192)
@@ -45,9 +45,9 @@ fn dense_launch_configuration() {
     // producer), the backward over pairs of key tiles.
     let dims = l[0].forward_dims(132);
     assert_eq!((dims.kernel, dims.grid, dims.block), (Kernel::Forward, (36, 1, 1), 512));
-    assert_eq!(dims.smem, Family::Wgmma.forward_smem(64));
+    assert_eq!(dims.smem, Family::Wgmma.forward_smem(64, 64));
     let bwd = l[0].backward_dims();
-    assert_eq!((bwd.grid, bwd.block, bwd.smem), ((8, 3, 2), 384, Family::Wgmma.backward_smem(64)));
+    assert_eq!((bwd.grid, bwd.block, bwd.smem), ((8, 3, 2), 384, Family::Wgmma.backward_smem(64, 64)));
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
         assert_eq!((l.fwd_q_tile, l.fwd_k_tile, l.grid_fwd(), l.grid_cols(1)), (128, 64, (8, 3, 2), (16, 3, 2)));
         let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
         assert_eq!((fwd.kernel, fwd.grid, fwd.block, fwd.smem), (Kernel::Forward, (8, 3, 2), threads, 768 * d as u32));
-        assert_eq!((bwd.grid, bwd.block, bwd.smem), ((16, 3, 2), threads, Family::Mma.backward_smem(d)));
+        assert_eq!((bwd.grid, bwd.block, bwd.smem), ((16, 3, 2), threads, Family::Mma.backward_smem(d, d)));
         assert!((l.params.scale - 1.0 / (d as f32).sqrt()).abs() < 1e-7);
     }
 }
@@ -83,9 +83,9 @@ fn wgmma_wide_head_dims_run_its_narrow_forward_and_the_mma_backward() {
                 let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
                 assert_eq!(
                     (fwd.kernel, fwd.block, fwd.smem),
-                    (Kernel::ForwardNarrow, 384, Family::Wgmma.forward_smem(d))
+                    (Kernel::ForwardNarrow, 384, Family::Wgmma.forward_smem(d, d))
                 );
-                assert_eq!((bwd.kernel, bwd.block, bwd.smem), (Kernel::Backward, 256, Family::Mma.backward_smem(d)));
+                assert_eq!((bwd.kernel, bwd.block, bwd.smem), (Kernel::Backward, 256, Family::Mma.backward_smem(d, d)));
             }
         }
         // The module compiles exactly those: the narrow forward, and no backward of its own.
@@ -358,6 +358,20 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
     assert!(matches!(
         launches_for(&d96, &dense(), &whole, Family::Wgmma),
         Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128, 192, 256]
+    ));
+    // v's head dim: MLA's 192 / 128 on the mma family; any other pair named with both dims
+    // and what runs; on wgmma none (a device runs 192 / 128 with mma's: Gpu::family_for).
+    let mla = Shape::square(1, 100, 2, 192).with_value_dim(128);
+    let l = launches_for(&mla, &dense(), &whole, Family::Mma).unwrap();
+    assert_eq!((l[0].head_dim, l[0].value_dim), (192, 128));
+    assert_eq!((l[0].forward_dims(132).smem, l[0].backward_dims().smem), (128 * 1024, 138 * 1024));
+    assert_eq!(
+        err(&Shape::square(1, 100, 2, 128).with_value_dim(64), &dense(), &whole),
+        "head_dim 128 with value head_dim 64 has no GPU kernel; v's head dim may differ from q's only as d = 192 with d_v = 128"
+    );
+    assert!(matches!(
+        launches_for(&mla, &dense(), &whole, Family::Wgmma),
+        Err(CudaError::UnsupportedValueDim { head_dim: 192, value_dim: 128, supported }) if supported.is_empty()
     ));
     assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
     assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));

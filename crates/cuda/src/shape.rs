@@ -10,8 +10,10 @@ pub enum Dtype {
     F16,
 }
 
-/// Tensor sizes of one call: q / d_out / out are `[batch, q_rows, heads, head_dim]`,
-/// k / v are `[batch, k_rows, kv_heads, head_dim]`.
+/// Tensor sizes of one call: q is `[batch, q_rows, heads, head_dim]`, k `[batch, k_rows,
+/// kv_heads, head_dim]`, v `[batch, k_rows, kv_heads, value_dim]`, d_out and out `[batch,
+/// q_rows, heads, value_dim]` (`value_dim = head_dim` but for MLA-style pairs such as
+/// 192 / 128: [`crate::Family::value_dim_pairs`]; the softmax scale stays `1 / sqrt(head_dim)`).
 ///
 /// Grouped-query attention (`docs/semantics.md`, section 15): `kv_heads` divides `heads`,
 /// and query head `h` reads K/V head `h / (heads / kv_heads)`; multi-head attention is
@@ -23,6 +25,7 @@ pub struct Shape {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    pub value_dim: usize,
     pub q_rows: usize,
     pub k_rows: usize,
 }
@@ -30,7 +33,12 @@ pub struct Shape {
 impl Shape {
     /// Self-attention over a whole sequence.
     pub fn square(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
-        Shape { batch, heads, kv_heads: heads, head_dim, q_rows: seq, k_rows: seq }
+        Shape { batch, heads, kv_heads: heads, head_dim, value_dim: head_dim, q_rows: seq, k_rows: seq }
+    }
+
+    /// The same sizes with v's head dim `value_dim`.
+    pub fn with_value_dim(self, value_dim: usize) -> Self {
+        Shape { value_dim, ..self }
     }
 
     /// The same sizes with `kv_heads` K/V heads (grouped-query attention).
@@ -44,14 +52,24 @@ impl Shape {
         self.heads / self.kv_heads.max(1)
     }
 
-    /// `[batch, q_rows, heads, head_dim]`: q, d_out and the output.
+    /// `[batch, q_rows, heads, head_dim]`: q and dQ.
     pub fn q_dims(&self) -> [usize; 4] {
         [self.batch, self.q_rows, self.heads, self.head_dim]
     }
 
-    /// `[batch, k_rows, kv_heads, head_dim]`: k, v and their gradients.
+    /// `[batch, k_rows, kv_heads, head_dim]`: k and dK.
     pub fn k_dims(&self) -> [usize; 4] {
         [self.batch, self.k_rows, self.kv_heads, self.head_dim]
+    }
+
+    /// `[batch, k_rows, kv_heads, value_dim]`: v and dV.
+    pub fn v_dims(&self) -> [usize; 4] {
+        [self.batch, self.k_rows, self.kv_heads, self.value_dim]
+    }
+
+    /// `[batch, q_rows, heads, value_dim]`: the output and d_out.
+    pub fn out_dims(&self) -> [usize; 4] {
+        [self.batch, self.q_rows, self.heads, self.value_dim]
     }
 
     pub fn q_len(&self) -> usize {
@@ -60,6 +78,14 @@ impl Shape {
 
     pub fn k_len(&self) -> usize {
         self.batch * self.k_rows * self.kv_heads * self.head_dim
+    }
+
+    pub fn v_len(&self) -> usize {
+        self.batch * self.k_rows * self.kv_heads * self.value_dim
+    }
+
+    pub fn out_len(&self) -> usize {
+        self.batch * self.q_rows * self.heads * self.value_dim
     }
 
     /// Elements of the `[batch, heads, q_rows]` log-sum-exp.

@@ -17,6 +17,9 @@ use crate::shape::Dtype;
 pub struct Variant {
     pub dtype: Dtype,
     pub head_dim: usize,
+    /// v's head dim (`HEAD_DIM_V`): `head_dim` but for the pairs of
+    /// [`crate::Family::value_dim_pairs`].
+    pub value_dim: usize,
     /// Launches of this module may carry packed documents (`Params::doc_first`).
     pub documents: bool,
     /// The mask expression compiled into this module (`PATTERN_EXPR` launches), if any.
@@ -27,9 +30,14 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// The module for `dtype` and `head_dim`, without documents.
+    /// The module for `dtype` and `head_dim` (v's too), without documents.
     pub fn new(dtype: Dtype, head_dim: usize) -> Self {
-        Variant { dtype, head_dim, documents: false, expr: None, table: false }
+        Variant { dtype, head_dim, value_dim: head_dim, documents: false, expr: None, table: false }
+    }
+
+    /// The same module with v's head dim `value_dim`.
+    pub fn with_value_dim(self, value_dim: usize) -> Self {
+        Variant { value_dim, ..self }
     }
 
     /// The same module with document support compiled in (or not).
@@ -47,13 +55,14 @@ impl Variant {
         Variant { table, ..self }
     }
 
-    /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs`, `Bf16_d64_expr3` or
-    /// `Bf16_d128_table`.
+    /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs`, `Bf16_d64_expr3`,
+    /// `Bf16_d128_table` or `Bf16_d192v128` (v's head dim where it differs).
     pub fn tag(&self) -> String {
+        let value = if self.value_dim != self.head_dim { format!("v{}", self.value_dim) } else { String::new() };
         let docs = if self.documents { "_docs" } else { "" };
         let expr = self.expr.map_or(String::new(), |e| format!("_expr{}", e.0));
         let table = if self.table { "_table" } else { "" };
-        format!("{:?}_d{}{docs}{expr}{table}", self.dtype, self.head_dim)
+        format!("{:?}_d{}{value}{docs}{expr}{table}", self.dtype, self.head_dim)
     }
 }
 
@@ -72,5 +81,8 @@ mod tests {
         let table = Variant::new(Dtype::Bf16, 128).with_table(true);
         assert_eq!(table.tag(), "Bf16_d128_table");
         assert_ne!(table, table.with_table(false));
+        let mla = Variant::new(Dtype::Bf16, 192).with_value_dim(128);
+        assert_eq!((mla.tag(), Variant::new(Dtype::Bf16, 192).with_value_dim(192).tag()), ("Bf16_d192v128".into(), "Bf16_d192".into()));
+        assert_ne!(mla, Variant::new(Dtype::Bf16, 192));
     }
 }

@@ -118,6 +118,13 @@ fn main() {
         let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
         check(format!("sm_80 {} compiles", variant.tag()), r);
     }
+    // MLA's d_qk = 192 with d_v = 128 (mma only): V, O and dO tiles 128 wide beside 192-wide
+    // Q and K, dK and dV column slices apart in the backward.
+    for (head_dim, value_dim) in Family::value_dim_pairs().iter().copied() {
+        let variant = Variant::new(Dtype::Bf16, head_dim).with_value_dim(value_dim);
+        let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+        check(format!("sm_80 {} compiles", variant.tag()), r);
+    }
     // The wgmma family's forward at 192 and 256 (two stages whose K and V are handed over
     // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason.
     for head_dim in [192, 256] {
@@ -154,7 +161,7 @@ fn main() {
     check("sm_90a: backward layout".into(), refused(Family::Wgmma, "sm_90a", &bwd, "backward shared memory differs"));
     let threads = planted("threads", "sm90_forward_layout.cuh", "CONSUMERS = 128 * WGS,", "CONSUMERS = 96 * WGS,");
     check("sm_90a: forward threads".into(), refused(Family::Wgmma, "sm_90a", &threads, "block threads differ"));
-    let mma = planted("mma-smem", "sm80_forward.cu", "(FBM + 2 * FWD_STAGES * BN)", "(FBM + 3 * FWD_STAGES * BN)");
+    let mma = planted("mma-smem", "sm80_forward.cu", "(FBM * D + FWD_STAGES * KV_STAGE)", "(FBM * D + 3 * KV_STAGE)");
     check("sm_80: forward layout".into(), refused(Family::Mma, "sm_80", &mma, "forward shared memory differs"));
     let wide = planted("mma-wide", "sm80_backward_wide.cu", "(WB_DS_BUFFERS + BWD_P_TILES)", "(WB_DS_BUFFERS + 0)");
     let r = refused_at(Family::Mma, "sm_80", &wide, "backward shared memory differs", 256);

@@ -196,7 +196,7 @@ pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyRes
 /// its cache.
 #[pyfunction]
 pub fn cuda_backward_scratch(py: Python<'_>, call: CallArgs<'_>) -> PyResult<(usize, usize)> {
-    let mut lens = [0, 0];
+    let mut lens = [0, 0, 0];
     Call::new(call)?.run(py, |_, _, prep| {
         lens = half_scratch_lens(prep);
         Ok(())
@@ -220,12 +220,12 @@ pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 12]) -> PyR
         let (out, dout) = (t("out", out, s.q_dims())?, t("d_out", dout, s.q_dims())?);
         let (mut dq, mut dk, mut dv) = (t("dq", dq, s.q_dims())?, t("dk", dk, s.k_dims())?, t("dv", dv, s.k_dims())?);
         let lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
-        let [dq_len, kv_len] = half_scratch_lens(prep);
+        let [dq_len, dk_len, dv_len] = half_scratch_lens(prep);
         let f32s = |what, p, n| unsafe { view.borrow_f32(what, p, n) };
         let mut dq32 = f32s("dq sums", dq32, dq_len)?;
-        let mut kv32 = match kv_len {
+        let mut kv32 = match dk_len {
             0 => None,
-            n => Some((f32s("dk sums", dk32, n)?, f32s("dv sums", dv32, n)?)),
+            n => Some((f32s("dk sums", dk32, n)?, f32s("dv sums", dv32, dv_len)?)),
         };
         let scratch = HalfScratch { dq: &mut dq32, kv: kv32.as_mut().map(|(a, b)| (&mut **a, &mut **b)) };
         view.backward_half_with(prep, &q, &k, &v, (&out, &lse), &dout, [&mut dq, &mut dk, &mut dv], scratch)

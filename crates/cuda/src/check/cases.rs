@@ -41,6 +41,9 @@ pub struct Case {
     /// attention (query head `h` reads K/V head `h / (heads / kv_heads)`).
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// v's head dim (and d_out's, the output's): `head_dim`, or MLA's 128 at 192
+    /// ([`super::value_dims`]).
+    pub value_dim: usize,
     pub seq: usize,
     pub spec: GpuSpec,
     /// How q and k are drawn (the magnitude of the scores).
@@ -116,6 +119,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::dilated_expr::cases(&mut rng, quick));
     out.extend(super::head_groups::cases(&mut rng, quick));
     out.extend(super::intervals::cases(&mut rng, quick));
+    out.extend(super::value_dims::cases(&mut rng, quick));
     out
 }
 
@@ -163,6 +167,7 @@ impl Case {
             heads,
             kv_heads: heads,
             head_dim,
+            value_dim: head_dim,
             seq,
             spec,
             logits: Logits::Unit,
@@ -198,11 +203,12 @@ pub(super) fn fit_spec(mut spec: GpuSpec, batch: usize, seq: usize, rng: &mut Sp
 /// One line naming the case completely (enough to reproduce it with its seed).
 pub fn describe(c: &Case) -> String {
     format!(
-        "{:?} {} {:?} d={} b={} h={}{} n={} causal={} pattern={} key_lengths={:?}{}",
+        "{:?} {} {:?} d={}{} b={} h={}{} n={} causal={} pattern={} key_lengths={:?}{}",
         c.kind,
         c.name,
         c.dtype,
         c.head_dim,
+        if c.value_dim == c.head_dim { String::new() } else { format!(" d_v={}", c.value_dim) },
         c.batch,
         c.heads,
         if c.kv_heads == c.heads { String::new() } else { format!(" kv_heads={}", c.kv_heads) },
@@ -235,7 +241,8 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 273);
+        assert_eq!(c.len(), 293);
+        assert_eq!(c.iter().filter(|x| x.value_dim != x.head_dim).count(), 20);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 22);
         // The table module's 16 and the head-group combine's 4 as tables.
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 20);

@@ -73,27 +73,29 @@ pub(super) fn draw(case: &Case, seed: u64) -> (SplitMix64, [Rounded; 3]) {
     let mut rng = SplitMix64::new(seed);
     let dims = [case.batch, case.seq, case.heads, case.head_dim];
     let kv_dims = [case.batch, case.seq, case.kv_heads, case.head_dim];
+    let v_dims = [case.batch, case.seq, case.kv_heads, case.value_dim];
     let q = case.logits.rounded(dims, case.dtype, true, &mut rng);
     let k = case.logits.rounded(kv_dims, case.dtype, false, &mut rng);
-    let v = rounded(kv_dims, case.dtype, &mut rng);
+    let v = rounded(v_dims, case.dtype, &mut rng);
     (rng, [q, k, v])
 }
 
 /// Run one case on the GPU and compare with the reference.
 pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
     let (mut rng, [(qb, q), (kb, k), (vb, v)]) = draw(case, seed);
-    let (b, n, h, d) = (case.batch, case.seq, case.heads, case.head_dim);
+    let (b, n, h, d, dv) = (case.batch, case.seq, case.heads, case.head_dim, case.value_dim);
     let (dims, kv_dims) = ([b, n, h, d], [b, n, case.kv_heads, d]);
+    let (v_dims, out_dims) = ([b, n, case.kv_heads, dv], [b, n, h, dv]);
     let reference_spec = case.spec.to_reference();
     let bound = bound_for(case.dtype, case.logits);
     let mut metrics = Vec::new();
     let all: Vec<usize> = (0..n).collect();
     match case.kind {
         Kind::Forward | Kind::Backward => {
-            let shape = Shape::square(b, n, h, d).with_kv_heads(case.kv_heads);
+            let shape = Shape::square(b, n, h, d).with_kv_heads(case.kv_heads).with_value_dim(dv);
             let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &Chunk::whole(&shape))?;
-            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, kv_dims)?, gpu.upload(&vb, kv_dims)?);
-            let mut out = poisoned_partial(gpu, dims)?;
+            let (qd, kd, vd) = (gpu.upload(&qb, dims)?, gpu.upload(&kb, kv_dims)?, gpu.upload(&vb, v_dims)?);
+            let mut out = poisoned_partial(gpu, out_dims)?;
             gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut out)?;
             let got = partial_to_host(gpu, &out)?;
             let half = gpu.output_half(&prep, &out)?;
@@ -110,12 +112,12 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                 [quantity!(case.logits, "out"), quantity!(case.logits, "lse")],
             );
             if case.kind == Kind::Backward {
-                let (dob, dout) = rounded(dims, case.dtype, &mut rng);
-                let dod = gpu.upload(&dob, dims)?;
+                let (dob, dout) = rounded(out_dims, case.dtype, &mut rng);
+                let dod = gpu.upload(&dob, out_dims)?;
                 let mut grads = crate::tensors::DeviceGrads {
                     dq: gpu.filled(shape.q_len(), f32::NAN)?,
                     dk: gpu.filled(shape.k_len(), f32::NAN)?,
-                    dv: gpu.filled(shape.k_len(), f32::NAN)?,
+                    dv: gpu.filled(shape.v_len(), f32::NAN)?,
                 };
                 gpu.backward_into(&mut prep, &qd, &kd, &vd, &out, &dod, &mut grads)?;
                 let want_g = attention_backward(
@@ -229,7 +231,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
             let left = ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: 0, len: cut, stride: 1 }))?;
             let right =
                 ring_step(gpu, case, (&qb, all_rows), (&kb, &vb, Rows { start: cut, len: n - cut, stride: 1 }))?;
-            let mut merged = poisoned_partial(gpu, dims)?;
+            let mut merged = poisoned_partial(gpu, out_dims)?;
             gpu.merge_into(&left, &right, &mut merged)?;
             let got = partial_to_host(gpu, &merged)?;
             let want = attend_chunk(q.view(), &all, k.view(), v.view(), &all, n, &reference_spec)?;
@@ -359,7 +361,7 @@ fn ring_step(
     (qb, qr): (&[u16], Rows),
     (kb, vb, kr): (&[u16], &[u16], Rows),
 ) -> Result<DevicePartial> {
-    let mut out = poisoned_partial(gpu, [case.batch, qr.len, case.heads, case.head_dim])?;
+    let mut out = poisoned_partial(gpu, [case.batch, qr.len, case.heads, case.value_dim])?;
     ring_step_into(gpu, case, (qb, qr), (kb, vb, kr), &mut out, false)?;
     Ok(out)
 }
@@ -375,16 +377,24 @@ fn ring_step_into(
     accumulate: bool,
 ) -> Result<()> {
     let (b, n, h, hk, d) = (case.batch, case.seq, case.heads, case.kv_heads, case.head_dim);
-    let rows = |src: &[u16], heads: usize, r: Rows| -> Vec<u16> {
-        let a = ndarray::ArrayView4::from_shape((b, n, heads, d), src).expect("dims");
+    let rows = |src: &[u16], heads: usize, width: usize, r: Rows| -> Vec<u16> {
+        let a = ndarray::ArrayView4::from_shape((b, n, heads, width), src).expect("dims");
         a.select(Axis(1), &r.positions()).iter().copied().collect()
     };
-    let shape = Shape { batch: b, heads: h, kv_heads: hk, head_dim: d, q_rows: qr.len, k_rows: kr.len };
+    let shape = Shape {
+        batch: b,
+        heads: h,
+        kv_heads: hk,
+        head_dim: d,
+        value_dim: case.value_dim,
+        q_rows: qr.len,
+        k_rows: kr.len,
+    };
     let chunk = Chunk { q_stride: qr.stride, k_stride: kr.stride, ..Chunk::new(qr.start, kr.start, n) };
     let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &chunk)?;
-    let qd = gpu.upload(&rows(qb, h, qr), shape.q_dims())?;
-    let kd = gpu.upload(&rows(kb, hk, kr), shape.k_dims())?;
-    let vd = gpu.upload(&rows(vb, hk, kr), shape.k_dims())?;
+    let qd = gpu.upload(&rows(qb, h, d, qr), shape.q_dims())?;
+    let kd = gpu.upload(&rows(kb, hk, d, kr), shape.k_dims())?;
+    let vd = gpu.upload(&rows(vb, hk, case.value_dim, kr), shape.v_dims())?;
     match accumulate {
         true => gpu.forward_accumulate(&mut prep, &qd, &kd, &vd, out),
         false => gpu.forward_into(&mut prep, &qd, &kd, &vd, out),

@@ -136,6 +136,7 @@ pub mod ring;
 pub mod ring_packed;
 pub mod sweep;
 pub mod tables;
+pub mod value_dims;
 
 pub use cases::{Case, Kind, cases, describe};
 pub use inputs::{LARGE_LOGITS, Logits, OFFSET_LOGITS, round, rounded, rounded_bits};

@@ -337,6 +337,7 @@ impl DistPlan {
             heads: self.heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
+            value_dim: self.head_dim,
             q_rows: qp.rows,
             k_rows: kp.rows,
         };

@@ -34,7 +34,7 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String) -> Vec
     writeln!(md, "|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut out = Vec::new();
     for d in DIMS {
-        let (forward, backward) = match gpu.family_for(d) {
+        let (forward, backward) = match gpu.family_for(d, d) {
             Ok(f) => (f.name(), f.backward_family(d).name()),
             Err(_) => ("none", "none"),
         };

@@ -79,7 +79,7 @@ impl Ulysses {
             .into_iter()
             .map(|run| {
                 let shape =
-                    Shape { batch: b, heads: run.q.len(), kv_heads: run.kv.len(), head_dim: d, q_rows: n, k_rows: n };
+                    Shape::square(b, n, run.q.len(), d).with_kv_heads(run.kv.len());
                 let chunk = Chunk::new(0, 0, n).heads_of(run.q.start, h);
                 let prep = gpu.prepare(&shape, dtype, &plan.spec, &chunk)?;
                 Ok((run, prep))

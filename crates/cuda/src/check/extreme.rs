@@ -172,16 +172,20 @@ pub fn exact_empty(got: &Partial<f64>, want: &Partial<f64>) -> Option<usize> {
 /// How many gradient values that must be exactly 0 are not (NaN included): dQ in the rows
 /// of queries with no key (reference LSE `-inf`), dK and dV in the rows of keys that no
 /// query sees (under grouped-query attention: no query of any head of the K/V head's
-/// group). `grads` are dQ `[batch, seq, heads, dim]`, dK and dV `[batch, seq, kv_heads,
-/// dim]` of the full sequence. None when there is no such row.
+/// group). `grads` are dQ `[batch, seq, heads, dim]`, dK `[batch, seq, kv_heads, dim]` and
+/// dV `[batch, seq, kv_heads, value_dim]` of the full sequence. None when there is no
+/// such row.
 pub fn exact_zero_grads(case: &Case, lse: &Array3<f64>, grads: [&[f64]; 3]) -> Option<usize> {
-    let (n, heads, kv_heads, d) = (case.seq, case.heads, case.kv_heads, case.head_dim);
+    let (n, heads, kv_heads) = (case.seq, case.heads, case.kv_heads);
     let group = heads / kv_heads;
     let spec = case.spec.to_reference();
-    let row = |x: &[f64], width: usize, b: usize, i: usize, h: usize| -> usize {
+    // The nonzero values of row (b, i, h) of a tensor of `width` heads of `d` values.
+    let row = |x: &[f64], (width, d): (usize, usize), b: usize, i: usize, h: usize| -> usize {
         let at = ((b * n + i) * width + h) * d;
         x[at..at + d].iter().filter(|&&v| v != 0.0).count()
     };
+    let (q_row, k_row, v_row) =
+        ((heads, case.head_dim), (kv_heads, case.head_dim), (kv_heads, case.value_dim));
     let (mut rows, mut violations) = (0, 0);
     for b in 0..case.batch {
         for kvh in 0..kv_heads {
@@ -191,13 +195,13 @@ pub fn exact_zero_grads(case: &Case, lse: &Array3<f64>, grads: [&[f64]; 3]) -> O
                     keys(&spec, (b, h, heads), n, i).into_iter().for_each(|j| seen[j] = true);
                     if lse[[b, h, i]] == f64::NEG_INFINITY {
                         rows += 1;
-                        violations += row(grads[0], heads, b, i, h);
+                        violations += row(grads[0], q_row, b, i, h);
                     }
                 }
             }
             for j in (0..n).filter(|&j| !seen[j]) {
                 rows += 1;
-                violations += row(grads[1], kv_heads, b, j, kvh) + row(grads[2], kv_heads, b, j, kvh);
+                violations += row(grads[1], k_row, b, j, kvh) + row(grads[2], v_row, b, j, kvh);
             }
         }
     }
@@ -332,6 +336,16 @@ mod tests {
             let mut g = [zero.clone(), zero.clone(), zero.clone()];
             g[grad][at] = f64::NAN;
             assert_eq!(exact_zero_grads(&case, &want.lse, [&g[0], &g[1], &g[2]]), Some(counted), "{grad} {at}");
+        }
+        // dV 4 wide beside dQ, dK 2 wide: the last value of padded key 3's dV row (batch
+        // row 1) is counted; a value of key 1's is not.
+        let wide = Case { value_dim: 4, ..case };
+        let dv = vec![0.0; 32];
+        assert_eq!(exact_zero_grads(&wide, &want.lse, [&zero, &zero, &dv]), Some(0));
+        for (at, counted) in [(16 + 15, 1), (16 + 12, 1), (16 + 4, 0)] {
+            let mut g = dv.clone();
+            g[at] = f64::NAN;
+            assert_eq!(exact_zero_grads(&wide, &want.lse, [&zero, &zero, &g]), Some(counted), "{at}");
         }
     }
 }

@@ -165,7 +165,8 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) ->
         return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim, supported: family.head_dims().to_vec() });
     }
     if !family.has_value_dim(shape.head_dim, shape.value_dim) {
-        let supported = Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v)).collect();
+        let supported =
+            Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v)).collect();
         return Err(CudaError::UnsupportedValueDim { head_dim: shape.head_dim, value_dim: shape.value_dim, supported });
     }
     for (dim, size) in [

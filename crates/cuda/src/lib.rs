@@ -7,7 +7,8 @@
 //! builds, and its host-side tests run, on machines without CUDA.
 //!
 //! * **Forward** ([`Gpu::forward_into`]): tiled online softmax on tensor cores (bf16 or
-//!   f16 inputs, f32 accumulation), head dims 64, 96, 128, 192 and 256, returns the output
+//!   f16 inputs, f32 accumulation), head dims 64, 96, 128, 192 and 256 (and v's 128 with
+//!   q's 192, MLA's pair: [`Shape::value_dim`], on mma.sync), returns the output
 //!   and the log-sum-exp, i.e. a `ringdil_reference::Partial`. On H100/H200 (sm_90a) at
 //!   d = 64, 128, 192 and 256 a flash-attention-3-style kernel: asynchronous warpgroup
 //!   MMAs (`wgmma`), a producer warpgroup loading K/V by TMA ([`tma`]), mbarrier-handed

@@ -82,7 +82,10 @@ mod tests {
         assert_eq!(table.tag(), "Bf16_d128_table");
         assert_ne!(table, table.with_table(false));
         let mla = Variant::new(Dtype::Bf16, 192).with_value_dim(128);
-        assert_eq!((mla.tag(), Variant::new(Dtype::Bf16, 192).with_value_dim(192).tag()), ("Bf16_d192v128".into(), "Bf16_d192".into()));
+        assert_eq!(
+            (mla.tag(), Variant::new(Dtype::Bf16, 192).with_value_dim(192).tag()),
+            ("Bf16_d192v128".into(), "Bf16_d192".into())
+        );
         assert_ne!(mla, Variant::new(Dtype::Bf16, 192));
     }
 }

@@ -184,8 +184,7 @@ pub fn exact_zero_grads(case: &Case, lse: &Array3<f64>, grads: [&[f64]; 3]) -> O
         let at = ((b * n + i) * width + h) * d;
         x[at..at + d].iter().filter(|&&v| v != 0.0).count()
     };
-    let (q_row, k_row, v_row) =
-        ((heads, case.head_dim), (kv_heads, case.head_dim), (kv_heads, case.value_dim));
+    let (q_row, k_row, v_row) = ((heads, case.head_dim), (kv_heads, case.head_dim), (kv_heads, case.value_dim));
     let (mut rows, mut violations) = (0, 0);
     for b in 0..case.batch {
         for kvh in 0..kv_heads {

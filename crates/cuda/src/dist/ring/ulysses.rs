@@ -78,8 +78,7 @@ impl Ulysses {
             .runs(me)
             .into_iter()
             .map(|run| {
-                let shape =
-                    Shape::square(b, n, run.q.len(), d).with_kv_heads(run.kv.len());
+                let shape = Shape::square(b, n, run.q.len(), d).with_kv_heads(run.kv.len());
                 let chunk = Chunk::new(0, 0, n).heads_of(run.q.start, h);
                 let prep = gpu.prepare(&shape, dtype, &plan.spec, &chunk)?;
                 Ok((run, prep))

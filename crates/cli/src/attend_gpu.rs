@@ -49,7 +49,7 @@ pub struct CheckReport {
     pub empty_row_mismatches: usize,
 }
 
-/// Output `[batch, seq, heads, head_dim]`, LSE `[batch, heads, seq]` and the report.
+/// Output `[batch, seq, heads, v's head_dim]`, LSE `[batch, heads, seq]` and the report.
 pub type GpuResult = (Array4<f32>, Array3<f32>, GpuReport);
 
 /// Attention of `q` over `k`, `v` under `spec` (the kernels' form of its pattern:
@@ -66,8 +66,10 @@ pub fn run(
     check: bool,
 ) -> Result<GpuResult, Box<dyn Error>> {
     let (batch, seq, heads, head_dim) = q.dim();
-    if k.dim() != v.dim() {
-        return Err(format!("v: shape {:?} differs from k's {:?}", v.shape(), k.shape()).into());
+    // v's head dim may differ from q's (MLA's 128 at 192); the kernels say which pairs run.
+    let value_dim = v.dim().3;
+    if k.shape()[..3] != v.shape()[..3] {
+        return Err(format!("v: shape {:?} differs from k's {:?} in batch, seq or heads", v.shape(), k.shape()).into());
     }
     let (kb, kn, kv_heads, kd) = k.dim();
     if (kb, kn, kd) != (batch, seq, head_dim) {
@@ -94,14 +96,14 @@ pub fn run(
         documents: spec.documents.clone(),
     };
     let gpu = Gpu::probe()?.ok_or("--device gpu: no CUDA device (libcuda not found or no GPU visible)")?;
-    let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads);
+    let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads).with_value_dim(value_dim);
     let mut prep = gpu.prepare(&shape, dtype, &gspec, &Chunk::whole(&shape))?;
     let (qd, kd, vd) =
-        (gpu.upload(&qh, shape.q_dims())?, gpu.upload(&kh, shape.k_dims())?, gpu.upload(&vh, shape.k_dims())?);
+        (gpu.upload(&qh, shape.q_dims())?, gpu.upload(&kh, shape.k_dims())?, gpu.upload(&vh, shape.v_dims())?);
     let mut part = gpu.alloc_partial(&prep)?;
     gpu.forward_into(&mut prep, &qd, &kd, &vd, &mut part)?;
     gpu.synchronize()?;
-    let out = Array4::from_shape_vec(shape.q_dims(), gpu.download(&part.out)?)?;
+    let out = Array4::from_shape_vec(shape.out_dims(), gpu.download(&part.out)?)?;
     let lse = Array3::from_shape_vec((batch, heads, seq), gpu.download(&part.lse)?)?;
     let check = match check {
         false => None,

@@ -87,8 +87,7 @@ impl Family {
         self.head_dims().contains(&head_dim)
             && backward.head_dims().contains(&head_dim)
             && self.has_value_dim(head_dim, value_dim)
-            && self.forward_smem(head_dim, value_dim).max(backward.backward_smem(head_dim, value_dim))
-                <= smem_per_block
+            && self.forward_smem(head_dim, value_dim).max(backward.backward_smem(head_dim, value_dim)) <= smem_per_block
     }
 
     /// Whether this family's kernels pair q / k head dim `head_dim` with v head dim

@@ -104,12 +104,14 @@ pub(crate) fn gpu_spec(
 
 /// A call's arguments besides its buffers, one tuple as `ringdil/_torch.py` passes it:
 /// device ordinal, PyTorch's current stream of that device, q's dims `[b, n, h, d]`, the
-/// K/V heads, the dtype's name, and the keyword arguments of `ringdil.attention`
-/// (pattern, causal, scale, key_lengths, documents).
+/// K/V heads, v's head dim (`d`, or MLA's 128 at `d = 192`), the dtype's name, and the
+/// keyword arguments of `ringdil.attention` (pattern, causal, scale, key_lengths,
+/// documents).
 type CallArgs<'py> = (
     usize,
     usize,
     [usize; 4],
+    usize,
     usize,
     String,
     Option<PyRef<'py, PyPattern>>,
@@ -135,6 +137,7 @@ impl Call {
             stream,
             [batch, seq, heads, head_dim],
             kv_heads,
+            value_dim,
             dtype_name,
             pattern,
             causal,
@@ -143,7 +146,7 @@ impl Call {
             docs,
         ) = args;
         let spec = gpu_spec(pattern, causal, scale, (lengths.as_ref(), docs.as_ref()))?;
-        let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads);
+        let shape = Shape::square(batch, seq, heads, head_dim).with_kv_heads(kv_heads).with_value_dim(value_dim);
         Ok(Call { device, stream, shape, dtype: dtype(&dtype_name)?, spec })
     }
 
@@ -170,8 +173,8 @@ impl Call {
 
 /// `out` (16-bit like q) and `lse` (f32), PyTorch-allocated <- attention of `q` over `k`,
 /// `v`; the output rounded by the kernels' epilogue (`Gpu::forward_half_into`). `ptrs`
-/// are PyTorch's `data_ptr()` of contiguous tensors: q `[b, n, h, d]`, k and v
-/// `[b, n, kv_heads, d]`, out like q, lse `[b, h, n]`.
+/// are PyTorch's `data_ptr()` of contiguous tensors: q `[b, n, h, d]`, k `[b, n, kv_heads,
+/// d]`, v `[b, n, kv_heads, d_v]`, out `[b, n, h, d_v]`, lse `[b, h, n]`.
 #[pyfunction]
 pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyResult<()> {
     let [q, k, v, out, lse] = ptrs;
@@ -181,8 +184,8 @@ pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyRes
             (
                 view.borrow_tensor("q", q, s.q_dims())?,
                 view.borrow_tensor("k", k, s.k_dims())?,
-                view.borrow_tensor("v", v, s.k_dims())?,
-                view.borrow_tensor("out", out, s.q_dims())?,
+                view.borrow_tensor("v", v, s.v_dims())?,
+                view.borrow_tensor("out", out, s.out_dims())?,
             )
         };
         let mut lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
@@ -190,22 +193,22 @@ pub fn cuda_forward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 5]) -> PyRes
     })
 }
 
-/// The f32 sums the backward of `call` needs, in elements: `(dQ, each of dK and dV)`, 0
-/// for dK, dV when the kernels write them in 16 bits (`ringdil_cuda::convert::half_scratch_lens`).
+/// The f32 sums the backward of `call` needs, in elements: `(dQ, dK, dV)`, 0 for dK, dV
+/// when the kernels write them in 16 bits (`ringdil_cuda::convert::half_scratch_lens`).
 /// `ringdil/_torch.py` allocates them with PyTorch, so that they are in its accounts and
 /// its cache.
 #[pyfunction]
-pub fn cuda_backward_scratch(py: Python<'_>, call: CallArgs<'_>) -> PyResult<(usize, usize)> {
+pub fn cuda_backward_scratch(py: Python<'_>, call: CallArgs<'_>) -> PyResult<(usize, usize, usize)> {
     let mut lens = [0, 0, 0];
     Call::new(call)?.run(py, |_, _, prep| {
         lens = half_scratch_lens(prep);
         Ok(())
     })?;
-    Ok((lens[0], lens[1]))
+    Ok((lens[0], lens[1], lens[2]))
 }
 
 /// `dq`, `dk`, `dv` (16-bit, PyTorch-allocated, shaped like q, k, v) <- the gradients of
-/// `out` for the upstream gradient `dout` (16-bit, like q), from the forward's 16-bit
+/// `out` for the upstream gradient `dout` (16-bit, like out), from the forward's 16-bit
 /// `out` and f32 `lse` (`Gpu::backward_half_with`), summing in the f32 buffers `dq32`,
 /// `dk32`, `dv32` of [`cuda_backward_scratch`]'s lengths (`dk32`, `dv32` 0 when it says
 /// 0). `ptrs`: q, k, v, out, lse, dout, dq, dk, dv, dq32, dk32, dv32.
@@ -216,9 +219,9 @@ pub fn cuda_backward(py: Python<'_>, call: CallArgs<'_>, ptrs: [u64; 12]) -> PyR
         // SAFETY: as in cuda_forward; dq, dk, dv are 16-bit tensors shaped like q, k, v,
         // and the sums f32 tensors of the lengths half_scratch_lens gives for this call.
         let t = |what, p, dims| unsafe { view.borrow_tensor(what, p, dims) };
-        let (q, k, v) = (t("q", q, s.q_dims())?, t("k", k, s.k_dims())?, t("v", v, s.k_dims())?);
-        let (out, dout) = (t("out", out, s.q_dims())?, t("d_out", dout, s.q_dims())?);
-        let (mut dq, mut dk, mut dv) = (t("dq", dq, s.q_dims())?, t("dk", dk, s.k_dims())?, t("dv", dv, s.k_dims())?);
+        let (q, k, v) = (t("q", q, s.q_dims())?, t("k", k, s.k_dims())?, t("v", v, s.v_dims())?);
+        let (out, dout) = (t("out", out, s.out_dims())?, t("d_out", dout, s.out_dims())?);
+        let (mut dq, mut dk, mut dv) = (t("dq", dq, s.q_dims())?, t("dk", dk, s.k_dims())?, t("dv", dv, s.v_dims())?);
         let lse = unsafe { view.borrow_f32("lse", lse, s.lse_len())? };
         let [dq_len, dk_len, dv_len] = half_scratch_lens(prep);
         let f32s = |what, p, n| unsafe { view.borrow_f32(what, p, n) };

@@ -42,9 +42,9 @@ def host(x):
     return x.detach().double().cpu().numpy()
 
 
-# (name, keyword arguments, [batch, seq, heads, kv_heads, head_dim]): every pattern kind
-# the kernels evaluate, lengths no tile size divides, key padding, packed documents,
-# grouped-query attention and every head dim.
+# (name, keyword arguments, [batch, seq, heads, kv_heads, head_dim(, v's head dim)]): every
+# pattern kind the kernels evaluate, lengths no tile size divides, key padding, packed
+# documents, grouped-query attention, every head dim and MLA's v head dim (128 at 192).
 CASES = [
     ("dense", {}, [2, 300, 4, 4, 64]),
     ("causal", {"causal": True}, [1, 333, 4, 4, 128]),
@@ -71,6 +71,9 @@ CASES = [
     ("d=192 longnet", {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}},
      [1, 250, 2, 2, 192]),
     ("d=256 gqa causal", {"causal": True}, [1, 200, 4, 2, 256]),
+    ("d=192 d_v=128 gqa causal", {"causal": True, "key_lengths": [300, 211]}, [2, 300, 4, 2, 192, 128]),
+    ("d=192 d_v=128 longnet", {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}},
+     [1, 250, 2, 2, 192, 128]),
     ("expression: band and global keys, per head",
      {"pattern": {"kind": "expr", "mask": "abs(q - k) <= 20 + 10 * h || k < 3"}, "causal": True},
      [1, 300, 4, 2, 64]),
@@ -90,13 +93,15 @@ CASES = [
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("name,kwargs,dims", CASES, ids=[c[0] for c in CASES])
 def test_forward_and_gradients_match_the_f64_reference(name, kwargs, dims, dtype):
-    b, n, h, kvh, d = dims
-    q, k, v, d_out = (draw(s, dtype, seed) for seed, s in enumerate([(b, n, h, d), (b, n, kvh, d), (b, n, kvh, d),
-                                                                        (b, n, h, d)]))
+    b, n, h, kvh, d = dims[:5]
+    dv = dims[5] if len(dims) > 5 else d
+    q, k, v, d_out = (draw(s, dtype, seed) for seed, s in enumerate([(b, n, h, d), (b, n, kvh, d), (b, n, kvh, dv),
+                                                                        (b, n, h, dv)]))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out, lse = ringdil.attention(q, k, v, return_lse=True, **kwargs)
     out.backward(d_out)
-    assert out.dtype == dtype and q.grad.dtype == dtype and k.grad.shape == k.shape
+    assert out.dtype == dtype and q.grad.dtype == dtype and out.shape == (b, n, h, dv)
+    assert (k.grad.shape, v.grad.shape) == (k.shape, v.shape)
     ref_out, ref_lse = reference.attention(host(q), host(k), host(v), **kwargs)
     ref_grads = reference.attention_backward(host(q), host(k), host(v), host(d_out), **kwargs)
     bound = BOUND[dtype]
@@ -198,6 +203,9 @@ def test_bad_arguments_are_errors_naming_them():
         ringdil.attention(q, q[0], q)
     with pytest.raises(ValueError, match=r"^v: shape \(1, 64, 1, 64\) differs from k's \(1, 64, 2, 64\)"):
         ringdil.attention(q, q, q[:, :, :1])
+    with pytest.raises(ValueError, match="head_dim 64 with value head_dim 32 has no GPU kernel; v's head dim may "
+                                         "differ from q's only as d = 192 with d_v = 128"):
+        ringdil.attention(q, q, q[..., :32])
     with pytest.raises(ValueError, match=r"^k: shape \(1, 32, 2, 64\) does not match q's"):
         ringdil.attention(q, q[:, :32], q[:, :32])
     with pytest.raises(ValueError, match="kv_heads = 2 does not divide heads = 3"):

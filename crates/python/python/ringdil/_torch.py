@@ -62,8 +62,8 @@ def _inputs(q, k, v):
     q = _tensor("q", q)
     k = _tensor("k", k, q)
     v = _tensor("v", v, q)
-    if k.shape != v.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)} in batch, seq or heads")
     b, n, h, d = q.shape
     if k.shape[0] != b or k.shape[1] != n or k.shape[3] != d:
         raise ValueError(
@@ -83,9 +83,9 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pattern, causal, scale, key_lengths, documents):
         b, n, h, d = q.shape
-        out = torch.empty_like(q)
+        out = torch.empty((b, n, h, v.shape[3]), dtype=q.dtype, device=q.device)
         lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
-        ctx.call = (list(q.shape), k.shape[2], str(q.dtype).removeprefix("torch."), pattern, causal, scale,
+        ctx.call = (list(q.shape), k.shape[2], v.shape[3], str(q.dtype).removeprefix("torch."), pattern, causal, scale,
                     key_lengths, documents)
         _ringdil.cuda_forward(_where(q) + ctx.call, [x.data_ptr() for x in (q, k, v, out, lse)])
         ctx.save_for_backward(q, k, v, out, lse)
@@ -99,8 +99,8 @@ class _Attention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         # The kernels' f32 sums (dQ always; dK, dV where rows are added into), from
         # PyTorch's allocator like every other buffer of the call.
-        dq_len, kv_len = _ringdil.cuda_backward_scratch(_where(q) + ctx.call)
-        sums = [torch.empty(n, dtype=torch.float32, device=q.device) for n in (dq_len, kv_len, kv_len) if n]
+        lens = _ringdil.cuda_backward_scratch(_where(q) + ctx.call)
+        sums = [torch.empty(n, dtype=torch.float32, device=q.device) for n in lens if n]
         ptrs = [x.data_ptr() for x in (q, k, v, out, lse, d_out, dq, dk, dv, *sums)]
         _ringdil.cuda_backward(_where(q) + ctx.call, ptrs + [0] * (12 - len(ptrs)))
         return dq, dk, dv, None, None, None, None, None
@@ -115,7 +115,9 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     (grouped-query attention: query head ``h`` reads K/V head ``h // (heads // kv_heads)``).
     Non-contiguous inputs are copied to contiguous ones first. Head dims: 64, 96, 128, 192
     and 256 (on H100/H200, 96 runs the portable mma.sync kernels; 192 and 256 the
-    wgmma forward with the mma.sync backward).
+    wgmma forward with the mma.sync backward). ``v`` may have another head dim than ``q``
+    and ``k`` where the kernels pair them: 128 with 192 (MLA's), on the mma.sync kernels;
+    the output then has ``v``'s head dim.
 
     The arguments mean what they mean in :func:`ringdil.reference.attention` (the
     specification this function is tested against): ``pattern`` is ``None`` (dense), a

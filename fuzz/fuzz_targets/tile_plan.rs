@@ -57,7 +57,7 @@ fuzz_target!(|input: Input| {
         _ => GpuPattern::Dense,
     };
     let spec = GpuSpec::new(pattern).causal(input.causal);
-    let shape = Shape { batch: 1, heads, kv_heads: heads, head_dim: 64, q_rows: qr, k_rows: kr };
+    let shape = Shape { batch: 1, heads, kv_heads: heads, head_dim: 64, value_dim: 64, q_rows: qr, k_rows: kr };
     let chunk = Chunk { q_stride: qs, k_stride: ks, ..Chunk::new(qo, ko, n) };
     let fits = |o: usize, s: usize, r: usize| s >= 1 && r >= 1 && o + (r - 1) * s < n;
     let families = [Family::Mma, Family::Wgmma].map(|f| launches_for(&shape, &spec, &chunk, f));

@@ -25,26 +25,13 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [Dtype::Bf16, Dtype::F16] {
         for head_dim in HEAD_DIMS {
-            let combo = (dtype, head_dim);
             let mut add = |kind: Kind, what: &str, spec: GpuSpec, kv_heads: Option<usize>, rng: &mut SplitMix64| {
-                let (seq, batch, heads) = sizes(quick, rng);
-                let spec = fit_spec(spec, batch, seq, rng);
                 let name = format!("d={head_dim} {what}");
-                let heads = kv_heads.map_or(heads, |kv| 2 * kv);
-                let case = Case::new(kind, &name, combo, [batch, seq, heads], spec);
-                out.push(Case { kv_heads: kv_heads.unwrap_or(heads), ..case });
+                out.push(drawn_case(kind, &name, (dtype, head_dim, head_dim), spec, kv_heads, quick, rng));
             };
-            let causal = rng.uniform() < 0.5;
-            let dense = GpuSpec::new(GpuPattern::Dense);
-            add(Kind::Forward, "dense", dense.clone(), None, rng);
-            add(Kind::Forward, "dense causal", dense.clone().causal(true), None, rng);
-            let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
-            add(Kind::Forward, "sliding window", GpuSpec::new(window).causal(causal), None, rng);
-            let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
-            let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&branches)));
-            add(Kind::Forward, "dilated longnet", longnet.clone().causal(causal), None, rng);
+            let (longnet, _) = add_forwards(&mut add, rng);
             add(Kind::RingStep, "ring step dilated", longnet.causal(true), None, rng);
-            let padded = dense.causal(true).key_lengths(vec![]);
+            let padded = GpuSpec::new(GpuPattern::Dense).causal(true).key_lengths(vec![]);
             add(Kind::Backward, "backward causal + padding", padded.clone(), None, rng);
             // Groups of 2 query heads over 1 to 3 K/V heads: dK, dV rows added from two blocks.
             let kv_heads = rng.range(1, 3);
@@ -55,6 +42,43 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
         out.extend(several_items_per_block());
     }
     out
+}
+
+/// A case of `kind` named `name` with v's head dim `value_dim`, sizes drawn from `rng`
+/// ([`sizes`], [`fit_spec`]); with `kv_heads`, grouped-query with groups of 2 query heads.
+pub(super) fn drawn_case(
+    kind: Kind,
+    name: &str,
+    (dtype, head_dim, value_dim): (Dtype, usize, usize),
+    spec: GpuSpec,
+    kv_heads: Option<usize>,
+    quick: bool,
+    rng: &mut SplitMix64,
+) -> Case {
+    let (seq, batch, heads) = sizes(quick, rng);
+    let spec = fit_spec(spec, batch, seq, rng);
+    let heads = kv_heads.map_or(heads, |kv| 2 * kv);
+    let case = Case::new(kind, name, (dtype, head_dim), [batch, seq, heads], spec);
+    Case { kv_heads: kv_heads.unwrap_or(heads), value_dim, ..case }
+}
+
+/// What adds one case: kind, name, spec, grouped-query K/V heads, the generator.
+pub(super) type Add<'a> = dyn FnMut(Kind, &str, GpuSpec, Option<usize>, &mut SplitMix64) + 'a;
+
+/// The forwards every head-dim list starts with, drawn in this order: dense, dense causal,
+/// a sliding window and a LongNet pattern of three branches (causal or not, by one draw).
+/// Returns the LongNet pattern (not causal) and that draw.
+pub(super) fn add_forwards(add: &mut Add<'_>, rng: &mut SplitMix64) -> (GpuSpec, bool) {
+    let causal = rng.uniform() < 0.5;
+    let dense = GpuSpec::new(GpuPattern::Dense);
+    add(Kind::Forward, "dense", dense.clone(), None, rng);
+    add(Kind::Forward, "dense causal", dense.causal(true), None, rng);
+    let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
+    add(Kind::Forward, "sliding window", GpuSpec::new(window).causal(causal), None, rng);
+    let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
+    let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&branches)));
+    add(Kind::Forward, "dilated longnet", longnet.clone().causal(causal), None, rng);
+    (longnet, causal)
 }
 
 /// Forward cases at d = 192 and 256 (bf16, dense, causal and not) whose 128-row work items

@@ -11,11 +11,11 @@
 //! grouped-query one (dK, dV rows added from two blocks) and a LongNet one (several
 //! launches adding into dK, dV). Every name starts with `d=192 d_v=128 `.
 
-use super::cases::{Case, Kind, fit_spec, sizes};
+use super::cases::{Case, Kind};
+use super::head_dims::{add_forwards, drawn_case};
 use crate::shape::Dtype;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
-use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 
 /// The (q / k, v) head dims these cases cover.
@@ -28,22 +28,11 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [Dtype::Bf16, Dtype::F16] {
         let mut add = |kind: Kind, what: &str, spec: GpuSpec, kv_heads: Option<usize>, rng: &mut SplitMix64| {
-            let (seq, batch, heads) = sizes(quick, rng);
-            let spec = fit_spec(spec, batch, seq, rng);
             let name = format!("d={head_dim} d_v={value_dim} {what}");
-            let heads = kv_heads.map_or(heads, |kv| 2 * kv);
-            let case = Case::new(kind, &name, (dtype, head_dim), [batch, seq, heads], spec);
-            out.push(Case { kv_heads: kv_heads.unwrap_or(heads), value_dim, ..case });
+            out.push(drawn_case(kind, &name, (dtype, head_dim, value_dim), spec, kv_heads, quick, rng));
         };
-        let causal = rng.uniform() < 0.5;
+        let (longnet, causal) = add_forwards(&mut add, rng);
         let dense = GpuSpec::new(GpuPattern::Dense);
-        add(Kind::Forward, "dense", dense.clone(), None, rng);
-        add(Kind::Forward, "dense causal", dense.clone().causal(true), None, rng);
-        let window = GpuPattern::Window { left: rng.range(0, 150), right: rng.range(0, 80) };
-        add(Kind::Forward, "sliding window", GpuSpec::new(window).causal(causal), None, rng);
-        let branches = [(rng.range(16, 128), 1), (rng.range(100, 400), 2), (rng.range(400, 2000), 4)];
-        let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&branches)));
-        add(Kind::Forward, "dilated longnet", longnet.clone().causal(causal), None, rng);
         let packed = dense.clone().causal(true).documents(Documents::per_row(vec![]));
         add(Kind::Forward, "packed documents causal", packed, None, rng);
         add(Kind::RingStep, "ring step dilated", longnet.clone().causal(true), None, rng);

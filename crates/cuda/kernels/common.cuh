@@ -55,11 +55,10 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 
 // Swizzled element offset of 16-byte chunk `ch` of row `r` in a [rows][W] tile (W = D, or DV
 // for tiles of v and d_out), a permutation of the chunks of each row, so that ldmatrix's 8
-// addresses of one 8 x 8 matrix
-// (one chunk of 8 consecutive rows) hit the 8 different 16-byte bank groups of a 128-byte
-// cycle. Where W / 8 is a multiple of 8 (d = 64, 128, 192, 256: a row is a whole number of
-// cycles) the chunk is XOR-ed with r mod 8. At d = 96 (12 chunks, rows of 192 bytes) that XOR
-// would move chunks 8..11 out of the row, so there:
+// addresses of one 8 x 8 matrix (one chunk of 8 consecutive rows) hit the 8 different
+// 16-byte bank groups of a 128-byte cycle. Where W / 8 is a multiple of 8 (d = 64, 128, 192,
+// 256: a row is a whole number of cycles) the chunk is XOR-ed with r mod 8. At d = 96 (12
+// chunks, rows of 192 bytes) that XOR would move chunks 8..11 out of the row, so there:
 // * chunks 0..7 keep ch ^ (r mod 8). Row r starts 12 r = 4 (r mod 2) groups into a cycle
 //   (mod 8), so chunk c lands in group c ^ (r mod 8) ^ 4 (r mod 2): r -> (r mod 8) ^ 4 (r mod
 //   2) is a bijection of 0..7, 8 groups;

@@ -18,9 +18,10 @@ __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0
 // rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
 // Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
 // copies the same CPT 16-byte chunks of every (THREADS / LPR)-th row: a fixed trip count,
-// one address per row, no per-chunk division. LPR, the threads of a row, is CH where it
-// divides THREADS (d = 64, 128, 256: one chunk each); the 12 and 24 chunks of d = 96 and
-// 192 divide no power of two, so there a row takes CH / 3 threads of 3 chunks, CH / 3 apart.
+// one address per row, no per-chunk division. LPR, the threads of a row, is its chunk count
+// CHW = W / 8 where that divides THREADS (W = 64, 128, 256: one chunk each); the 12 and 24
+// chunks of 96 and 192 divide no power of two, so there a row takes CHW / 3 threads of 3
+// chunks, CHW / 3 apart.
 template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false, int W = D>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
                                           int c0) {

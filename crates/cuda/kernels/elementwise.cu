@@ -33,10 +33,11 @@ extern "C" __global__ void fill_empty_lse(float* lse, size_t n) {
         lse[e] = NEG_INF;
 }
 
-// delta_i = sum_d dout_id * out_id over the DV columns (flash-attention 2's D), and the row's lse in the form
-// the backward's P = exp2(s * scale * log2(e) - lse2) takes: lse2 = lse * log2(e), +inf for
-// a row that saw no key (lse = -inf; then P = 0, never inf * 0). Both then reach the
-// backward's query stages by cp.async, with no arithmetic on the way.
+// delta_i = sum_d dout_id * out_id over the DV columns (flash-attention 2's D), and the
+// row's lse in the form the backward's P = exp2(s * scale * log2(e) - lse2) takes:
+// lse2 = lse * log2(e), +inf for a row that saw no key (lse = -inf; then P = 0, never
+// inf * 0). Both then reach the backward's query stages by cp.async, with no arithmetic on
+// the way.
 // DELTA_LANES threads share a row: each loads 8 consecutive elements (16 bytes of dout) per
 // step and the lanes add their sums by shuffles. A warp so reads 32 / DELTA_LANES
 // consecutive rows in whole 16-byte words and uses every 128-byte line it touches in full

@@ -84,9 +84,10 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 // row no query reaches may be left alone (adding zero), as a block that visits nothing.
 __device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumulate || p.kv_group > 1; }
 // dK (scaled) and dV rows of this thread: dK columns 8 NC slice .. + 8 NC - 1 (all D, or a
-// warp's slice of D), dV columns 8 NCV slice .. of DV likewise; query head h's contribution to K/V head h / kv_group: written (in
-// f32, or with `half_out` in the inputs' 16-bit type), or added (bwd_adds_kv): as global
-// reductions into buffers the host has zeroed or holds running sums in. Under grouped-query
+// warp's slice of D), dV columns 8 NCV slice .. of DV likewise; query head h's contribution
+// to K/V head h / kv_group: written (in f32, or with `half_out` in the inputs' 16-bit
+// type), or added (bwd_adds_kv): as global reductions into buffers the host has zeroed or
+// holds running sums in. Under grouped-query
 // attention the kv_group query heads of a K/V head add into the same rows from different
 // blocks; with `accumulate` (a ring step's or a pattern branch's launch) one block adds
 // into each row, and a reduction still needs no read: a load, add and store per pair

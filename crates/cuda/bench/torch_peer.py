@@ -1,7 +1,8 @@
 """Time torch.nn.functional.scaled_dot_product_attention (flash and cuDNN backends) on the
 shapes of ringdil-cuda's gpu_bench, in the same run, and write JSON for it to read: `rows`
 (multi-head shapes), `gqa` (n = 16384, 16 query heads of d = 128 over 16, 2 and 1 K/V
-heads, with enable_gqa=True) and `head_dims` (n = 16384, 16 heads of d = 96, 128, 192, 256).
+heads, with enable_gqa=True) and `head_dims` (n = 16384, 16 heads of d = 96, 128, 192, 256,
+and MLA's d = 192 with v's head dim 128).
 
 usage: python3 torch_peer.py OUT.json
 """
@@ -92,15 +93,16 @@ def gqa(seq=16384, heads=16, d=128):
 
 
 def head_dims(seq=16384, heads=16):
-    """The head-dim rows: n = 16384, 16 heads of d = 96, 128, 192, 256 (gpu_bench's
-    head_dims.rs), each backend as far as it takes the head dim."""
+    """The head-dim rows: n = 16384, 16 heads of d = 96, 128, 192, 256 and d = 192 with
+    v's head dim 128 (gpu_bench's head_dims.rs), each backend as far as it takes the
+    head dims."""
     rows = []
-    for d in (96, 128, 192, 256):
-        q, k, v, do = (torch.randn(1, seq, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-                       for _ in range(4))
+    for d, dv in ((96, 96), (128, 128), (192, 192), (256, 256), (192, 128)):
+        q, k = (torch.randn(1, seq, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+        v, do = (torch.randn(1, seq, heads, dv, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
         for causal in (False, True):
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                row = dict(seq=seq, heads=heads, head_dim=d, causal=causal, backend=name)
+                row = dict(seq=seq, heads=heads, head_dim=d, value_dim=dv, causal=causal, backend=name)
                 try:
                     with sdpa_kernel(backend):
                         sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal)

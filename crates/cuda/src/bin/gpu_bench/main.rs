@@ -82,8 +82,9 @@ impl HostInputs {
         HostInputs([1, 2, 3, 4].map(|seed| rounded_bits(TOKENS * HIDDEN, Dtype::Bf16, &mut SplitMix64::new(seed))))
     }
 
-    /// The first `shape.q_len()` of q and dO, the first `shape.k_len()` of k and v; a
-    /// larger shape (the packed rows' 64K tokens) repeats the draws.
+    /// The first `shape.q_len()` of q, `shape.k_len()` of k, `shape.v_len()` of v and
+    /// `shape.out_len()` of dO; a larger shape (the packed rows' 64K tokens) repeats the
+    /// draws.
     fn upload(&self, gpu: &Gpu, shape: &Shape) -> Inputs {
         let [q, k, v, dout] = &self.0;
         let put = |bits: &[u16], dims: [usize; 4]| {
@@ -100,8 +101,8 @@ impl HostInputs {
         Inputs {
             q: put(q, shape.q_dims()),
             k: put(k, shape.k_dims()),
-            v: put(v, shape.k_dims()),
-            dout: put(dout, shape.q_dims()),
+            v: put(v, shape.v_dims()),
+            dout: put(dout, shape.out_dims()),
         }
     }
 }

@@ -112,23 +112,26 @@ impl Gpu {
         Ok(Some(Gpu { ctx, stream, arch, cc, family, smem_per_block, sms, kernels }))
     }
 
-    /// Device name, NVRTC target and kernel family, the head dims another family runs and
-    /// those whose backward another family runs, e.g. "NVIDIA H100 80GB HBM3 (sm_90a,
-    /// wgmma kernels; d = 96: mma, sm_90; backward d = 192, 256: mma, sm_90)".
+    /// Device name, NVRTC target and kernel family, the head dims (and pairs of q's and v's
+    /// head dims) another family runs and those whose backward another family runs, e.g.
+    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels; d = 96, 192 with d_v = 128: mma,
+    /// sm_90; backward d = 192, 256: mma, sm_90)".
     pub fn describe(&self) -> Result<String> {
         let (name, family) = (self.ctx.name()?, self.family.name());
-        let (mut whole, mut backward) = (Vec::<(usize, Family)>::new(), Vec::<(usize, Family)>::new());
-        for &d in Family::Mma.head_dims() {
-            match self.family_for(d, d) {
-                Ok(f) if f != self.family => whole.push((d, f)),
-                Ok(f) if f.backward_family(d) != f => backward.push((d, f.backward_family(d))),
+        let (mut whole, mut backward) = (Vec::<(String, Family)>::new(), Vec::<(String, Family)>::new());
+        let equal = Family::Mma.head_dims().iter().map(|&d| (d, d));
+        for (d, dv) in equal.chain(Family::value_dim_pairs().iter().copied()) {
+            let dims = if d == dv { d.to_string() } else { format!("{d} with d_v = {dv}") };
+            match self.family_for(d, dv) {
+                Ok(f) if f != self.family => whole.push((dims, f)),
+                Ok(f) if f.backward_family(d) != f => backward.push((dims, f.backward_family(d))),
                 _ => {}
             }
         }
         let mut s = format!("{name} ({}, {family} kernels", self.arch);
         for (what, others) in [("", &whole), ("backward ", &backward)] {
             if let Some(&(_, f)) = others.first() {
-                let dims: Vec<String> = others.iter().map(|(d, _)| d.to_string()).collect();
+                let dims: Vec<String> = others.iter().map(|(d, _)| d.clone()).collect();
                 let target = f.target(self.cc.0, self.cc.1);
                 s += &format!("; {what}d = {}: {}, {target}", dims.join(", "), f.name());
             }

@@ -397,7 +397,7 @@ proptest! {
 /// -inf` is NaN, but a fused multiply-add of the matrix product may give `+-inf`).
 #[test]
 fn overflow_error_names_the_first_pair_and_its_value() {
-    let case = Case { batch: 2, n: 70, heads: 2, dim: 2, spec: Spec::dense(), seed: 5 };
+    let case = Case { batch: 2, n: 70, heads: 2, dim: 2, value_dim: 2, spec: Spec::dense(), seed: 5 };
     let (mut q, mut k, v) = case.qkv();
     let big = 1e160;
     for (b, h, i) in [(1, 0, 2), (0, 1, 66), (0, 1, 3)] {

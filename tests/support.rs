@@ -243,6 +243,9 @@ pub struct Case {
     pub n: usize,
     pub heads: usize,
     pub dim: usize,
+    /// v's head dim (and the output's): `dim`, unless a test draws another
+    /// ([`any_case_value_dim`]).
+    pub value_dim: usize,
     pub spec: Spec,
     pub seed: u64,
 }
@@ -252,8 +255,16 @@ impl Case {
         [self.batch, self.n, self.heads, self.dim]
     }
 
+    /// `[batch, n, heads, value_dim]`: v, the output and its upstream gradient.
+    pub fn out_shape(&self) -> [usize; 4] {
+        [self.batch, self.n, self.heads, self.value_dim]
+    }
+
+    /// q and k of [`Case::shape`], v of [`Case::out_shape`] (with `value_dim = dim`, the
+    /// three tensors of [`qkv`]).
     pub fn qkv(&self) -> (Array4<f64>, Array4<f64>, Array4<f64>) {
-        qkv(self.shape(), self.seed)
+        let (q, k, _) = qkv(self.shape(), self.seed);
+        (q, k, normal_tensor(self.out_shape(), self.seed.wrapping_mul(3) + 2))
     }
 
     /// The pattern counts `[heads, n, n]` (the pattern's own answer).
@@ -333,9 +344,16 @@ pub fn any_case(max_n: usize) -> impl Strategy<Value = Case> {
             n,
             heads,
             dim,
+            value_dim: dim,
             spec: Spec { pattern, causal, key_lengths, scale, documents: None },
             seed: seed >> 8,
         })
+}
+
+/// [`any_case`] with v's head dim drawn apart from q's (1..=5, equal a fifth of the time):
+/// `d_v != d` as MLA's 192 / 128 has it, on every pattern, layout and schedule.
+pub fn any_case_value_dim(max_n: usize) -> impl Strategy<Value = Case> {
+    (any_case(max_n), 1..=5usize).prop_map(|(case, value_dim)| Case { value_dim, ..case })
 }
 
 /// A random partition of `0..n` into `1..=max_parts` parts: each key goes to a random
@@ -441,7 +459,7 @@ pub fn assert_schedule_exact(
 ) -> Result<ringdil_reference::ring::Report, TestCaseError> {
     use ringdil_reference::{attention, attention_backward, ring::simulate};
     let (q, k, v) = case.qkv();
-    let d_out = normal_tensor(case.shape(), case.seed + 7);
+    let d_out = normal_tensor(case.out_shape(), case.seed + 7);
     let want = attention(q.view(), k.view(), v.view(), &case.spec).unwrap();
     let want_grad = attention_backward(q.view(), k.view(), v.view(), &case.spec, &want, d_out.view()).unwrap();
     let (got, grad, report) = simulate(schedule, &case.spec, q.view(), k.view(), v.view(), Some(d_out.view()))

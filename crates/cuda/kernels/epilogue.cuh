@@ -100,8 +100,8 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (krow[r] < 0) continue;
-        size_t base = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * D + slice * NC * 8;
-        size_t vbase = (((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group) * DV + slice * NCV * 8;
+        const size_t row = ((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group;
+        const size_t base = row * D + slice * NC * 8, vbase = row * DV + slice * NCV * 8;
         #pragma unroll
         for (int i = 0; i < N; ++i) {
             float vk[2] = {i < NC ? dk[i][2 * r] * p.scale : 0.f, i < NC ? dk[i][2 * r + 1] * p.scale : 0.f};

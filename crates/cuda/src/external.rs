@@ -136,29 +136,30 @@ impl Gpu {
         Ok(Borrowed(Some(unsafe { self.borrow_slice(ptr, len) })))
     }
 
-    /// Rank `rank`'s query-side pieces of `plan` (q, d_out): one contiguous 16-bit
-    /// `[batch, rows, heads, head_dim]` tensor per piece at `ptrs[i]`. Errors when the
+    /// Rank `rank`'s upstream gradient pieces of `plan` (d_out): one contiguous 16-bit
+    /// `[batch, rows, heads, value_dim]` tensor per piece at `ptrs[i]`. Errors when the
     /// number of pointers is not the rank's number of pieces.
     ///
     /// # Safety
-    /// Each pointer must address its piece's [`DistPlan::piece_dims`] of 16-bit values on
-    /// this device, allocated while the result lives.
-    pub unsafe fn borrow_pieces(
+    /// Each pointer must address its piece's [`DistPlan::out_piece_dims`] of 16-bit values
+    /// on this device, allocated while the result lives.
+    pub unsafe fn borrow_douts(
         &self,
         plan: &DistPlan,
         rank: usize,
         ptrs: &[CUdeviceptr],
     ) -> DistResult<Borrowed<Vec<DeviceTensor>>> {
-        let dims: Vec<_> = (0..plan.pieces(rank).len()).map(|i| plan.piece_dims(rank, i)).collect();
+        let dims: Vec<_> = (0..plan.pieces(rank).len()).map(|i| plan.out_piece_dims(rank, i)).collect();
         // SAFETY: the caller's promise.
-        Ok(Borrowed(Some(unsafe { self.borrow_each("query-side pieces", ptrs, &dims)? })))
+        Ok(Borrowed(Some(unsafe { self.borrow_each("d_out pieces", ptrs, &dims)? })))
     }
 
     /// Rank `rank`'s input pieces of `plan`: `q[i]` shaped [`DistPlan::piece_dims`],
-    /// `k[i]` and `v[i]` shaped [`DistPlan::kv_piece_dims`] (16-bit, contiguous).
+    /// `k[i]` [`DistPlan::kv_piece_dims`] and `v[i]` [`DistPlan::v_piece_dims`] (16-bit,
+    /// contiguous).
     ///
     /// # Safety
-    /// As [`Gpu::borrow_pieces`], for each of the three lists.
+    /// As [`Gpu::borrow_douts`], for each of the three lists.
     pub unsafe fn borrow_rank_data(
         &self,
         plan: &DistPlan,
@@ -168,6 +169,7 @@ impl Gpu {
         let pieces = plan.pieces(rank).len();
         let q_dims: Vec<_> = (0..pieces).map(|i| plan.piece_dims(rank, i)).collect();
         let kv_dims: Vec<_> = (0..pieces).map(|i| plan.kv_piece_dims(rank, i)).collect();
+        let v_dims: Vec<_> = (0..pieces).map(|i| plan.v_piece_dims(rank, i)).collect();
         // SAFETY: the caller's promise. A list of the wrong length or a misaligned piece
         // fails before anything is borrowed, so nothing borrowed can be dropped (and freed)
         // on that path.
@@ -179,13 +181,13 @@ impl Gpu {
             Ok(Borrowed(Some(RankData {
                 q: self.borrow_each("q pieces", q, &q_dims)?,
                 k: self.borrow_each("k pieces", k, &kv_dims)?,
-                v: self.borrow_each("v pieces", v, &kv_dims)?,
+                v: self.borrow_each("v pieces", v, &v_dims)?,
             })))
         }
     }
 
     /// Rank `rank`'s finished forward pieces: f32 `out[i]` shaped
-    /// [`DistPlan::piece_dims`] and f32 `lse[i]` `[batch, heads, rows]`.
+    /// [`DistPlan::out_piece_dims`] and f32 `lse[i]` `[batch, heads, rows]`.
     ///
     /// # Safety
     /// Each pointer must address that many f32 values on this device, allocated while the
@@ -204,7 +206,7 @@ impl Gpu {
         check_aligned("lse pieces", lse)?;
         let parts = (0..pieces)
             .map(|i| {
-                let dims = plan.piece_dims(rank, i);
+                let dims = plan.out_piece_dims(rank, i);
                 let [batch, rows, heads, _] = dims;
                 // SAFETY: the caller's promise.
                 unsafe {

@@ -68,8 +68,14 @@ fn draw(rng: &mut SplitMix64) -> Case {
 
 impl Case {
     fn plan(&self, spec: GpuSpec) -> DistPlan {
+        self.plan_at(spec, (64, 64))
+    }
+
+    /// The plan with q/k head dim `d` and v's `dv`.
+    fn plan_at(&self, spec: GpuSpec, (d, dv): (usize, usize)) -> DistPlan {
         let chunks = ChunkPlan::new(self.n, self.ranks, &self.layout).expect("layout");
-        DistPlan::new(chunks, spec, self.batch, self.heads, 64).unwrap().with_kv_heads(self.kv).unwrap()
+        let plan = DistPlan::new(chunks, spec, self.batch, self.heads, d).unwrap();
+        plan.with_kv_heads(self.kv).unwrap().with_value_dim(dv).unwrap()
     }
 }
 
@@ -213,18 +219,22 @@ fn index_lists_move_each_row_to_its_token_and_head() {
 #[test]
 fn forward_volume_is_the_reference_schedules() {
     for_cases(300, |c| {
-        let plan = c.plan(GpuSpec::new(GpuPattern::Dense));
-        let split = HybridSplit::new(&plan, c.degree).map_err(|e| e.to_string())?;
-        let heads = Heads::new(c.heads, c.kv).unwrap();
-        let schedule = hybrid(&plan.chunks, &Spec::dense(), heads, c.degree).map_err(|e| e.to_string())?;
-        let [fwd, _] = schedule.sent_elements(c.batch, 64, 64);
-        for r in 0..c.ranks {
-            let want: usize = fwd.iter().map(|step| step[r]).sum();
-            let got = split.forward_volume(&plan, r);
-            if got != want {
-                return Err(format!(
-                    "rank {r}: the runtime counts {got} elements, the reference schedule sends {want}"
-                ));
+        // Equal head dims, and MLA's v narrower than q and k (Q, K rows at d, V and the
+        // output at d_v).
+        for (d, dv) in [(64, 64), (192, 128)] {
+            let plan = c.plan_at(GpuSpec::new(GpuPattern::Dense), (d, dv));
+            let split = HybridSplit::new(&plan, c.degree).map_err(|e| e.to_string())?;
+            let heads = Heads::new(c.heads, c.kv).unwrap();
+            let schedule = hybrid(&plan.chunks, &Spec::dense(), heads, c.degree).map_err(|e| e.to_string())?;
+            let [fwd, _] = schedule.sent_elements(c.batch, d, dv);
+            for r in 0..c.ranks {
+                let want: usize = fwd.iter().map(|step| step[r]).sum();
+                let got = split.forward_volume(&plan, r);
+                if got != want {
+                    return Err(format!(
+                        "d = {d}, d_v = {dv}, rank {r}: the runtime counts {got} elements, the reference schedule sends {want}"
+                    ));
+                }
             }
         }
         Ok(())

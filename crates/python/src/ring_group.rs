@@ -329,7 +329,7 @@ impl RingGroup {
             // SAFETY: as in `forward`; dq, dk, dv are f32 tensors shaped like q, k, v.
             let data = unsafe { view.borrow_rank_data(plan, me, [&dev_ptrs(&q), &dev_ptrs(&k), &dev_ptrs(&v)])? };
             let fwd = unsafe { view.borrow_partials(plan, me, &dev_ptrs(&out), &dev_ptrs(&lse))? };
-            let dout = unsafe { view.borrow_pieces(plan, me, &dev_ptrs(&dout))? };
+            let dout = unsafe { view.borrow_douts(plan, me, &dev_ptrs(&dout))? };
             let grads = rank.backward(kind, &data, &fwd, &dout)?;
             for (ptrs_of, got) in [(&dq, &grads.dq), (&dk, &grads.dk), (&dv, &grads.dv)] {
                 if ptrs_of.len() != got.len() {

@@ -39,7 +39,7 @@ use ringdil_cuda::check::ring::{
 };
 use ringdil_cuda::dist::head_split::HeadSplit;
 use ringdil_cuda::dist::hybrid_split::HybridSplit;
-use ringdil_cuda::dist::ring::upload_pieces;
+use ringdil_cuda::dist::ring::upload_dout;
 use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
     run_threads_with, timeout_from_env,
@@ -235,9 +235,10 @@ fn gather(
     for g in 1..grid.world() {
         let (ring, pos) = grid.place(g).expect("rank of the grid");
         let plan = &parts[ring].plan;
-        let (lens, kv_lens) = (plan.piece_lens(pos), plan.kv_piece_lens(pos));
+        let (q_lens, out_lens) = (plan.piece_lens(pos), plan.out_piece_lens(pos));
+        let (k_lens, v_lens) = (plan.kv_piece_lens(pos), plan.v_piece_lens(pos));
         let lse: Vec<usize> = plan.pieces(pos).iter().map(|pc| plan.batch * plan.heads * pc.rows).collect();
-        let kinds = [&lens, &lse, &lens, &kv_lens, &kv_lens]
+        let kinds = [&out_lens, &lse, &q_lens, &k_lens, &v_lens]
             .map(|l| l.iter().map(|&n| comm.stream().alloc_zeros::<f32>(n).expect("alloc")).collect::<Vec<_>>());
         bufs.push((ring, kinds.into()));
     }
@@ -284,7 +285,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         let inp = cached(&mut cache, c, run.seed, me == 0);
         let [q, k, v, g] = batch_slices(&inp.bits, c, &mine.rows);
         let data = RankData::upload(gpu, &mine.plan, pos, q, k, v).expect("upload");
-        let dout = upload_pieces(gpu, &mine.plan, pos, g).expect("upload");
+        let dout = upload_dout(gpu, &mine.plan, pos, g).expect("upload");
         let mut rank = DistRank::new(gpu, ring_comm, &mine.plan, Dtype::Bf16).expect("rank");
         let virt: Option<Vec<HostResult>> = (me == 0)
             .then(|| parts.iter().map(|part| run_virtual(gpu, c, part, &inp).expect("virtual ranks")).collect());

@@ -18,7 +18,7 @@
 //! dense ring must match bit for bit ([`max_diff`]).
 
 use super::{Metric, bound, rounded};
-use crate::dist::ring::upload_pieces;
+use crate::dist::ring::upload_dout;
 use crate::dist::{DistPlan, DistResult, Grid, RankData, RankGrads, VirtualRanks};
 use crate::gpu::Gpu;
 use crate::shape::Dtype;
@@ -48,6 +48,8 @@ pub struct Case {
     /// K/V heads: `heads`, or a divisor (grouped-query attention).
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// v's head dim: `head_dim`, or MLA's 128 beside 192.
+    pub value_dim: usize,
     pub seq: usize,
     /// Inputs and reference depend only on (size, pattern): computed once, shared by
     /// every rank count, layout and schedule.
@@ -134,22 +136,25 @@ fn layouts(n: usize, p: usize) -> Vec<(String, Layout)> {
     v
 }
 
-/// One size of the cases: `(seq, head_dim, batch, heads, kv_heads)` and which patterns
-/// (by name prefix) it skips.
-type Size = ((usize, usize, usize, usize, usize), &'static [&'static str]);
+/// One size of the cases: `(seq, (head_dim, value_dim), batch, heads, kv_heads)` and which
+/// patterns (by name prefix) it skips.
+type Size = ((usize, (usize, usize), usize, usize, usize), &'static [&'static str]);
 
 /// The sizes: two multi-head ones, then grouped-query (8:2, with LongNet offsets that
 /// differ within a group) and multi-query attention; then the head dims beyond 64 and 128
 /// (96, 192, 256: on sm_90 96 runs the mma kernels and 192, 256 the wgmma forward with
-/// the mma backward), causal and dilated only.
-const SIZES: [Size; 7] = [
-    ((1000, 64, 1, 4, 4), &[]),
-    ((777, 128, 2, 4, 4), &["window"]),
-    ((1000, 128, 1, 8, 2), &["dense", "window"]),
-    ((777, 64, 2, 4, 1), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
-    ((600, 96, 1, 2, 2), &["dense", "window"]),
-    ((500, 192, 2, 2, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
-    ((400, 256, 1, 4, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+/// the mma backward), causal and dilated only; last MLA's v narrower than q and k (192 /
+/// 128, on the mma kernels), grouped-query, with a LongNet pattern whose pieces travel
+/// as kept head rows (V's rows at 128, K's at 192).
+const SIZES: [Size; 8] = [
+    ((1000, (64, 64), 1, 4, 4), &[]),
+    ((777, (128, 128), 2, 4, 4), &["window"]),
+    ((1000, (128, 128), 1, 8, 2), &["dense", "window"]),
+    ((777, (64, 64), 2, 4, 1), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+    ((600, (96, 96), 1, 2, 2), &["dense", "window"]),
+    ((500, (192, 192), 2, 2, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+    ((400, (256, 256), 1, 4, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+    ((500, (192, 128), 1, 4, 2), &["dense", "window", "expr", "table", "dilated_expr"]),
 ];
 
 /// The cases for `ranks` per ring and `rings` rings, the packed ones last; with several
@@ -158,7 +163,7 @@ const SIZES: [Size; 7] = [
 pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
     let mut out = Vec::new();
     for &p in ranks {
-        for (i, &((seq, head_dim, batch, heads, kv_heads), skip)) in SIZES.iter().enumerate() {
+        for (i, &((seq, (head_dim, value_dim), batch, heads, kv_heads), skip)) in SIZES.iter().enumerate() {
             for (layout_name, layout) in layouts(seq, p) {
                 for (j, pattern) in patterns(seq).into_iter().enumerate() {
                     if skip.iter().any(|s| pattern.0.starts_with(s)) {
@@ -174,6 +179,7 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                         heads,
                         kv_heads,
                         head_dim,
+                        value_dim,
                         seq,
                         key: (i, j),
                     });
@@ -189,8 +195,9 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
 pub fn describe(c: &Case) -> String {
     let rings = if c.rings > 1 { format!(" x R={}", c.rings) } else { String::new() };
     let kv = if c.kv_heads != c.heads { format!(" H_kv={}", c.kv_heads) } else { String::new() };
+    let dv = if c.value_dim != c.head_dim { format!(" d_v={}", c.value_dim) } else { String::new() };
     format!(
-        "P={}{rings} {} | {} | B={} N={} H={}{kv} d={}",
+        "P={}{rings} {} | {} | B={} N={} H={}{kv} d={}{dv}",
         c.ranks, c.layout_name, c.pattern.0, c.batch, c.seq, c.heads, c.head_dim
     )
 }
@@ -217,13 +224,14 @@ pub fn cached(cache: &mut Cache, c: &Case, seed: u64, with_reference: bool) -> s
 
 /// The inputs of `c` drawn from `seed`, with the reference when `with_reference`.
 fn inputs(c: &Case, seed: u64, with_reference: bool) -> Inputs {
-    let dims = [c.batch, c.seq, c.heads, c.head_dim];
-    let kv_dims = [c.batch, c.seq, c.kv_heads, c.head_dim];
+    let [q, k, v, g] =
+        [(c.heads, c.head_dim), (c.kv_heads, c.head_dim), (c.kv_heads, c.value_dim), (c.heads, c.value_dim)]
+            .map(|(h, w)| [c.batch, c.seq, h, w]);
     let mut rng = SplitMix64::new(seed);
-    let (q, qf) = rounded(dims, Dtype::Bf16, &mut rng);
-    let (k, kf) = rounded(kv_dims, Dtype::Bf16, &mut rng);
-    let (v, vf) = rounded(kv_dims, Dtype::Bf16, &mut rng);
-    let (g, gf) = rounded(dims, Dtype::Bf16, &mut rng);
+    let (q, qf) = rounded(q, Dtype::Bf16, &mut rng);
+    let (k, kf) = rounded(k, Dtype::Bf16, &mut rng);
+    let (v, vf) = rounded(v, Dtype::Bf16, &mut rng);
+    let (g, gf) = rounded(g, Dtype::Bf16, &mut rng);
     let reference = if with_reference {
         let spec = c.pattern.1.to_reference();
         let fwd = attention(qf.view(), kf.view(), vf.view(), &spec).expect("reference forward");
@@ -259,24 +267,30 @@ pub fn ring_parts(c: &Case, grid: &Grid) -> DistResult<Vec<RingPart>> {
             let spec = c.pattern.1.batch_rows(rows.clone(), c.batch, c.seq)?;
             let plan = DistPlan::new(chunks, spec, rows.len(), c.heads, c.head_dim)?
                 .with_kv_heads(c.kv_heads)?
+                .with_value_dim(c.value_dim)?
                 .with_hybrid_degree(crate::dist::hybrid_split::grid_degree(c.ranks, c.heads))?;
             Ok(RingPart { plan, rows })
         })
         .collect()
 }
 
-/// Batch rows `rows` of a `[batch, seq, heads, head_dim]` host tensor of `c` with
-/// `heads` heads (the case's query or K/V heads).
-pub fn batch_slice<'a>(x: &'a [u16], c: &Case, heads: usize, rows: &Range<usize>) -> &'a [u16] {
-    let per_row = c.seq * heads * c.head_dim;
+/// Batch rows `rows` of a `[batch, seq, heads, width]` host tensor of `c`.
+pub fn batch_slice<'a>(x: &'a [u16], c: &Case, (heads, width): (usize, usize), rows: &Range<usize>) -> &'a [u16] {
+    let per_row = c.seq * heads * width;
     &x[rows.start * per_row..rows.end * per_row]
 }
 
-/// [`batch_slice`] of the four inputs q, k, v, d_out (k and v at the K/V heads).
+/// [`batch_slice`] of the four inputs q, k, v, d_out (k and v at the K/V heads; v and
+/// d_out at v's head dim).
 pub fn batch_slices<'a>(bits: &'a [Vec<u16>; 4], c: &Case, rows: &Range<usize>) -> [&'a [u16]; 4] {
     let [q, k, v, g] = bits;
-    let (h, hk) = (c.heads, c.kv_heads);
-    [batch_slice(q, c, h, rows), batch_slice(k, c, hk, rows), batch_slice(v, c, hk, rows), batch_slice(g, c, h, rows)]
+    let (h, hk, d, dv) = (c.heads, c.kv_heads, c.head_dim, c.value_dim);
+    [
+        batch_slice(q, c, (h, d), rows),
+        batch_slice(k, c, (hk, d), rows),
+        batch_slice(v, c, (hk, dv), rows),
+        batch_slice(g, c, (h, dv), rows),
+    ]
 }
 
 /// The errors of the whole batch, each against the bf16 bound: every ring's ranks
@@ -288,8 +302,8 @@ pub fn compare(
     res: &[HostResult],
     reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
 ) -> Vec<Metric> {
-    let (b, n, h, hk, d) = (c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
-    let len = [b * n * h * d, b * h * n, b * n * h * d, b * n * hk * d, b * n * hk * d];
+    let (b, n, h, hk, d, dv) = (c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.value_dim);
+    let len = [b * n * h * dv, b * h * n, b * n * h * d, b * n * hk * d, b * n * hk * dv];
     let mut arrays: Vec<Vec<f64>> = len.iter().map(|&l| vec![f64::NAN; l]).collect();
     for (part, ring) in parts.iter().zip(res) {
         let Range { start, end } = part.rows;
@@ -299,9 +313,11 @@ pub fn compare(
                 let (per_row, rows) = (len[i] / b, &mut arrays[i]);
                 let rows = &mut rows[start * per_row..end * per_row];
                 match i {
+                    0 => part.plan.gather_into(rows, dv, r, &p64),
                     1 => part.plan.gather_lse_into(rows, r, &p64),
-                    3 | 4 => part.plan.gather_kv_into(rows, d, r, &p64),
-                    _ => part.plan.gather_into(rows, d, r, &p64),
+                    2 => part.plan.gather_into(rows, d, r, &p64),
+                    3 => part.plan.gather_kv_into(rows, d, r, &p64),
+                    _ => part.plan.gather_kv_into(rows, dv, r, &p64),
                 }
             }
         }
@@ -363,7 +379,7 @@ pub fn run_virtual_schedule(
     let plan = &part.plan;
     let data: Vec<RankData> =
         (0..plan.ranks()).map(|r| RankData::upload(gpu, plan, r, q, k, v)).collect::<Result<_, _>>()?;
-    let dout: Vec<_> = (0..plan.ranks()).map(|r| upload_pieces(gpu, plan, r, g)).collect::<Result<_, _>>()?;
+    let dout: Vec<_> = (0..plan.ranks()).map(|r| upload_dout(gpu, plan, r, g)).collect::<Result<_, _>>()?;
     let mut vr = VirtualRanks::new(gpu, plan, Dtype::Bf16)?;
     let (outs, grads) = if schedule == Kind::Ulysses {
         let outs = vr.ulysses_forward(&data)?;
@@ -385,7 +401,7 @@ pub fn run_virtual_schedule(
 mod tests {
     use super::*;
 
-    fn case(ranks: usize, rings: usize, batch: usize, layout: Layout) -> Case {
+    fn case(ranks: usize, rings: usize, batch: usize, layout: Layout, (head_dim, value_dim): (usize, usize)) -> Case {
         let pattern = ("causal", GpuSpec::new(GpuPattern::Dense).causal(true));
         let layout_name = format!("{layout:?}");
         Case {
@@ -397,7 +413,8 @@ mod tests {
             batch,
             heads: 4,
             kv_heads: 2,
-            head_dim: 64,
+            head_dim,
+            value_dim,
             seq: 200,
             key: (0, 0),
         }
@@ -406,13 +423,14 @@ mod tests {
     /// What every rank would hold if it computed exactly: the reference (as f32) cut into
     /// ring rows and rank pieces, `[ring][position]`.
     fn exact(c: &Case, parts: &[RingPart], inp: &Inputs) -> Vec<HostResult> {
-        let (n, h, hk, d) = (c.seq, c.heads, c.kv_heads, c.head_dim);
+        let (n, h, hk, d, d_v) = (c.seq, c.heads, c.kv_heads, c.head_dim, c.value_dim);
         let (fwd, g) = &inp.reference;
         let [out, dq, dk, dv] =
             [&fwd.out, &g.dq, &g.dk, &g.dv].map(|x| x.iter().map(|&v| v as f32).collect::<Vec<_>>());
         let lse: Vec<f32> = fwd.lse.iter().map(|&v| v as f32).collect();
         let ring = |part: &RingPart| -> HostResult {
-            let rows = |x: &[f32], h: usize| x[part.rows.start * n * h * d..part.rows.end * n * h * d].to_vec();
+            let rows =
+                |x: &[f32], h: usize, w: usize| x[part.rows.start * n * h * w..part.rows.end * n * h * w].to_vec();
             (0..part.plan.ranks())
                 .map(|r| {
                     let tokens = part.plan.chunks.tokens(r);
@@ -434,9 +452,9 @@ mod tests {
                             v
                         })
                         .collect();
-                    let pieces = |x: &[f32]| part.plan.scatter(&rows(x, h), d, r);
-                    let kv_pieces = |x: &[f32]| part.plan.scatter_kv(&rows(x, hk), d, r);
-                    [pieces(&out), lse_pieces, pieces(&dq), kv_pieces(&dk), kv_pieces(&dv)]
+                    let pieces = |x: &[f32], w| part.plan.scatter(&rows(x, h, w), w, r);
+                    let kv_pieces = |x: &[f32], w| part.plan.scatter_kv(&rows(x, hk, w), w, r);
+                    [pieces(&out, d_v), lse_pieces, pieces(&dq, d), kv_pieces(&dk, d), kv_pieces(&dv, d_v)]
                 })
                 .collect()
         };
@@ -444,17 +462,20 @@ mod tests {
     }
 
     /// The 2-D assembly on the host: exact per-rank pieces of every ring, put back by
-    /// `compare`, reproduce the reference; rings put in each other's rows do not.
+    /// `compare`, reproduce the reference; rings put in each other's rows do not. With
+    /// v's head dim apart from q's, each tensor is cut and put back at its own width.
     #[test]
     fn rings_are_assembled_into_their_batch_rows() {
-        for (world, rings, batch, layout) in [
-            (4, 2, 3, Layout::Zigzag),     // 2 rings x 2 ranks, uneven batch 2 + 1
-            (1, 1, 2, Layout::Contiguous), // the plain ring (and the virtual-rank path)
-            (3, 3, 4, Layout::Contiguous), // pure data parallelism, 2 + 1 + 1
-            (6, 2, 2, Layout::Striped),    // 2 rings x 3 ranks, striped
+        for (world, rings, batch, layout, dims) in [
+            (4, 2, 3, Layout::Zigzag, (64, 64)),       // 2 rings x 2 ranks, uneven batch 2 + 1
+            (1, 1, 2, Layout::Contiguous, (64, 64)),   // the plain ring (and the virtual-rank path)
+            (3, 3, 4, Layout::Contiguous, (64, 64)),   // pure data parallelism, 2 + 1 + 1
+            (6, 2, 2, Layout::Striped, (64, 64)),      // 2 rings x 3 ranks, striped
+            (4, 2, 3, Layout::Zigzag, (192, 128)),     // MLA's widths
+            (3, 1, 1, Layout::Contiguous, (192, 128)), // one ring of 3
         ] {
             let grid = Grid::new(world, rings).unwrap();
-            let c = case(grid.ring_size(), rings, batch, layout);
+            let c = case(grid.ring_size(), rings, batch, layout, dims);
             let parts = ring_parts(&c, &grid).unwrap();
             assert_eq!(parts.iter().map(|p| p.rows.len()).sum::<usize>(), batch);
             let inp = inputs(&c, 3, true);
@@ -472,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_ring_with_no_batch_rows_is_a_typed_error() {
-        let c = case(1, 2, 1, Layout::Contiguous);
+        let c = case(1, 2, 1, Layout::Contiguous, (64, 64));
         let e = ring_parts(&c, &Grid::new(2, 2).unwrap()).err().unwrap();
         assert!(matches!(e, crate::dist::DistError::EmptyRing { batch: 1, rings: 2 }), "{e}");
     }

@@ -93,6 +93,7 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                         heads,
                         kv_heads,
                         head_dim,
+                        value_dim: head_dim,
                         seq,
                         key: (KEY + i, j),
                     });

@@ -235,7 +235,7 @@ impl Problem {
     /// volume, `d_v = d`).
     pub fn ulysses_volume(&self, ranks: usize, rank: usize, tokens: f64) -> f64 {
         let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
-        head_split::forward_elements(self.head_counts(), b, d, n, ranks, rank, tokens)
+        head_split::forward_elements(self.head_counts(), b, (d, d), n, ranks, rank, tokens)
     }
 
     /// Dense causal attention of `seq_len` tokens, `heads` heads of `head_dim`, batch 1:
@@ -266,7 +266,7 @@ impl Problem {
         let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
         let (group_len, per) = (n / groups as f64, n / p as f64);
         let sent = (0..degree)
-            .map(|u| head_split::forward_elements(heads, b, d, group_len, degree, u, per))
+            .map(|u| head_split::forward_elements(heads, b, (d, d), group_len, degree, u, per))
             .fold(0.0, f64::max);
         let split = even_boundaries(heads.query(), degree);
         let member = |u: usize| split[u]..split[u + 1];

@@ -262,13 +262,13 @@ pub(crate) fn zeros(gpu: &Gpu, lens: &[usize]) -> DistResult<Vec<CudaSlice<f32>>
 /// rows into (every row is written once; [`partials`] reads them back).
 pub(crate) fn output_targets(gpu: &Gpu, plan: &DistPlan, rank: usize) -> DistResult<Vec<Vec<CudaSlice<f32>>>> {
     let lse: Vec<usize> = plan.pieces(rank).iter().map(|x| plan.batch * plan.heads * x.rows).collect();
-    Ok(vec![zeros(gpu, &plan.piece_lens(rank))?, zeros(gpu, &lse)?])
+    Ok(vec![zeros(gpu, &plan.out_piece_lens(rank))?, zeros(gpu, &lse)?])
 }
 
 /// Zeroed `[dq, dk, dv]` pieces of `rank`, which an exchange adds gradients into.
 pub(crate) fn grad_targets(gpu: &Gpu, plan: &DistPlan, rank: usize) -> DistResult<Vec<Vec<CudaSlice<f32>>>> {
-    let kv = plan.kv_piece_lens(rank);
-    Ok(vec![zeros(gpu, &plan.piece_lens(rank))?, zeros(gpu, &kv)?, zeros(gpu, &kv)?])
+    let (q, k, v) = (plan.piece_lens(rank), plan.kv_piece_lens(rank), plan.v_piece_lens(rank));
+    Ok(vec![zeros(gpu, &q)?, zeros(gpu, &k)?, zeros(gpu, &v)?])
 }
 
 /// The finished outputs of `rank` from its filled [`output_targets`].
@@ -277,7 +277,7 @@ pub(crate) fn partials(plan: &DistPlan, rank: usize, targets: Vec<Vec<CudaSlice<
     outs.into_iter()
         .zip(lses)
         .enumerate()
-        .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.piece_dims(rank, pi) })
+        .map(|(pi, (out, lse))| DevicePartial { out, lse, dims: plan.out_piece_dims(rank, pi) })
         .collect()
 }
 
@@ -327,7 +327,7 @@ impl RankCompute {
             match &mut acc[qi] {
                 Some(running) => gpu.forward_accumulate(prep, &q[qi], k, v, running)?,
                 None => {
-                    let mut part = alloc_partial(gpu, q[qi].dims)?;
+                    let mut part = alloc_partial(gpu, plan.out_piece_dims(self.rank, qi))?;
                     gpu.forward_into(prep, &q[qi], k, v, &mut part)?;
                     acc[qi] = Some(part);
                 }
@@ -412,7 +412,7 @@ pub(crate) fn finish(
                 Ok(p)
             }
             None => {
-                let dims = plan.piece_dims(rank, qi);
+                let dims = plan.out_piece_dims(rank, qi);
                 let [b, n, h, d] = dims;
                 let st = gpu.stream();
                 let mut lse = st.alloc_zeros::<f32>(b * h * n)?;

@@ -27,8 +27,9 @@
 //! sequence once, so a run tensor assembled from them has every row written once.
 //!
 //! # Volume (elements sent by rank `p` in the forward, `n_p` its tokens)
-//! `B d n_p sum_{r != p} (|H_r| + 2 |K_r|)` (Q, K, V out) `+ B (d + 1) |H_p| (N - n_p)`
+//! `B n_p sum_{r != p} (d |H_r| + (d + d_v) |K_r|)` (Q, K, V out) `+ B (d_v + 1) |H_p| (N - n_p)`
 //! (output and LSE back), the reference module's formula ([`HeadSplit::forward_volume`]).
+//! Rows are `d`-vectors for Q and K, `d_v`-vectors for V and the output.
 
 use super::layout::{DistPlan, Piece};
 use ringdil_reference::Heads;
@@ -62,26 +63,28 @@ impl HeadSplit {
     /// Elements rank `p` of `plan` sends in the forward (module docs).
     pub fn forward_volume(&self, plan: &DistPlan, p: usize) -> usize {
         let mine: usize = plan.pieces(p).iter().map(|x| x.rows).sum();
-        let (b, d, n) = (plan.batch as f64, plan.head_dim as f64, plan.seq_len() as f64);
-        forward_elements(self.heads, b, d, n, plan.ranks(), p, mine as f64) as usize
+        let (b, n) = (plan.batch as f64, plan.seq_len() as f64);
+        let (d, dv) = (plan.head_dim as f64, plan.value_dim as f64);
+        forward_elements(self.heads, b, (d, dv), n, plan.ranks(), p, mine as f64) as usize
     }
 }
 
 /// Elements rank `p` of `ranks` sends in the Ulysses forward when it holds `tokens` of the
 /// `n` (module docs): `Q` of its tokens at every other rank's query heads, `K` and `V` at
 /// the K/V heads every other rank reads (replicated when ranks share a K/V head), then the
-/// output and LSE of its query heads over every other rank's tokens,
-/// `B d n_p (H - |H_p|) + 2 B d n_p sum_{r != p} |K_r| + B (d + 1) |H_p| (N - n_p)`.
+/// output and LSE of its query heads over every other rank's tokens; with `(d, d_v)` the
+/// head dims of q/k and of v,
+/// `B d n_p (H - |H_p|) + B (d + d_v) n_p sum_{r != p} |K_r| + B (d_v + 1) |H_p| (N - n_p)`.
 /// Shared by the runtime's count ([`HeadSplit::forward_volume`]) and the auto rule,
 /// which prices `N / P` tokens per rank.
-pub fn forward_elements(heads: Heads, b: f64, d: f64, n: f64, ranks: usize, p: usize, tokens: f64) -> f64 {
+pub fn forward_elements(heads: Heads, b: f64, (d, dv): (f64, f64), n: f64, ranks: usize, p: usize, tokens: f64) -> f64 {
     let split = even_boundaries(heads.query(), ranks.max(1));
     let of = |r: usize| split[r]..split[r + 1];
     let own = of(p).len() as f64;
     let kv_others: usize = (0..ranks).filter(|&r| r != p).map(|r| heads.kv_range(&of(r)).len()).sum();
     b * d * tokens * (heads.query() as f64 - own)
-        + 2.0 * b * d * tokens * kv_others as f64
-        + b * (d + 1.0) * own * (n - tokens)
+        + b * (d + dv) * tokens * kv_others as f64
+        + b * (dv + 1.0) * own * (n - tokens)
 }
 
 /// One single-GPU call of a rank: query heads `q`, reading K/V heads `kv`.
@@ -210,6 +213,16 @@ mod tests {
             let np: usize = pl.pieces(r).iter().map(|x| x.rows).sum();
             let hp = split.heads_of(r).len();
             assert_eq!(split.forward_volume(&pl, r), 2 * 64 * np * 3 * (h - hp) + 2 * 65 * hp * (n - np));
+        }
+        // MLA's widths: Q and K rows at d = 192, V and the output at d_v = 128.
+        let chunks = ChunkPlan::new(n, p, &Layout::Zigzag).unwrap();
+        let mla =
+            DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense), 2, h, 192).unwrap().with_value_dim(128).unwrap();
+        for r in 0..p {
+            let np: usize = mla.pieces(r).iter().map(|x| x.rows).sum();
+            let hp = split.heads_of(r).len();
+            let want = 2 * np * (192 + 192 + 128) * (h - hp) + 2 * 129 * hp * (n - np);
+            assert_eq!(split.forward_volume(&mla, r), want);
         }
     }
 }

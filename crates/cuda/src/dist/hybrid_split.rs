@@ -127,7 +127,8 @@ impl HybridSplit {
             plan.heads,
             plan.head_dim,
         )?
-        .with_kv_heads(run.kv.len())
+        .with_kv_heads(run.kv.len())?
+        .with_value_dim(plan.value_dim)
     }
 
     /// Where the pieces of `rank` lie in its group's pieces, by piece then row.
@@ -151,19 +152,19 @@ impl HybridSplit {
     /// and K/V at the K/V heads each run reads), the dense ring's K/V hops over the groups
     /// at its runs' K/V heads, and its output and LSE rows of the other members' tokens.
     pub fn forward_volume(&self, plan: &DistPlan, r: usize) -> usize {
-        let (b, d) = (plan.batch, plan.head_dim);
+        let (b, d, dv) = (plan.batch, plan.head_dim, plan.value_dim);
         let (g, u) = self.place(r);
         let mine: usize = plan.chunks.tokens(r).len();
         let group: usize = self.groups.tokens(g).len();
         let g_count = self.group_count();
-        let width = |run: &Run| run.q.len() * d + 2 * run.kv.len() * d;
+        let width = |run: &Run| run.q.len() * d + run.kv.len() * (d + dv);
         let scatter: usize =
             (0..self.degree).filter(|&o| o != u).flat_map(|o| self.runs(o)).map(|run| b * mine * width(run)).sum();
         let next = self.groups.tokens((g + 1) % g_count).len();
         let ring_rows = if g_count > 1 { plan.seq_len() - next } else { 0 };
         let own = self.runs(u);
-        let ring: usize = own.iter().map(|run| 2 * b * run.kv.len() * d * ring_rows).sum();
-        let back: usize = own.iter().map(|run| b * (group - mine) * run.q.len() * (d + 1)).sum();
+        let ring: usize = own.iter().map(|run| b * run.kv.len() * (d + dv) * ring_rows).sum();
+        let back: usize = own.iter().map(|run| b * (group - mine) * run.q.len() * (dv + 1)).sum();
         scatter + ring + back
     }
 }

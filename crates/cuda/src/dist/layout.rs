@@ -71,7 +71,11 @@ pub struct DistPlan {
     /// K/V heads ([`DistPlan::with_kv_heads`]; `heads` unless grouped-query): K, V and
     /// their gradients are pieces of `kv_heads` heads, and that is what travels.
     pub kv_heads: usize,
+    /// q's and k's head dim.
     pub head_dim: usize,
+    /// v's head dim ([`DistPlan::with_value_dim`]; `head_dim` unless MLA-style): V, dV,
+    /// the output and d_out are `value_dim` wide, Q, K, dQ, dK `head_dim`.
+    pub value_dim: usize,
     /// The plan's query heads are heads `first_head ..` of `all_heads` ([`DistPlan::for_heads`];
     /// `0` of `heads` otherwise): the kernels and the kept rows see global head indices,
     /// so per-head dilated offsets stay those of the whole problem.
@@ -144,6 +148,7 @@ impl DistPlan {
             heads: heads.len(),
             kv_heads: heads.len(),
             head_dim,
+            value_dim: head_dim,
             first_head: heads.start,
             all_heads,
             out_scale,
@@ -196,6 +201,25 @@ impl DistPlan {
             })
             .collect();
         Ok(DistPlan { kv_heads, kept, ..self })
+    }
+
+    /// v's head dim `value_dim` (MLA's 192 / 128): V and dV pieces, the outputs and d_out
+    /// are `value_dim` wide and travel so; the tile plans and kept rows do not depend on
+    /// it. Errors: a (head_dim, value_dim) pair no kernel family runs
+    /// ([`crate::Family::value_dim_pairs`]).
+    pub fn with_value_dim(self, value_dim: usize) -> DistResult<Self> {
+        let family = crate::family::Family::Mma;
+        if !family.has_value_dim(self.head_dim, value_dim) {
+            let supported =
+                crate::family::Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v));
+            return Err(crate::error::CudaError::UnsupportedValueDim {
+                head_dim: self.head_dim,
+                value_dim,
+                supported: supported.collect(),
+            }
+            .into());
+        }
+        Ok(DistPlan { value_dim, ..self })
     }
 
     /// The Ulysses x ring hybrid with groups of `degree` ranks (Ulysses inside a group,
@@ -308,24 +332,48 @@ impl DistPlan {
         &self.pieces[rank]
     }
 
-    /// `[batch, rows, heads, head_dim]` of query-side piece `i` of `rank` (q, out, d_out, dq).
+    /// `[batch, rows, heads, head_dim]` of query piece `i` of `rank` (q, dq).
     pub fn piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
         [self.batch, self.pieces[rank][i].rows, self.heads, self.head_dim]
     }
 
-    /// Elements of one query-side `[batch, rows, heads, head_dim]` tensor of each piece of `rank`.
+    /// Elements of one `[batch, rows, heads, head_dim]` tensor (q, dq) of each piece of `rank`.
     pub fn piece_lens(&self, rank: usize) -> Vec<usize> {
-        self.pieces[rank].iter().map(|p| self.batch * p.rows * self.heads * self.head_dim).collect()
+        self.lens_at(rank, self.heads, self.head_dim)
     }
 
-    /// `[batch, rows, kv_heads, head_dim]` of K/V-side piece `i` of `rank` (k, v, dk, dv).
+    /// `[batch, rows, heads, value_dim]` of output piece `i` of `rank` (out, d_out).
+    pub fn out_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
+        [self.batch, self.pieces[rank][i].rows, self.heads, self.value_dim]
+    }
+
+    /// Elements of one output-side tensor (out, d_out) of each piece of `rank`.
+    pub fn out_piece_lens(&self, rank: usize) -> Vec<usize> {
+        self.lens_at(rank, self.heads, self.value_dim)
+    }
+
+    /// `[batch, rows, kv_heads, head_dim]` of key piece `i` of `rank` (k, dk).
     pub fn kv_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
         [self.batch, self.pieces[rank][i].rows, self.kv_heads, self.head_dim]
     }
 
-    /// Elements of one K/V-side tensor of each piece of `rank`.
+    /// Elements of one key-side tensor (k, dk) of each piece of `rank`.
     pub fn kv_piece_lens(&self, rank: usize) -> Vec<usize> {
-        self.pieces[rank].iter().map(|p| self.batch * p.rows * self.kv_heads * self.head_dim).collect()
+        self.lens_at(rank, self.kv_heads, self.head_dim)
+    }
+
+    /// `[batch, rows, kv_heads, value_dim]` of value piece `i` of `rank` (v, dv).
+    pub fn v_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
+        [self.batch, self.pieces[rank][i].rows, self.kv_heads, self.value_dim]
+    }
+
+    /// Elements of one value-side tensor (v, dv) of each piece of `rank`.
+    pub fn v_piece_lens(&self, rank: usize) -> Vec<usize> {
+        self.lens_at(rank, self.kv_heads, self.value_dim)
+    }
+
+    fn lens_at(&self, rank: usize, heads: usize, width: usize) -> Vec<usize> {
+        self.pieces[rank].iter().map(|p| self.batch * p.rows * heads * width).collect()
     }
 
     /// Shape and kernel positions of the launch of query piece `qi` of `r` over key piece
@@ -337,7 +385,7 @@ impl DistPlan {
             heads: self.heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
-            value_dim: self.head_dim,
+            value_dim: self.value_dim,
             q_rows: qp.rows,
             k_rows: kp.rows,
         };
@@ -364,7 +412,7 @@ impl DistPlan {
     /// a LongNet pattern, the rows kept by the branches that reach across the two ranks
     /// (the others stay home), for each query head its own offset; with packed documents,
     /// the rows of the documents that hold a token of `dst`, per batch row. Indices of
-    /// `d`-vectors in the K/V piece tensor, `(b * rows + i) * kv_heads + g`, ascending. The pattern-aware plan sends
+    /// head rows in the K/V piece tensors (`head_dim` wide in K, `value_dim` in V), `(b * rows + i) * kv_heads + g`, ascending. The pattern-aware plan sends
     /// only these (a gather into a send buffer) and the receiver scatters them into a
     /// zeroed piece: every row a kernel reads unmasked is there (the kernels read only kept
     /// rows of the branches they launch; a zeroed row of another document is masked), and
@@ -378,26 +426,39 @@ impl DistPlan {
         kept.rows.get_or_init(|| self.kept_entries(dst, src, kj, &kept.live)).as_deref()
     }
 
-    /// Elements of K (and of V) of piece `kj` of `src` that `dst` receives.
+    /// Elements of K (or of dK: `head_dim` wide) of piece `kj` of `src` that `dst` receives.
     pub fn sent_len(&self, dst: usize, src: usize, kj: usize) -> usize {
-        self.kept_rows(dst, src, kj).map_or(self.kv_piece_lens(src)[kj], |k| k.len() * self.head_dim)
+        self.sent_at(dst, src, kj, self.head_dim)
+    }
+
+    /// Elements of V (or of dV: `value_dim` wide) of piece `kj` of `src` that `dst` receives.
+    pub fn sent_v_len(&self, dst: usize, src: usize, kj: usize) -> usize {
+        self.sent_at(dst, src, kj, self.value_dim)
+    }
+
+    /// Elements of piece `kj` of `src` that `dst` receives, `width` per K/V head row:
+    /// the whole piece, or its kept head rows.
+    fn sent_at(&self, dst: usize, src: usize, kj: usize, width: usize) -> usize {
+        let whole = self.batch * self.pieces[src][kj].rows * self.kv_heads * width;
+        self.kept_rows(dst, src, kj).map_or(whole, |k| k.len() * width)
     }
 
     /// Key/value elements (K and V together) that `src` sends `dst` under the
-    /// pattern-aware plan: `2 sum_{kj needed} sent_len(kj)` (whole pieces, or their kept
-    /// head rows).
+    /// pattern-aware plan: `sum_{kj needed} sent_len(kj) + sent_v_len(kj)` (whole pieces,
+    /// or their kept head rows; `2 sent_len` when `value_dim = head_dim`).
     pub fn pattern_volume(&self, dst: usize, src: usize) -> usize {
-        2 * self.needed_pieces(dst, src).iter().map(|&kj| self.sent_len(dst, src, kj)).sum::<usize>()
+        self.needed_pieces(dst, src).iter().map(|&kj| self.sent_len(dst, src, kj) + self.sent_v_len(dst, src, kj)).sum()
     }
 
     /// Key/value elements a rank sends in the forward dense ring:
-    /// `sum_{s=1}^{P-1} 2 B H_kv d n_{(r-s+1) mod P} = 2 B H_kv d (N - n_{r+1})`.
+    /// `sum_{s=1}^{P-1} B H_kv (d + d_v) n_{(r-s+1) mod P} = B H_kv (d + d_v) (N - n_{r+1})`.
     pub fn ring_volume(&self, rank: usize) -> usize {
         let p = self.ranks();
         if p == 1 {
             return 0;
         }
-        2 * self.batch * self.kv_heads * self.head_dim * (self.seq_len() - self.chunks.tokens((rank + 1) % p).len())
+        let width = self.head_dim + self.value_dim;
+        self.batch * self.kv_heads * width * (self.seq_len() - self.chunks.tokens((rank + 1) % p).len())
     }
 
     /// Split a host tensor `[batch, seq, heads, dim]` (global token order) into the pieces
@@ -411,7 +472,8 @@ impl DistPlan {
         self.scatter_heads(x, self.kv_heads, dim, rank)
     }
 
-    fn scatter_heads<T: Copy>(&self, x: &[T], h: usize, dim: usize, rank: usize) -> Vec<Vec<T>> {
+    /// [`DistPlan::scatter`] of a tensor `[batch, seq, h, dim]`.
+    pub fn scatter_heads<T: Copy>(&self, x: &[T], h: usize, dim: usize, rank: usize) -> Vec<Vec<T>> {
         let (b, n) = (self.batch, self.seq_len());
         let tokens = self.chunks.tokens(rank);
         self.pieces[rank]

@@ -92,6 +92,43 @@ fn grouped_query_plans_move_kv_heads() {
     assert_eq!(x, y);
 }
 
+/// v's head dim apart from q's (MLA's 192 / 128): Q, K, dQ, dK pieces at 192, V, dV, the
+/// output and d_out at 128; every K/V volume counts K at 192 and V at 128, whole pieces
+/// and kept head rows alike; the launches see both dims. A pair no kernel runs is refused.
+#[test]
+fn value_dim_plans_size_v_and_the_output_apart() {
+    let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(100, 1), (1000, 4)])));
+    let chunks = ChunkPlan::new(1000, 2, &Layout::Contiguous).unwrap();
+    let same = DistPlan::new(chunks, spec, 1, 4, 192).unwrap().with_kv_heads(2).unwrap();
+    let mla = same.clone().with_value_dim(128).unwrap();
+    assert_eq!((mla.piece_dims(0, 0), mla.out_piece_dims(0, 0)), ([1, 500, 4, 192], [1, 500, 4, 128]));
+    assert_eq!((mla.kv_piece_dims(1, 0), mla.v_piece_dims(1, 0)), ([1, 500, 2, 192], [1, 500, 2, 128]));
+    assert_eq!((mla.piece_lens(0), mla.out_piece_lens(0)), (vec![500 * 4 * 192], vec![500 * 4 * 128]));
+    assert_eq!((mla.kv_piece_lens(0), mla.v_piece_lens(0)), (vec![500 * 2 * 192], vec![500 * 2 * 128]));
+    let (shape, _) = mla.pair(0, 0, 1, 0);
+    assert_eq!((shape.head_dim, shape.value_dim), (192, 128));
+    // Kept head rows: (1000, 4) crosses the ranks; K/V head g serves query heads 2g and
+    // 2g + 1, whose offsets keep 2 rows in 4.
+    let kept = mla.kept_rows(0, 1, 0).expect("fewer than all rows").len();
+    assert_eq!(kept, 2 * 500 * 2 / 4);
+    assert_eq!((mla.sent_len(0, 1, 0), mla.sent_v_len(0, 1, 0)), (kept * 192, kept * 128));
+    assert_eq!(mla.pattern_volume(0, 1), kept * (192 + 128));
+    assert_eq!(same.pattern_volume(0, 1), kept * 2 * 192);
+    for r in 0..2 {
+        assert_eq!(mla.ring_volume(r), 2 * (192 + 128) * 500);
+        assert_eq!(mla.needed(r, 1 - r), same.needed(r, 1 - r));
+    }
+    let e = same.clone().with_value_dim(64).unwrap_err().to_string();
+    assert!(e.contains("64") && e.contains("192"), "{e}");
+    let e =
+        DistPlan::new(ChunkPlan::new(100, 2, &Layout::Contiguous).unwrap(), GpuSpec::new(GpuPattern::Dense), 1, 2, 64)
+            .unwrap()
+            .with_value_dim(128)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("64") && e.contains("128"), "{e}");
+}
+
 #[test]
 fn runs_take_the_longest_constant_step() {
     let piece = |local, rows, start, stride| Piece { local, rows, start, stride };

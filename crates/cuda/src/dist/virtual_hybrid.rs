@@ -9,7 +9,7 @@ use super::error::DistResult;
 use super::exec::{Helpers, Packable, grad_targets, grads_of, output_targets, partials};
 use super::hybrid_split::HybridSplit;
 use super::layout::DistPlan;
-use super::ring::hybrid::{HybridLists, group_data, group_partials, group_queries};
+use super::ring::hybrid::{HybridLists, group_data, group_douts, group_partials};
 use super::ring::ulysses::{Side, backward_inputs, forward_inputs, out_and_lse, width};
 use super::ring::{RankData, RankGrads};
 use super::virtual_ranks::VirtualRanks;
@@ -40,7 +40,7 @@ fn to_groups<T: Packable + ValidAsZeroBits>(
     grid: &Grid,
     inputs: &PerRank<'_, T>,
 ) -> DistResult<Moved<T>> {
-    let (b, d, split) = (plan.batch, plan.head_dim, &grid.split);
+    let (b, split) = (plan.batch, &grid.split);
     let mut out = Vec::with_capacity(plan.ranks());
     for r in 0..plan.ranks() {
         let (g, u) = split.place(r);
@@ -52,16 +52,16 @@ fn to_groups<T: Packable + ValidAsZeroBits>(
                 let mut pieces = split
                     .group_pieces(g)
                     .iter()
-                    .map(|p| Ok(gpu.stream().alloc_zeros::<T>((b * p.rows * m * width(*side, d)).max(1))?))
+                    .map(|p| Ok(gpu.stream().alloc_zeros::<T>((b * p.rows * m * width(*side, plan)).max(1))?))
                     .collect::<DistResult<Vec<_>>>()?;
                 for u2 in 0..split.degree {
                     let sender = split.rank(g, u2);
                     for (k, ov) in grid.lists[r].overlaps[u2].iter().enumerate() {
                         let src = inputs[sender][x].1[ov.piece];
                         let packed =
-                            h.gather(gpu, src, grid.lists[sender].tok[&(u, ri, k)].of(*side), width(*side, d))?;
+                            h.gather(gpu, src, grid.lists[sender].tok[&(u, ri, k)].of(*side), width(*side, plan))?;
                         let idx = grid.lists[r].seq[&(ri, u2, k)].of(*side);
-                        h.scatter_to(gpu, &packed, &mut pieces[ov.group_piece], idx, width(*side, d))?;
+                        h.scatter_to(gpu, &packed, &mut pieces[ov.group_piece], idx, width(*side, plan))?;
                     }
                 }
                 per_run.push(pieces);
@@ -84,11 +84,11 @@ fn to_tokens(
     dst: &mut [Vec<Vec<CudaSlice<f32>>>],
     add: bool,
 ) -> DistResult<()> {
-    let (d, split) = (plan.head_dim, &grid.split);
+    let split = &grid.split;
     for (r, per_output) in outputs.iter().enumerate() {
         let (g, u) = split.place(r);
         for (x, (side, runs)) in per_output.iter().enumerate() {
-            let w = width(*side, d);
+            let w = width(*side, plan);
             for (ri, run) in runs.iter().enumerate() {
                 for u2 in 0..split.degree {
                     let owner = split.rank(g, u2);
@@ -149,7 +149,7 @@ impl VirtualRanks<'_> {
             .iter()
             .map(|runs| {
                 vec![
-                    (Side::Q, runs.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
+                    (Side::Out, runs.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
                     (Side::Lse, runs.iter().map(|run| run.iter().map(|x| &x.lse).collect()).collect()),
                 ]
             })
@@ -182,7 +182,7 @@ impl VirtualRanks<'_> {
                 for g in 0..split.group_count() {
                     let r = split.rank(g, u);
                     inner.push(group_data(&rp, g, [0, 1, 2].map(|x| take(&mut moved, r, x, ri))));
-                    inner_dout.push(group_queries(&rp, g, take(&mut moved, r, 3, ri)));
+                    inner_dout.push(group_douts(&rp, g, take(&mut moved, r, 3, ri)));
                     let (o, lse) = (take(&mut moved_fwd, r, 0, ri), take(&mut moved_fwd, r, 1, ri));
                     inner_out.push(group_partials(&rp, g, o, lse));
                 }
@@ -197,8 +197,8 @@ impl VirtualRanks<'_> {
             .map(|runs| {
                 vec![
                     (Side::Q, runs.iter().map(|x| x.dq.iter().collect()).collect()),
-                    (Side::Kv, runs.iter().map(|x| x.dk.iter().collect()).collect()),
-                    (Side::Kv, runs.iter().map(|x| x.dv.iter().collect()).collect()),
+                    (Side::K, runs.iter().map(|x| x.dk.iter().collect()).collect()),
+                    (Side::V, runs.iter().map(|x| x.dv.iter().collect()).collect()),
                 ]
             })
             .collect();

@@ -78,7 +78,7 @@ impl<'a> VirtualRanks<'a> {
         let p = self.plan.ranks();
         let mut dq: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.piece_lens(r))).collect::<DistResult<_>>()?;
         let mut dk: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
-        let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.kv_piece_lens(r))).collect::<DistResult<_>>()?;
+        let mut dv: Vec<_> = (0..p).map(|r| zeros(self.gpu, &self.plan.v_piece_lens(r))).collect::<DistResult<_>>()?;
         let mut rows: Vec<_> = (0..p).map(|r| PieceRows::new(self.plan.piece_lens(r).len())).collect();
         for s in 0..p {
             for r in 0..p {

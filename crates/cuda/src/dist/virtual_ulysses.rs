@@ -29,19 +29,20 @@ fn to_heads<T: Packable + ValidAsZeroBits>(
     states: &[Ulysses],
     inputs: &PerRank<'_, T>,
 ) -> DistResult<Vec<Vec<Vec<CudaSlice<T>>>>> {
-    let (b, n, d, p) = (plan.batch, plan.seq_len(), plan.head_dim, plan.ranks());
+    let (b, n, p) = (plan.batch, plan.seq_len(), plan.ranks());
     let mut out = Vec::with_capacity(p);
     for (r, state) in states.iter().enumerate() {
         let mut per_input = Vec::with_capacity(inputs[r].len());
         for (x, (side, _)) in inputs[r].iter().enumerate() {
             let mut runs = Vec::with_capacity(state.mine.len());
             for (ri, (run, _)) in state.mine.iter().enumerate() {
-                let mut full = gpu.stream().alloc_zeros::<T>((b * n * heads(run, *side) * width(*side, d)).max(1))?;
+                let mut full =
+                    gpu.stream().alloc_zeros::<T>((b * n * heads(run, *side) * width(*side, plan)).max(1))?;
                 for (o, sender) in states.iter().enumerate() {
                     for pj in 0..plan.pieces(o).len() {
                         let packed =
-                            h.gather(gpu, inputs[o][x].1[pj], sender.tok[&(r, ri, pj)].of(*side), width(*side, d))?;
-                        h.scatter_to(gpu, &packed, &mut full, state.seq[&(ri, o, pj)].of(*side), width(*side, d))?;
+                            h.gather(gpu, inputs[o][x].1[pj], sender.tok[&(r, ri, pj)].of(*side), width(*side, plan))?;
+                        h.scatter_to(gpu, &packed, &mut full, state.seq[&(ri, o, pj)].of(*side), width(*side, plan))?;
                     }
                 }
                 runs.push(full);
@@ -64,13 +65,12 @@ fn to_tokens(
     dst: &mut [Vec<Vec<CudaSlice<f32>>>],
     add: bool,
 ) -> DistResult<()> {
-    let d = plan.head_dim;
     for (r, state) in states.iter().enumerate() {
         for (x, (side, runs)) in outputs[r].iter().enumerate() {
             for (ri, run) in runs.iter().enumerate() {
                 for (o, owner) in states.iter().enumerate() {
                     for (pi, target) in dst[o][x].iter_mut().enumerate() {
-                        let w = width(*side, d);
+                        let w = width(*side, plan);
                         let packed = h.gather(gpu, run, state.seq[&(ri, o, pi)].of(*side), w)?;
                         let idx = owner.tok[&(r, ri, pi)].of(*side);
                         h.place(gpu, target, &packed, idx, w, add)?;
@@ -151,8 +151,8 @@ impl VirtualRanks<'_> {
             .map(|g| {
                 vec![
                     (Side::Q, g.iter().map(|x| &x.dq).collect()),
-                    (Side::Kv, g.iter().map(|x| &x.dk).collect()),
-                    (Side::Kv, g.iter().map(|x| &x.dv).collect()),
+                    (Side::K, g.iter().map(|x| &x.dk).collect()),
+                    (Side::V, g.iter().map(|x| &x.dv).collect()),
                 ]
             })
             .collect();

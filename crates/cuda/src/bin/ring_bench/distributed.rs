@@ -71,7 +71,7 @@ pub fn distributed(gpu: &Gpu, comm: &Communicator, inputs: &mut Inputs, cfg: &Co
     let plan = configs::plan(cfg.pattern, cfg.split, n, p)?;
     inputs.prepare(n * HEADS * DIM, n * plan.kv_heads * DIM);
     let data = RankData::upload(gpu, &plan, me, &inputs.q, &inputs.k, &inputs.v).map_err(|e| e.to_string())?;
-    let dout = ringdil_cuda::dist::ring::upload_pieces(gpu, &plan, me, &inputs.g).map_err(|e| e.to_string())?;
+    let dout = ringdil_cuda::dist::ring::upload_dout(gpu, &plan, me, &inputs.g).map_err(|e| e.to_string())?;
     let mut rank = DistRank::new(gpu, comm, &plan, Dtype::Bf16).map_err(|e| e.to_string())?;
     let schedule = cfg.schedule;
     let mut timed = |probe: Probe, backward: bool, reps: usize| -> Result<(f64, f64), String> {

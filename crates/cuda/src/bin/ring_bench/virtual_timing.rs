@@ -34,7 +34,7 @@ fn virtual_ring(gpu: &Gpu, pat: &str, layout: &Layout, n: usize, p: usize) -> (f
     let (q, k, v, g) = (random_bits(len, 1), random_bits(len, 2), random_bits(len, 3), random_bits(len, 4));
     let data: Vec<RankData> = (0..p).map(|r| RankData::upload(gpu, &plan, r, &q, &k, &v).expect("upload")).collect();
     let dout: Vec<_> =
-        (0..p).map(|r| ringdil_cuda::dist::ring::upload_pieces(gpu, &plan, r, &g).expect("upload")).collect();
+        (0..p).map(|r| ringdil_cuda::dist::ring::upload_dout(gpu, &plan, r, &g).expect("upload")).collect();
     let mut vr = VirtualRanks::new(gpu, &plan, Dtype::Bf16).expect("virtual ranks");
     let (mut fwd, mut both) = (Vec::new(), Vec::new());
     for i in 0..4 {

@@ -50,7 +50,7 @@ impl DistRank<'_> {
         if schedule == Kind::Hybrid {
             return self.hybrid_backward(data, out, dout);
         }
-        let (qlens, kvlens) = (plan.piece_lens(me), plan.kv_piece_lens(me));
+        let (qlens, kvlens, vlens) = (plan.piece_lens(me), plan.kv_piece_lens(me), plan.v_piece_lens(me));
         let mut dq = zeros(gpu, &qlens)?;
         let mut rows = PieceRows::new(qlens.len());
         // The token-split schedules sum unscaled steps; the pattern's output scale goes on
@@ -61,7 +61,7 @@ impl DistRank<'_> {
                 let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
                 let mut cur: Option<Block> = None;
                 let mut dk = zeros(gpu, &kvlens)?;
-                let mut dv = zeros(gpu, &kvlens)?;
+                let mut dv = zeros(gpu, &vlens)?;
                 for s in 0..p {
                     let src = (me + p - s) % p;
                     let (ck, cv) = match &cur {
@@ -85,13 +85,8 @@ impl DistRank<'_> {
                     if p > 1 {
                         // Pass the accumulators on; after the last step they go home (to r + 1).
                         let target = if s + 1 < p { nsrc } else { me };
-                        let lens = plan.kv_piece_lens(target);
-                        let st = self.comm.stream();
-                        // SAFETY: fully written by the receive.
-                        let mut rdk: Vec<CudaSlice<f32>> =
-                            lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
-                        let mut rdv: Vec<CudaSlice<f32>> =
-                            lens.iter().map(|&n| unsafe { st.alloc::<f32>(n) }).collect::<Result<_, _>>()?;
+                        let (klens, vlens) = (plan.kv_piece_lens(target), plan.v_piece_lens(target));
+                        let (mut rdk, mut rdv) = (self.recv_f32(&klens)?, self.recv_f32(&vlens)?);
                         let sends: Vec<_> = dk.iter().chain(&dv).map(|b| (next, b)).collect();
                         let mut recvs: Vec<_> = rdk.iter_mut().chain(rdv.iter_mut()).map(|b| (prev, b)).collect();
                         self.comm.exchange(&sends, &mut recvs)?;
@@ -104,7 +99,7 @@ impl DistRank<'_> {
             }
             Kind::PatternRing | Kind::AllGather => {
                 let mut dk = zeros(gpu, &kvlens)?;
-                let mut dv = zeros(gpu, &kvlens)?;
+                let mut dv = zeros(gpu, &vlens)?;
                 // Own block first (no transfer).
                 self.compute.backward(
                     gpu,
@@ -147,12 +142,12 @@ impl DistRank<'_> {
                     };
                     let which: Vec<usize> =
                         kv.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i).collect();
-                    let lens = plan.kv_piece_lens(src);
-                    let mut sdk = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
-                    let mut sdv = zeros(gpu, &which.iter().map(|&kj| lens[kj]).collect::<Vec<_>>())?;
+                    let (klens, vlens) = (plan.kv_piece_lens(src), plan.v_piece_lens(src));
+                    let mut sdk = zeros(gpu, &which.iter().map(|&kj| klens[kj]).collect::<Vec<_>>())?;
+                    let mut sdv = zeros(gpu, &which.iter().map(|&kj| vlens[kj]).collect::<Vec<_>>())?;
                     {
                         let mut dkv: Vec<Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>> =
-                            (0..lens.len()).map(|_| None).collect();
+                            (0..klens.len()).map(|_| None).collect();
                         for ((kj, a), b) in which.iter().zip(sdk.iter_mut()).zip(sdv.iter_mut()) {
                             dkv[*kj] = Some((a, b));
                         }
@@ -166,10 +161,12 @@ impl DistRank<'_> {
                         // receive mine from me + s.
                         let dst = (me + s) % p;
                         let mine = plan.needed_pieces(dst, me);
-                        let lens: Vec<usize> = mine.iter().map(|&kj| plan.sent_len(dst, me, kj)).collect();
-                        let (mut rdk, mut rdv) = (self.recv_f32(&lens)?, self.recv_f32(&lens)?);
+                        let klens: Vec<usize> = mine.iter().map(|&kj| plan.sent_len(dst, me, kj)).collect();
+                        let vlens: Vec<usize> = mine.iter().map(|&kj| plan.sent_v_len(dst, me, kj)).collect();
+                        let (mut rdk, mut rdv) = (self.recv_f32(&klens)?, self.recv_f32(&vlens)?);
+                        let (d, dvw) = (plan.head_dim, plan.value_dim);
                         let (rk, rv) =
-                            (self.packed_returns(src, &which, &sdk)?, self.packed_returns(src, &which, &sdv)?);
+                            (self.packed_returns(src, &which, &sdk, d)?, self.packed_returns(src, &which, &sdv, dvw)?);
                         let sends: Vec<_> = rk
                             .iter()
                             .zip(&sdk)
@@ -193,7 +190,7 @@ impl DistRank<'_> {
                     // Reduce-scatter by hand: each block's contributions go to its owner.
                     let mut recv_from: Vec<(usize, GradPieces)> = Vec::new();
                     for o in (0..p).filter(|&o| o != me) {
-                        recv_from.push((o, (self.recv_f32(&kvlens)?, self.recv_f32(&kvlens)?)));
+                        recv_from.push((o, (self.recv_f32(&kvlens)?, self.recv_f32(&vlens)?)));
                     }
                     {
                         let sends: Vec<_> = returns

@@ -16,46 +16,46 @@ pub struct RankData {
 
 impl RankData {
     /// Upload the pieces of `rank` from host tensors in global token order.
-    /// `q` is `[batch, seq, heads, head_dim]`, `k` and `v` `[batch, seq, kv_heads, head_dim]`.
+    /// `q` is `[batch, seq, heads, head_dim]`, `k` `[batch, seq, kv_heads, head_dim]` and
+    /// `v` `[batch, seq, kv_heads, value_dim]`.
     pub fn upload(gpu: &Gpu, plan: &DistPlan, rank: usize, q: &[u16], k: &[u16], v: &[u16]) -> DistResult<Self> {
         Ok(RankData {
-            q: upload_pieces(gpu, plan, rank, q)?,
-            k: upload_side(gpu, plan, rank, k, Side::Kv)?,
-            v: upload_side(gpu, plan, rank, v, Side::Kv)?,
+            q: upload_side(gpu, plan, rank, q, Side::Query)?,
+            k: upload_side(gpu, plan, rank, k, Side::Key)?,
+            v: upload_side(gpu, plan, rank, v, Side::Value)?,
         })
     }
 }
 
-/// Which heads a tensor has: the query side's `heads` or the K/V side's `kv_heads`.
+/// Which heads and width a tensor has: q's `heads` at `head_dim`, d_out's `heads` at
+/// `value_dim`, k's `kv_heads` at `head_dim`, v's `kv_heads` at `value_dim`.
 #[derive(Clone, Copy)]
 enum Side {
     Query,
-    Kv,
+    Out,
+    Key,
+    Value,
 }
 
-/// Upload one query-side `[batch, seq, heads, head_dim]` host tensor's pieces of `rank`
-/// (q, d_out).
-pub fn upload_pieces(gpu: &Gpu, plan: &DistPlan, rank: usize, x: &[u16]) -> DistResult<Vec<DeviceTensor>> {
-    upload_side(gpu, plan, rank, x, Side::Query)
+/// Upload the upstream gradient `[batch, seq, heads, value_dim]` (global token order) as
+/// the pieces of `rank`.
+pub fn upload_dout(gpu: &Gpu, plan: &DistPlan, rank: usize, x: &[u16]) -> DistResult<Vec<DeviceTensor>> {
+    upload_side(gpu, plan, rank, x, Side::Out)
 }
 
 fn upload_side(gpu: &Gpu, plan: &DistPlan, rank: usize, x: &[u16], side: Side) -> DistResult<Vec<DeviceTensor>> {
-    let (what, heads) = match side {
-        Side::Query => ("host tensor", plan.heads),
-        Side::Kv => ("host K/V tensor", plan.kv_heads),
+    let (what, heads, width) = match side {
+        Side::Query => ("host q tensor", plan.heads, plan.head_dim),
+        Side::Out => ("host d_out tensor", plan.heads, plan.value_dim),
+        Side::Key => ("host k tensor", plan.kv_heads, plan.head_dim),
+        Side::Value => ("host v tensor", plan.kv_heads, plan.value_dim),
     };
-    let want = plan.batch * plan.seq_len() * heads * plan.head_dim;
+    let want = plan.batch * plan.seq_len() * heads * width;
     if x.len() != want {
         return Err(DistError::ShapeMismatch { what, expected: vec![want], got: vec![x.len()] });
     }
-    let pieces = match side {
-        Side::Query => plan.scatter(x, plan.head_dim, rank),
-        Side::Kv => plan.scatter_kv(x, plan.head_dim, rank),
-    };
-    let dims = |i| match side {
-        Side::Query => plan.piece_dims(rank, i),
-        Side::Kv => plan.kv_piece_dims(rank, i),
-    };
+    let pieces = plan.scatter_heads(x, heads, width, rank);
+    let dims = |i: usize| [plan.batch, plan.pieces(rank)[i].rows, heads, width];
     pieces.iter().enumerate().map(|(i, p)| Ok(gpu.upload(p, dims(i))?)).collect()
 }
 

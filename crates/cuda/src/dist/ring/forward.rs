@@ -45,12 +45,10 @@ impl DistRank<'_> {
                 // Zeroed stand-ins with the source's piece shapes: same launches, no transfer.
                 let block = (0..plan.pieces(src).len())
                     .map(|kj| {
-                        let dims = plan.kv_piece_dims(src, kj);
-                        let n = dims.iter().product::<usize>();
-                        Ok((
-                            DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims },
-                            DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(n)?, dims },
-                        ))
+                        let zeroed = |dims: [usize; 4]| -> DistResult<DeviceTensor> {
+                            Ok(DeviceTensor { data: gpu.stream().alloc_zeros::<u16>(dims.iter().product())?, dims })
+                        };
+                        Ok((zeroed(plan.kv_piece_dims(src, kj))?, zeroed(plan.v_piece_dims(src, kj))?))
                     })
                     .collect::<DistResult<Vec<_>>>()?;
                 let kv: Vec<_> = block.iter().map(|(k, v)| Some((k, v))).collect();

@@ -163,13 +163,18 @@ pub(crate) fn group_data(p: &DistPlan, g: usize, [q, k, v]: [Vec<CudaSlice<u16>>
     RankData {
         q: group_queries(p, g, q),
         k: tensors(k, |gj| p.kv_piece_dims(g, gj)),
-        v: tensors(v, |gj| p.kv_piece_dims(g, gj)),
+        v: tensors(v, |gj| p.v_piece_dims(g, gj)),
     }
 }
 
-/// Query-side group tensors (Q, dOut) of ring position `g` of ring plan `p`.
+/// Query group tensors of ring position `g` of ring plan `p`.
 pub(crate) fn group_queries(p: &DistPlan, g: usize, xs: Vec<CudaSlice<u16>>) -> Vec<DeviceTensor> {
     tensors(xs, |gj| p.piece_dims(g, gj))
+}
+
+/// Upstream gradient (dOut) group tensors of ring position `g` of ring plan `p`.
+pub(crate) fn group_douts(p: &DistPlan, g: usize, xs: Vec<CudaSlice<u16>>) -> Vec<DeviceTensor> {
+    tensors(xs, |gj| p.out_piece_dims(g, gj))
 }
 
 /// The finished forward pieces of ring position `g` of ring plan `p` from its group
@@ -183,7 +188,7 @@ pub(crate) fn group_partials(
     o.into_iter()
         .zip(lse)
         .enumerate()
-        .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: p.piece_dims(g, gj) })
+        .map(|(gj, (out, lse))| DevicePartial { out, lse, dims: p.out_piece_dims(g, gj) })
         .collect()
 }
 
@@ -221,7 +226,7 @@ pub(crate) fn to_groups<T: Packable + Wire + ValidAsZeroBits>(
     rank: usize,
     inputs: &[(Side, Vec<&CudaSlice<T>>)],
 ) -> DistResult<Vec<Groups<T>>> {
-    let (b, d) = (plan.batch, plan.head_dim);
+    let b = plan.batch;
     let (g, me) = split.place(rank);
     let my_runs = split.runs(me);
     let mut local: HashMap<(usize, usize, usize), CudaSlice<T>> = HashMap::new();
@@ -234,7 +239,7 @@ pub(crate) fn to_groups<T: Packable + Wire + ValidAsZeroBits>(
                         continue;
                     }
                     let packed =
-                        helpers.gather(gpu, pieces[ov.piece], lists.tok[&(u2, ri, k)].of(*side), width(*side, d))?;
+                        helpers.gather(gpu, pieces[ov.piece], lists.tok[&(u2, ri, k)].of(*side), width(*side, plan))?;
                     if u2 == me {
                         local.insert((x, ri, k), packed);
                     } else {
@@ -250,7 +255,7 @@ pub(crate) fn to_groups<T: Packable + Wire + ValidAsZeroBits>(
             for u2 in (0..split.degree).filter(|&u2| u2 != me) {
                 for (k, ov) in lists.overlaps[u2].iter().enumerate() {
                     for (x, (side, _)) in inputs.iter().enumerate() {
-                        let len = b * ov.rows.len() * heads(run, *side) * width(*side, d);
+                        let len = b * ov.rows.len() * heads(run, *side) * width(*side, plan);
                         recvs.push(((x, ri, u2, k), recv_buffer(comm, len)?));
                     }
                 }
@@ -266,7 +271,9 @@ pub(crate) fn to_groups<T: Packable + Wire + ValidAsZeroBits>(
             .map(|run| {
                 gp.iter()
                     .map(|p| {
-                        Ok(gpu.stream().alloc_zeros::<T>((b * p.rows * heads(run, *side) * width(*side, d)).max(1))?)
+                        Ok(gpu
+                            .stream()
+                            .alloc_zeros::<T>((b * p.rows * heads(run, *side) * width(*side, plan)).max(1))?)
                     })
                     .collect::<DistResult<Vec<_>>>()
             })
@@ -277,7 +284,7 @@ pub(crate) fn to_groups<T: Packable + Wire + ValidAsZeroBits>(
     for ((x, ri, u2, k), buf) in placed.chain(recvs.iter().map(|(key, buf)| (*key, buf))) {
         let side = inputs[x].0;
         let target = &mut out[x][ri][lists.overlaps[u2][k].group_piece];
-        helpers.scatter_to(gpu, buf, target, lists.seq[&(ri, u2, k)].of(side), width(side, d))?;
+        helpers.scatter_to(gpu, buf, target, lists.seq[&(ri, u2, k)].of(side), width(side, plan))?;
     }
     Ok(out)
 }
@@ -298,7 +305,7 @@ pub(crate) fn to_tokens(
     dst: &mut [Vec<CudaSlice<f32>>],
     add: bool,
 ) -> DistResult<()> {
-    let (b, d) = (plan.batch, plan.head_dim);
+    let b = plan.batch;
     let (_, me) = split.place(rank);
     let mut local: Vec<(Key4, CudaSlice<f32>)> = Vec::new();
     let mut sends: Vec<(usize, CudaSlice<f32>)> = Vec::new();
@@ -310,7 +317,7 @@ pub(crate) fn to_tokens(
                         continue;
                     }
                     let src = runs[ri][ov.group_piece];
-                    let packed = helpers.gather(gpu, src, lists.seq[&(ri, u2, k)].of(*side), width(*side, d))?;
+                    let packed = helpers.gather(gpu, src, lists.seq[&(ri, u2, k)].of(*side), width(*side, plan))?;
                     if u2 == me {
                         local.push(((x, me, ri, k), packed));
                     } else {
@@ -326,7 +333,7 @@ pub(crate) fn to_tokens(
             for (ri, run) in split.runs(u2).iter().enumerate() {
                 for (k, ov) in lists.overlaps[me].iter().enumerate() {
                     for (x, (side, _)) in outputs.iter().enumerate() {
-                        let len = b * ov.rows.len() * heads(run, *side) * width(*side, d);
+                        let len = b * ov.rows.len() * heads(run, *side) * width(*side, plan);
                         recvs.push(((x, u2, ri, k), recv_buffer(comm, len)?));
                     }
                 }
@@ -338,7 +345,7 @@ pub(crate) fn to_tokens(
         let side = outputs[x].0;
         let idx = lists.tok[&(u2, ri, k)].of(side);
         let target = &mut dst[x][lists.overlaps[me][k].piece];
-        helpers.place(gpu, target, buf, idx, width(side, d), add)?;
+        helpers.place(gpu, target, buf, idx, width(side, plan), add)?;
     }
     Ok(())
 }
@@ -376,7 +383,7 @@ impl DistRank<'_> {
         }
         let mut dst = output_targets(gpu, plan, me)?;
         let outputs = [
-            (Side::Q, parts.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
+            (Side::Out, parts.iter().map(|run| run.iter().map(|x| &x.out).collect()).collect()),
             (Side::Lse, parts.iter().map(|run| run.iter().map(|x| &x.lse).collect()).collect()),
         ];
         let back = (probe != Probe::ComputeOnly).then_some(&*hy.group);
@@ -417,7 +424,7 @@ impl DistRank<'_> {
         let inputs = q.into_iter().zip(k).zip(v).zip(gr).zip(o.into_iter().zip(lse));
         for (rr, ((((q, k), v), gr), (o, lse))) in hy.mine.iter_mut().zip(inputs) {
             let inner_data = group_data(&rr.plan, g, [q, k, v]);
-            let inner_dout = group_queries(&rr.plan, g, gr);
+            let inner_dout = group_douts(&rr.plan, g, gr);
             let inner_out = group_partials(&rr.plan, g, o, lse);
             grads.push(with_inner(gpu, &hy.ring, rr, g, self.dtype, |inner| {
                 inner.backward(Kind::Ring, &inner_data, &inner_out, &inner_dout)
@@ -426,8 +433,8 @@ impl DistRank<'_> {
         let mut dst = grad_targets(gpu, plan, me)?;
         let outputs = [
             (Side::Q, grads.iter().map(|x| x.dq.iter().collect()).collect()),
-            (Side::Kv, grads.iter().map(|x| x.dk.iter().collect()).collect()),
-            (Side::Kv, grads.iter().map(|x| x.dv.iter().collect()).collect()),
+            (Side::K, grads.iter().map(|x| x.dk.iter().collect()).collect()),
+            (Side::V, grads.iter().map(|x| x.dv.iter().collect()).collect()),
         ];
         to_tokens(gpu, h, comm, plan, &hy.split, &hy.lists, me, &outputs, &mut dst, true)?;
         Ok(grads_of(dst))

@@ -35,6 +35,12 @@
 //! same computes run in the same order; backward gathers again and returns each block's
 //! dK/dV contributions to its owner in one group. Memory `O(N)` per rank: the baseline.
 //!
+//! # Widths
+//! The volumes above are written for `H_kv = H` and `d_v = d`. K (and dK) rows are `d`
+//! wide and V (and dV) rows `d_v` ([`DistPlan::with_value_dim`], MLA's 192 / 128), on
+//! `H_kv` heads: each `2 B H d` reads `B H_kv (d + d_v)`. A packed piece gathers the same
+//! kept head rows from K at `d` and from V at `d_v`.
+//!
 //! # Head-parallel attention ([`Kind::Ulysses`])
 //! All-to-all over heads instead of a ring over tokens: `ulysses.rs`.
 //!
@@ -60,7 +66,7 @@ mod transfers;
 mod tune;
 pub(crate) mod ulysses;
 
-pub use data::{RankData, RankGrads, upload_pieces};
+pub use data::{RankData, RankGrads, upload_dout};
 pub use tune::{Tuned, fastest};
 
 use super::comm::Communicator;

@@ -21,18 +21,19 @@ pub(super) type Received = Vec<Option<(DeviceTensor, DeviceTensor)>>;
 pub(super) struct Arrival {
     k: CudaSlice<u16>,
     v: CudaSlice<u16>,
-    dims: [usize; 4],
+    k_dims: [usize; 4],
+    v_dims: [usize; 4],
     packed: bool,
 }
 /// f32 dK and dV buffers of some pieces.
 pub(super) type GradPieces = (Vec<CudaSlice<f32>>, Vec<CudaSlice<f32>>);
 
 impl DistRank<'_> {
-    /// Fresh receive buffers of `len` elements for K and V.
-    pub(super) fn recv_pair(&self, len: usize) -> DistResult<(CudaSlice<u16>, CudaSlice<u16>)> {
+    /// Fresh receive buffers of `k_len` elements for K and `v_len` for V.
+    pub(super) fn recv_pair(&self, k_len: usize, v_len: usize) -> DistResult<(CudaSlice<u16>, CudaSlice<u16>)> {
         let st = self.comm.stream();
         // SAFETY: fully written by the receive before any kernel reads it.
-        Ok(unsafe { (st.alloc::<u16>(len.max(1))?, st.alloc::<u16>(len.max(1))?) })
+        Ok(unsafe { (st.alloc::<u16>(k_len.max(1))?, st.alloc::<u16>(v_len.max(1))?) })
     }
 
     /// Send K/V buffers `(to, k, v)`; receive into `(from, k, v)`, in one NCCL group.
@@ -57,16 +58,20 @@ impl DistRank<'_> {
         next: usize,
         prev: usize,
     ) -> DistResult<Block> {
-        let dims: Vec<[usize; 4]> =
-            (0..self.plan.pieces(src).len()).map(|kj| self.plan.kv_piece_dims(src, kj)).collect();
-        let mut bufs = dims.iter().map(|d| self.recv_pair(d.iter().product())).collect::<DistResult<Vec<_>>>()?;
+        let dims: Vec<([usize; 4], [usize; 4])> = (0..self.plan.pieces(src).len())
+            .map(|kj| (self.plan.kv_piece_dims(src, kj), self.plan.v_piece_dims(src, kj)))
+            .collect();
+        let mut bufs = dims
+            .iter()
+            .map(|(k, v)| self.recv_pair(k.iter().product(), v.iter().product()))
+            .collect::<DistResult<Vec<_>>>()?;
         let send: Vec<_> = ck.iter().zip(cv).map(|(k, v)| (next, &k.data, &v.data)).collect();
         let mut recv: Vec<_> = bufs.iter_mut().map(|(k, v)| (prev, k, v)).collect();
         self.swap_kv(&send, &mut recv)?;
         Ok(bufs
             .into_iter()
             .zip(dims)
-            .map(|((k, v), dims)| (DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }))
+            .map(|((k, v), (kd, vd))| (DeviceTensor { data: k, dims: kd }, DeviceTensor { data: v, dims: vd }))
             .unzip())
     }
 
@@ -75,7 +80,8 @@ impl DistRank<'_> {
     /// travels packed (gathered here on the compute stream, before this step's kernels).
     /// Returns what arrives (`None` for pieces not needed; empty when `s >= P`).
     pub(super) fn pattern_fetch(&self, s: usize, data: &RankData) -> DistResult<Vec<Option<Arrival>>> {
-        let (plan, me, p, d) = (self.plan, self.rank(), self.plan.ranks(), self.plan.head_dim);
+        let (plan, me, p) = (self.plan, self.rank(), self.plan.ranks());
+        let (d, dv) = (plan.head_dim, plan.value_dim);
         if s >= p {
             return Ok(Vec::new());
         }
@@ -85,7 +91,7 @@ impl DistRank<'_> {
         let packed = outgoing
             .iter()
             .map(|&kj| {
-                let pack = |idx| Ok((h.gather(g, &data.k[kj].data, idx, d)?, h.gather(g, &data.v[kj].data, idx, d)?));
+                let pack = |idx| Ok((h.gather(g, &data.k[kj].data, idx, d)?, h.gather(g, &data.v[kj].data, idx, dv)?));
                 self.kept.get(&(dst, me, kj)).map(pack).transpose()
             })
             .collect::<DistResult<Vec<_>>>()?;
@@ -99,9 +105,10 @@ impl DistRank<'_> {
             .collect();
         let mut arrivals: Vec<Option<Arrival>> = (0..plan.pieces(src).len()).map(|_| None).collect();
         for kj in plan.needed_pieces(me, src) {
-            let (k, v) = self.recv_pair(plan.sent_len(me, src, kj))?;
+            let (k, v) = self.recv_pair(plan.sent_len(me, src, kj), plan.sent_v_len(me, src, kj))?;
             let packed = plan.kept_rows(me, src, kj).is_some();
-            arrivals[kj] = Some(Arrival { k, v, dims: plan.kv_piece_dims(src, kj), packed });
+            let (k_dims, v_dims) = (plan.kv_piece_dims(src, kj), plan.v_piece_dims(src, kj));
+            arrivals[kj] = Some(Arrival { k, v, k_dims, v_dims, packed });
         }
         let mut recv: Vec<_> = arrivals.iter_mut().flatten().map(|a| (src, &mut a.k, &mut a.v)).collect();
         if !send.is_empty() || !recv.is_empty() {
@@ -114,7 +121,7 @@ impl DistRank<'_> {
     /// The pieces of `src` ready for the kernels: packed ones scattered into zeroed pieces
     /// (on the compute stream, after their receive).
     pub(super) fn unpack(&self, src: usize, arrivals: Vec<Option<Arrival>>) -> DistResult<Received> {
-        let (me, d) = (self.rank(), self.plan.head_dim);
+        let (me, d, dv) = (self.rank(), self.plan.head_dim, self.plan.value_dim);
         arrivals
             .into_iter()
             .enumerate()
@@ -122,13 +129,13 @@ impl DistRank<'_> {
                 let Some(a) = a else { return Ok(None) };
                 let (k, v) = match (a.packed, self.kept.get(&(me, src, kj))) {
                     (true, Some(idx)) => {
-                        let len = a.dims.iter().product();
+                        let (kl, vl) = (a.k_dims.iter().product(), a.v_dims.iter().product());
                         let h = &self.helpers;
-                        (h.scatter_u16(self.gpu, &a.k, idx, d, len)?, h.scatter_u16(self.gpu, &a.v, idx, d, len)?)
+                        (h.scatter_u16(self.gpu, &a.k, idx, d, kl)?, h.scatter_u16(self.gpu, &a.v, idx, dv, vl)?)
                     }
                     _ => (a.k, a.v),
                 };
-                Ok(Some((DeviceTensor { data: k, dims: a.dims }, DeviceTensor { data: v, dims: a.dims })))
+                Ok(Some((DeviceTensor { data: k, dims: a.k_dims }, DeviceTensor { data: v, dims: a.v_dims })))
             })
             .collect()
     }
@@ -139,7 +146,8 @@ impl DistRank<'_> {
         let mut bufs: Vec<Vec<(CudaSlice<u16>, CudaSlice<u16>)>> = Vec::with_capacity(p);
         for o in 0..p {
             let n = if o == me { 0 } else { plan.pieces(o).len() };
-            bufs.push((0..n).map(|kj| self.recv_pair(plan.kv_piece_lens(o)[kj])).collect::<DistResult<_>>()?);
+            let (kl, vl) = (plan.kv_piece_lens(o), plan.v_piece_lens(o));
+            bufs.push((0..n).map(|kj| self.recv_pair(kl[kj], vl[kj])).collect::<DistResult<_>>()?);
         }
         let send: Vec<_> = (0..p)
             .filter(|&o| o != me)
@@ -157,8 +165,8 @@ impl DistRank<'_> {
                     b.into_iter()
                         .enumerate()
                         .map(|(kj, (k, v))| {
-                            let dims = plan.kv_piece_dims(o, kj);
-                            Some((DeviceTensor { data: k, dims }, DeviceTensor { data: v, dims }))
+                            let (kd, vd) = (plan.kv_piece_dims(o, kj), plan.v_piece_dims(o, kj));
+                            Some((DeviceTensor { data: k, dims: kd }, DeviceTensor { data: v, dims: vd }))
                         })
                         .collect()
                 })
@@ -171,15 +179,17 @@ impl DistRank<'_> {
         lens.iter().map(|&n| Ok(unsafe { self.comm.stream().alloc::<f32>(n) }?)).collect()
     }
 
-    /// The packed form of the contributions `grads[i]` to piece `which[i]` of `src` that
-    /// this rank returns (`None`: the piece came whole and goes back whole).
+    /// The packed form of the contributions `grads[i]` (`width` per head row: dK's
+    /// `head_dim`, dV's `value_dim`) to piece `which[i]` of `src` that this rank returns
+    /// (`None`: the piece came whole and goes back whole).
     pub(super) fn packed_returns(
         &self,
         src: usize,
         which: &[usize],
         grads: &[CudaSlice<f32>],
+        width: usize,
     ) -> DistResult<Vec<Option<CudaSlice<f32>>>> {
-        let (me, d) = (self.rank(), self.plan.head_dim);
+        let (me, d) = (self.rank(), width);
         which
             .iter()
             .zip(grads)
@@ -200,12 +210,12 @@ impl DistRank<'_> {
         a: Vec<CudaSlice<f32>>,
         b: Vec<CudaSlice<f32>>,
     ) -> DistResult<()> {
-        let (me, d) = (self.rank(), self.plan.head_dim);
+        let (me, d, dvw) = (self.rank(), self.plan.head_dim, self.plan.value_dim);
         for ((&kj, x), y) in which.iter().zip(&a).zip(&b) {
             match from.and_then(|f| self.kept.get(&(f, me, kj))) {
                 Some(idx) => {
                     self.helpers.scatter_add(self.gpu, &mut dk[kj], x, idx, d)?;
-                    self.helpers.scatter_add(self.gpu, &mut dv[kj], y, idx, d)?;
+                    self.helpers.scatter_add(self.gpu, &mut dv[kj], y, idx, dvw)?;
                 }
                 None => {
                     self.helpers.add(self.gpu, &mut dk[kj], x)?;

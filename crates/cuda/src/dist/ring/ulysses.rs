@@ -30,11 +30,14 @@ use crate::tensors::{DeviceGrads, DevicePartial, DeviceTensor, Prepared};
 use cudarc::driver::{CudaSlice, ValidAsZeroBits};
 use std::collections::HashMap;
 
-/// Which rows a tensor has: query heads (`d` each), K/V heads (`d` each) or LSE entries.
+/// Which rows a tensor has: query heads at `head_dim` (Q, dQ) or at `value_dim` (output,
+/// dOut), K/V heads at `head_dim` (K, dK) or at `value_dim` (V, dV), or LSE entries.
 #[derive(Clone, Copy)]
 pub(crate) enum Side {
     Q,
-    Kv,
+    Out,
+    K,
+    V,
     Lse,
 }
 
@@ -48,8 +51,8 @@ pub(crate) struct Lists {
 impl Lists {
     pub(crate) fn of(&self, side: Side) -> &CudaSlice<u32> {
         match side {
-            Side::Q => &self.q,
-            Side::Kv => &self.kv,
+            Side::Q | Side::Out => &self.q,
+            Side::K | Side::V => &self.kv,
             Side::Lse => &self.lse,
         }
     }
@@ -73,12 +76,13 @@ impl Ulysses {
     pub(crate) fn new(gpu: &Gpu, plan: &DistPlan, me: usize, dtype: Dtype) -> DistResult<Self> {
         let split = HeadSplit::of(plan);
         let (b, n, h, hk, d) = (plan.batch, plan.seq_len(), plan.heads, plan.kv_heads, plan.head_dim);
+        let dv = plan.value_dim;
         let up = |v: Vec<u32>| gpu.stream().clone_htod(&v);
         let mine = split
             .runs(me)
             .into_iter()
             .map(|run| {
-                let shape = Shape::square(b, n, run.q.len(), d).with_kv_heads(run.kv.len());
+                let shape = Shape::square(b, n, run.q.len(), d).with_kv_heads(run.kv.len()).with_value_dim(dv);
                 let chunk = Chunk::new(0, 0, n).heads_of(run.q.start, h);
                 let prep = gpu.prepare(&shape, dtype, &plan.spec, &chunk)?;
                 Ok((run, prep))
@@ -124,7 +128,7 @@ fn buffers(t: &[DeviceTensor]) -> Vec<&CudaSlice<u16>> {
 
 /// A head-parallel exchange's inputs for the forward: Q, K, V pieces with their sides.
 pub(crate) fn forward_inputs(data: &RankData) -> [(Side, Vec<&CudaSlice<u16>>); 3] {
-    [(Side::Q, buffers(&data.q)), (Side::Kv, buffers(&data.k)), (Side::Kv, buffers(&data.v))]
+    [(Side::Q, buffers(&data.q)), (Side::K, buffers(&data.k)), (Side::V, buffers(&data.v))]
 }
 
 /// The backward's 16-bit inputs: Q, K, V and dOut pieces with their sides.
@@ -133,27 +137,29 @@ pub(crate) fn backward_inputs<'a>(
     dout: &'a [DeviceTensor],
 ) -> [(Side, Vec<&'a CudaSlice<u16>>); 4] {
     let [q, k, v] = forward_inputs(data);
-    [q, k, v, (Side::Q, buffers(dout))]
+    [q, k, v, (Side::Out, buffers(dout))]
 }
 
 /// Output and LSE pieces (a forward's results, or the backward's saved inputs) with their sides.
 pub(crate) fn out_and_lse(out: &[DevicePartial]) -> [(Side, Vec<&CudaSlice<f32>>); 2] {
-    [(Side::Q, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())]
+    [(Side::Out, out.iter().map(|x| &x.out).collect()), (Side::Lse, out.iter().map(|x| &x.lse).collect())]
 }
 
-/// Elements of one row of `side` (`d`-vectors, or single LSE entries).
-pub(crate) fn width(side: Side, d: usize) -> usize {
+/// Elements of one row of `side` in `plan`: `head_dim` or `value_dim` vectors, or
+/// single LSE entries.
+pub(crate) fn width(side: Side, plan: &DistPlan) -> usize {
     match side {
         Side::Lse => 1,
-        Side::Q | Side::Kv => d,
+        Side::Q | Side::K => plan.head_dim,
+        Side::Out | Side::V => plan.value_dim,
     }
 }
 
 /// Heads of `run` on `side`.
 pub(crate) fn heads(run: &Run, side: Side) -> usize {
     match side {
-        Side::Kv => run.kv.len(),
-        Side::Q | Side::Lse => run.q.len(),
+        Side::K | Side::V => run.kv.len(),
+        Side::Q | Side::Out | Side::Lse => run.q.len(),
     }
 }
 
@@ -167,7 +173,7 @@ fn tensors(
     (
         DeviceTensor { data: q, dims: s.q_dims() },
         DeviceTensor { data: k, dims: s.k_dims() },
-        DeviceTensor { data: v, dims: s.k_dims() },
+        DeviceTensor { data: v, dims: s.v_dims() },
     )
 }
 
@@ -183,9 +189,9 @@ pub(crate) fn runs_forward(
     for (((_, prep), q), (k, v)) in u.mine.iter_mut().zip(q).zip(k.into_iter().zip(v)) {
         let s = prep.shape;
         let mut part = DevicePartial {
-            out: gpu.stream().alloc_zeros::<f32>(s.q_len())?,
+            out: gpu.stream().alloc_zeros::<f32>(s.out_len())?,
             lse: gpu.stream().alloc_zeros::<f32>(s.lse_len())?,
-            dims: s.q_dims(),
+            dims: s.out_dims(),
         };
         if compute {
             let (q, k, v) = tensors(&s, q, k, v);
@@ -209,8 +215,8 @@ pub(crate) fn runs_backward(
     for ((_, prep), ((((q, k), v), g), (o, lse))) in u.mine.iter_mut().zip(inputs) {
         let s = prep.shape;
         let (q, k, v) = tensors(&s, q, k, v);
-        let g = DeviceTensor { data: g, dims: s.q_dims() };
-        let fin = DevicePartial { out: o, lse, dims: s.q_dims() };
+        let g = DeviceTensor { data: g, dims: s.out_dims() };
+        let fin = DevicePartial { out: o, lse, dims: s.out_dims() };
         let mut gr = gpu.alloc_grads(prep)?;
         gpu.backward_into(prep, &q, &k, &v, &fin, &g, &mut gr)?;
         grads.push(gr);
@@ -259,14 +265,15 @@ impl DistRank<'_> {
         move_rows: bool,
     ) -> DistResult<Vec<Vec<CudaSlice<T>>>> {
         let (gpu, plan, h, me, p) = (self.gpu, self.plan, &self.helpers, self.rank(), self.plan.ranks());
-        let (b, n, d) = (plan.batch, plan.seq_len(), plan.head_dim);
+        let (b, n) = (plan.batch, plan.seq_len());
+        let w = |side: Side| width(side, plan);
         let mut local: HashMap<(usize, usize, usize), CudaSlice<T>> = HashMap::new();
         let mut sends: Vec<(usize, CudaSlice<T>)> = Vec::new();
         for r in 0..p {
             for ri in 0..u.split.runs(r).len() {
                 for pi in 0..plan.pieces(me).len() {
                     for (x, (side, pieces)) in inputs.iter().enumerate() {
-                        let packed = h.gather(gpu, pieces[pi], u.tok[&(r, ri, pi)].of(*side), width(*side, d))?;
+                        let packed = h.gather(gpu, pieces[pi], u.tok[&(r, ri, pi)].of(*side), w(*side))?;
                         if r == me {
                             local.insert((x, ri, pi), packed);
                         } else if move_rows {
@@ -282,7 +289,7 @@ impl DistRank<'_> {
                 for o in (0..p).filter(|&o| o != me) {
                     for (pj, piece) in plan.pieces(o).iter().enumerate() {
                         for (x, (side, _)) in inputs.iter().enumerate() {
-                            let len = b * piece.rows * heads(run, *side) * width(*side, d);
+                            let len = b * piece.rows * heads(run, *side) * w(*side);
                             recvs.push(((x, ri, o, pj), recv_buffer(self.comm, len)?));
                         }
                     }
@@ -294,10 +301,10 @@ impl DistRank<'_> {
         for (x, (side, _)) in inputs.iter().enumerate() {
             let mut runs = Vec::with_capacity(u.mine.len());
             for (ri, (run, _)) in u.mine.iter().enumerate() {
-                let len = b * n * heads(run, *side) * width(*side, d);
+                let len = b * n * heads(run, *side) * w(*side);
                 let mut full = gpu.stream().alloc_zeros::<T>(len.max(1))?;
                 let place = |buf: &CudaSlice<T>, o: usize, pj: usize, full: &mut CudaSlice<T>| {
-                    h.scatter_to(gpu, buf, full, u.seq[&(ri, o, pj)].of(*side), width(*side, d))
+                    h.scatter_to(gpu, buf, full, u.seq[&(ri, o, pj)].of(*side), w(*side))
                 };
                 for pj in 0..plan.pieces(me).len() {
                     place(&local[&(x, ri, pj)], me, pj, &mut full)?;
@@ -327,14 +334,15 @@ impl DistRank<'_> {
         move_rows: bool,
     ) -> DistResult<()> {
         let (gpu, plan, h, me, p) = (self.gpu, self.plan, &self.helpers, self.rank(), self.plan.ranks());
-        let (b, d) = (plan.batch, plan.head_dim);
+        let b = plan.batch;
+        let w = |side: Side| width(side, plan);
         let mut local: Vec<((usize, usize, usize), CudaSlice<f32>)> = Vec::new();
         let mut sends: Vec<(usize, CudaSlice<f32>)> = Vec::new();
         for ri in 0..u.mine.len() {
             for o in 0..p {
                 for pj in 0..plan.pieces(o).len() {
                     for (x, (side, runs)) in outputs.iter().enumerate() {
-                        let packed = h.gather(gpu, runs[ri], u.seq[&(ri, o, pj)].of(*side), width(*side, d))?;
+                        let packed = h.gather(gpu, runs[ri], u.seq[&(ri, o, pj)].of(*side), w(*side))?;
                         if o == me {
                             local.push(((x, ri, pj), packed));
                         } else if move_rows {
@@ -350,7 +358,7 @@ impl DistRank<'_> {
                 for (ri, run) in u.split.runs(r).iter().enumerate() {
                     for (pi, piece) in plan.pieces(me).iter().enumerate() {
                         for (x, (side, _)) in outputs.iter().enumerate() {
-                            let len = b * piece.rows * heads(run, *side) * width(*side, d);
+                            let len = b * piece.rows * heads(run, *side) * w(*side);
                             recvs.push(((x, r, ri, pi), recv_buffer(self.comm, len)?));
                         }
                     }
@@ -363,7 +371,7 @@ impl DistRank<'_> {
             let side = outputs[x].0;
             let idx = u.tok[&(r, ri, pi)].of(side);
             let target = &mut dst[x][pi];
-            h.place(gpu, target, buf, idx, width(side, d), add)?;
+            h.place(gpu, target, buf, idx, w(side), add)?;
         }
         Ok(())
     }
@@ -418,8 +426,8 @@ impl DistRank<'_> {
         let mut dst = grad_targets(gpu, plan, me)?;
         let outputs = [
             (Side::Q, grads.iter().map(|x| &x.dq).collect()),
-            (Side::Kv, grads.iter().map(|x| &x.dk).collect()),
-            (Side::Kv, grads.iter().map(|x| &x.dv).collect()),
+            (Side::K, grads.iter().map(|x| &x.dk).collect()),
+            (Side::V, grads.iter().map(|x| &x.dv).collect()),
         ];
         self.to_tokens(u, &outputs, &mut dst, true, true)?;
         Ok(grads_of(dst))

@@ -25,7 +25,8 @@
 //! ring_check (--nproc W | --threads W) --stall RANK:SECONDS --timeout T # stall check
 //! ```
 //! `--schedules ring,hybrid` checks only the schedules named (`Kind::name`; all by
-//! default; virtual ranks run the ring, Ulysses and the hybrid). `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
+//! default; virtual ranks run the ring, Ulysses and the hybrid); `--only TEXT` only the
+//! cases whose description (the log's case column) contains TEXT, e.g. `d_v=128`. `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
 //! check is `ringdil_cuda::check::faults`.
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
@@ -34,7 +35,7 @@ use cudarc::driver::CudaSlice;
 use ringdil_cuda::Gpu;
 use ringdil_cuda::check::bound;
 use ringdil_cuda::check::ring::{
-    Cache, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
+    Cache, Case, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
     run_virtual, run_virtual_schedule,
 };
 use ringdil_cuda::dist::head_split::HeadSplit;
@@ -97,6 +98,19 @@ struct DistRun {
     mode: &'static str,
     /// The schedules to check (`--schedules a,b`; every one by default).
     schedules: Vec<Kind>,
+    /// `--only TEXT`: the cases whose description contains TEXT (all by default).
+    only: Option<String>,
+}
+
+impl DistRun {
+    /// The cases of `ranks` per ring and `rings` rings that this run checks.
+    fn cases(&self, ranks: &[usize], rings: usize) -> Vec<Case> {
+        let mut all = cases(ranks, rings);
+        if let Some(t) = &self.only {
+            all.retain(|c| describe(c).contains(t.as_str()));
+        }
+        all
+    }
 }
 
 /// The schedules named by `--schedules` (comma-separated names of `Kind::name`), or all.
@@ -142,6 +156,7 @@ fn main() {
         rings,
         mode: if threads.is_some() { "one thread per GPU" } else { "one process per GPU" },
         schedules: schedules(&args),
+        only: args.value("--only"),
     };
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
@@ -176,7 +191,7 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let mut log = CheckLog::default();
     let mut cache = Cache::new();
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
-    for c in cases(&[2, 3, 4], 1).iter() {
+    for c in run.cases(&[2, 3, 4], 1).iter() {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
         let virtual_runs =
@@ -279,7 +294,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
     let device = format!("{} x {w} ranks{shape} (NCCL, {})", gpu.describe().unwrap_or_default(), run.mode);
     let mut log = CheckLog::default();
     let mut cache = Cache::new();
-    for c in cases(&[p], grid.rings()).iter() {
+    for c in run.cases(&[p], grid.rings()).iter() {
         let parts = ring_parts(c, &grid).expect("plan");
         let mine = &parts[ring];
         let inp = cached(&mut cache, c, run.seed, me == 0);

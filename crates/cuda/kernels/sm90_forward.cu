@@ -37,7 +37,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
     // is packed into pa then (flash-attention 3's order). At d = 256 O's 128 registers leave
     // no room for it either.
     constexpr bool EARLY_PACK = FBN == BN && D <= 192;
-    float o[1][D / 8][4], s[1][FNKB][4], m[1][2], l[1][2], alpha[1][2];
+    float o[1][DV / 8][4], s[1][FNKB][4], m[1][2], l[1][2], alpha[1][2];
     u32 pa[1][FBN / 16][4], pn[1][FBN / 16][4];  // pn: EARLY_PACK only
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];
     // Tile j's K/V are in shared memory and visible to the tensor cores
@@ -73,7 +73,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         m[0][0] = m[0][1] = NEG_INF;
         l[0][0] = l[0][1] = 0.f;
         #pragma unroll
-        for (int i = 0; i < D / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+        for (int i = 0; i < DV / 8; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
         // A of S: this warpgroup's rows of the Q tile (Q_SMEM) or this warp's Q fragments.
         const u16* qs = sm.q_tile(u) + wg * 64 * 64;
         // tile_full, with the key side the producer took once per tile (stage_hint): a
@@ -108,7 +108,7 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
             acquire_v(j);
             fence_acc(o[0]);
             wg_fence();
-            issue_pv<FBN>(o[0], pa[0], sm.stage(j) + FBN * D);
+            issue_pv<FBN, DV>(o[0], pa[0], sm.stage(j) + FBN * D);
             wg_commit();
         };
 

@@ -19,7 +19,10 @@
 // a block of 128 rows is 384 threads, not 512 with one idle warpgroup, so its consumers
 // get the registers to hold Q.
 
-static_assert(DV == D, "the wgmma family runs equal head dims of q and v (the host routes others to mma)");
+// v's head dim DV may differ from q's and k's D (MLA's 192 / 128): V tiles, O and the
+// output are DV wide. Such pairs run above d = 128 only, where K and V of a stage are
+// handed over apart (FWD_SPLIT_KV), and V's tiles are TMA boxes of 64 columns.
+static_assert(DV == D || (FWD_SPLIT_KV && DV % 64 == 0), "v's head dim apart from q's needs split stages and 64-column blocks");
 
 #define FWD_WGS (FBM / 64)
 template <int WGS>
@@ -70,7 +73,7 @@ static_assert(FwdBlock<FBM_NARROW / 64>::THREADS == FWD_THREADS_NARROW, "attn_fw
 // written and its Q tile has landed, q_empty(u) when every consumer is past the item's
 // last S, slot_free(u) when every consumer has read the slot.
 struct FwdSmem {
-    static constexpr int Q_TILE = FWD_Q_ROWS * D, STAGE = 2 * FBN * D;  // u16 elements
+    static constexpr int Q_TILE = FWD_Q_ROWS * D, STAGE = FBN * (D + DV);  // u16 elements: K, then V
     // mbarriers: 2 per stage (4 with FWD_SPLIT_KV), 3 per item slot.
     static constexpr int BARRIER_BYTES = 8 * ((FWD_SPLIT_KV ? 4 : 2) * FWD_STAGES + 3 * 2), SLOT_INTS = 8;
     static constexpr int BYTES = (FWD_Q_BUFS * Q_TILE + FWD_STAGES * STAGE) * 2 + BARRIER_BYTES +

@@ -3,7 +3,7 @@
 //
 // A tile whose rows are evenly spaced (every tile of a plain launch; the tiles of a
 // compact dilated branch inside one segment, rows a dilation apart) is copied by the TMA
-// unit: one thread issues D / 64 boxes per tensor, no per-row address work. Other tiles
+// unit: one thread issues D / 64 boxes for K and DV / 64 for V, no per-row address work. Other tiles
 // (a segment's end, holes at a ring chunk's edge) are gathered with cp.async by all 128
 // producer threads, which wait for their copies and meet at a named barrier before one of
 // them arrives. (With all threads of a two-warpgroup block copying and one barrier per
@@ -85,6 +85,12 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
 // The producer warpgroup's whole run: per item, its Q tile, then its K/V tiles into the
 // stages as the consumers free them, claiming the next item LOOKAHEAD tiles before the
 // last. After the last item, the slot that says "no item" ends the consumers' loop.
+// A tile's width as a type: the boxes of a K or V tile are unrolled over its column blocks.
+template <int W>
+struct Cols {
+    __device__ static constexpr int width() { return W; }
+};
+
 template <int WGS>
 __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm, const TensorPair& maps,
                                              const TensorMap& q_map, unsigned tiles, unsigned items) {
@@ -153,10 +159,11 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                 sm.stage_key(j) = k0;
                 sm.stage_hint(j) = hint;
                 const ViewRow v = view_row(row0, R);
-                // K's boxes, then V's (tensor `map` into stage part `part`) on `bar`.
-                auto boxes = [&](const TensorMap& map, int part, u32 bar) {
+                // K's boxes, then V's (tensor `map` of W columns into stage part `part`) on `bar`.
+                auto boxes = [&](const TensorMap& map, int part, auto width, u32 bar) {
+                    constexpr int W = decltype(width)::width();
                     #pragma unroll
-                    for (int cb = 0; cb < D / 64; ++cb)
+                    for (int cb = 0; cb < W / 64; ++cb)
                         #pragma unroll
                         for (int r = 0; r < FBN / 64; ++r)
                             tma_box(sm.stage(j) + part * FBN * D + cb * FBN * 64 + r * 64 * 64, &map, cb * 64, kvh,
@@ -164,10 +171,10 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                 };
                 if constexpr (FWD_SPLIT_KV) {
                     mbar_expect_bytes(sm.full(j), FBN * D * 2);
-                    boxes(maps.a, 0, sm.full(j));
+                    boxes(maps.a, 0, Cols<D>{}, sm.full(j));
                     if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // V's part is free
-                    mbar_expect_bytes(sm.v_full(j), FBN * D * 2);
-                    boxes(maps.b, 1, sm.v_full(j));
+                    mbar_expect_bytes(sm.v_full(j), FBN * DV * 2);
+                    boxes(maps.b, 1, Cols<DV>{}, sm.v_full(j));
                 } else {
                     mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
                     #pragma unroll
@@ -182,7 +189,7 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
             } else {
                 if (FWD_SPLIT_KV && j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // V's part too
                 load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j), p.k, p, ka, c.b, c.h, k0);
-                load_tile<FBN, WG_PRODUCERS, true>(sm.stage(j) + FBN * D, p.v, p, ka, c.b, c.h, k0);
+                load_tile<FBN, WG_PRODUCERS, true, DV>(sm.stage(j) + FBN * D, p.v, p, ka, c.b, c.h, k0);
                 cp_wait<0>();
                 fence_async_smem();
                 bar_sync<1, WG_PRODUCERS>();  // producers only

@@ -153,28 +153,30 @@ __device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u16* sQ,
     }
 }
 // O += P V for one key tile: ROWS / 16 steps over the keys. In general acc += A B over the
-// ROWS rows of an MN-major B tile (the head dimension contiguous), A from registers, 16
-// rows per step: the backward's dV += P^T dO and dK += dS^T Q over a query tile too.
-// Above d = 128 (the forward only) a step is one wgmma per 128 columns of O and one of 64
-// for the rest (d = 192), each reading its column blocks of the tile (ROWS x 64 apart).
-template <int ROWS = BN>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&pa)[ROWS / 16][4], const u16* sV) {
+// ROWS rows of an MN-major B tile of W columns (the head dimension contiguous: D, or v's
+// DV in the forward), A from registers, 16 rows per step: the backward's dV += P^T dO and
+// dK += dS^T Q over a query tile too. Above 128 columns (the forward only) a step is one
+// wgmma per 128 columns of O and one of 64 for the rest (192), each reading its column
+// blocks of the tile (ROWS x 64 apart).
+template <int ROWS = BN, int W = D>
+__device__ __forceinline__ void issue_pv(float (&o)[W / 8][4], const u32 (&pa)[ROWS / 16][4], const u16* sV) {
     const Desc dv = smem_desc(sV, ROWS * 128, 1024);
     #pragma unroll
     for (int k = 0; k < ROWS / 16; ++k) {
         const Desc desc = desc_step(dv, k * 16 * 64);
-#if D == 128
-        wgmma_n128<1>(o, pa[k], desc, 1);
-#elif D == 64
-        wgmma_n64<1>(o, pa[k], desc, 1);
-#else
-        #pragma unroll
-        for (int c = 0; c < D / 128; ++c)
-            wgmma_n128<1>(*reinterpret_cast<float(*)[16][4]>(&o[16 * c]), pa[k], desc_step(desc, c * 2 * ROWS * 64), 1);
-        if constexpr (D % 128 != 0)
-            wgmma_n64<1>(*reinterpret_cast<float(*)[8][4]>(&o[16 * (D / 128)]), pa[k],
-                         desc_step(desc, (D / 128) * 2 * ROWS * 64), 1);
-#endif
+        if constexpr (W == 128) {
+            wgmma_n128<1>(o, pa[k], desc, 1);
+        } else if constexpr (W == 64) {
+            wgmma_n64<1>(o, pa[k], desc, 1);
+        } else {
+            #pragma unroll
+            for (int c = 0; c < W / 128; ++c)
+                wgmma_n128<1>(*reinterpret_cast<float(*)[16][4]>(&o[16 * c]), pa[k], desc_step(desc, c * 2 * ROWS * 64),
+                              1);
+            if constexpr (W % 128 != 0)
+                wgmma_n64<1>(*reinterpret_cast<float(*)[8][4]>(&o[16 * (W / 128)]), pa[k],
+                             desc_step(desc, (W / 128) * 2 * ROWS * 64), 1);
+        }
     }
 }
 

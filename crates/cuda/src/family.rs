@@ -33,11 +33,12 @@ const MMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
 /// is compiled: a consumer's O is 64 x D f32, D / 2 registers per thread (128 at d = 256).
 const WGMMA_HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 
-/// Head dims of v (and d_out, the output, dV) other than q's that the mma family pairs with a
-/// q / k head dim: MLA's d_qk = 192, d_v = 128. Only its kernels above d = 128 take two
-/// dims (`HEAD_DIM_V`; the wide backward splits dK and dV columns separately); the wgmma
-/// family runs equal dims only, so on sm_90 such a call runs the mma family's kernels.
-const MMA_VALUE_DIMS: &[(usize, usize)] = &[(192, 128)];
+/// Head dims of v (and d_out, the output, dV) other than q's that the kernels pair with a
+/// q / k head dim: MLA's d_qk = 192, d_v = 128. Only kernels above d = 128 take two dims
+/// (`HEAD_DIM_V`): the mma family's (the wide backward splits dK and dV columns
+/// separately) and the wgmma forward, whose split stages hold K and V at their own widths
+/// (its backward at 192 is the mma family's).
+const VALUE_DIMS: &[(usize, usize)] = &[(192, 128)];
 
 /// Head dims of the wgmma family's backward: its tiles are tuned for these two; the
 /// backward of the others runs the mma family's kernel ([`Family::backward_family`]).
@@ -91,15 +92,16 @@ impl Family {
     }
 
     /// Whether this family's kernels pair q / k head dim `head_dim` with v head dim
-    /// `value_dim`: equal dims always, and the mma family MLA's 192 / 128
-    /// (`MMA_VALUE_DIMS`).
+    /// `value_dim`: equal dims always, and MLA's 192 / 128 (`VALUE_DIMS`) in both
+    /// families (the wgmma forward's split stages hold K and V at their own widths; its
+    /// backward at 192 is the mma family's).
     pub fn has_value_dim(self, head_dim: usize, value_dim: usize) -> bool {
-        value_dim == head_dim || (self == Family::Mma && MMA_VALUE_DIMS.contains(&(head_dim, value_dim)))
+        value_dim == head_dim || VALUE_DIMS.contains(&(head_dim, value_dim))
     }
 
-    /// The (q / k, v) head-dim pairs with different dims that some family runs.
+    /// The (q / k, v) head-dim pairs with different dims that the kernels run.
     pub fn value_dim_pairs() -> &'static [(usize, usize)] {
-        MMA_VALUE_DIMS
+        VALUE_DIMS
     }
 
     /// The family whose backward kernel runs `head_dim` where `self` runs the forward:
@@ -353,16 +355,16 @@ impl Family {
     /// (two); the two items' slots (32 bytes each: number, plan, key limit, warpgroups'
     /// tiles, head offset); each stage's first key and key segment (8 bytes); and 1 KB of
     /// slack to round the base up to 1 KB in the kernel (the swizzle of its operands is a
-    /// function of address bits). V's rows are `value_dim` wide (mma only: wgmma runs
-    /// `value_dim = head_dim`).
+    /// function of address bits). V's rows are `value_dim` wide.
     pub fn forward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
         let (row, k_tile, stages) = (head_dim * 2, self.forward_key_tile(head_dim), self.forward_stages(head_dim));
+        let kv = stages * k_tile * (head_dim + value_dim) * 2;
         let bytes = match self {
-            Family::Mma => self.forward_q_tile() * row + stages * k_tile * (head_dim + value_dim) * 2,
+            Family::Mma => self.forward_q_tile() * row + kv,
             Family::Wgmma => {
                 let q = self.forward_q_buffers(head_dim) * self.forward_q_rows(head_dim);
                 let stage_bars = if self.forward_split_kv(head_dim) { 4 } else { 2 };
-                (q + 2 * stages * k_tile) * row + (stage_bars * stages + 6) * 8 + 2 * 32 + stages * 8 + 1024
+                q * row + kv + (stage_bars * stages + 6) * 8 + 2 * 32 + stages * 8 + 1024
             }
         };
         bytes as u32
@@ -434,11 +436,13 @@ mod tests {
             assert_eq!(Family::Mma.backward_family(d), Family::Mma);
         }
         assert_eq!(Family::Wgmma.for_head_dim(96, 96, sm90), Some(Family::Mma));
-        // d_qk = 192 with d_v = 128 (MLA): the mma family's kernels, on sm_90 too (the wgmma
-        // family runs equal dims), and on sm_80 (128 KB forward, 138 KB backward); no other
-        // pair of different dims.
+        // d_qk = 192 with d_v = 128 (MLA): on sm_90 the wgmma forward (with the mma
+        // backward), the mma family's kernels where forced and on sm_80 (128 KB forward,
+        // 138 KB backward); no other pair of different dims.
+        assert_eq!(Family::Wgmma.for_head_dim(192, 128, sm90), Some(Family::Wgmma));
+        assert_eq!(Family::Wgmma.backward_family(192), Family::Mma);
+        assert_eq!(Family::Mma.for_head_dim(192, 128, sm90), Some(Family::Mma));
         for f in [Family::Wgmma, Family::Mma] {
-            assert_eq!(f.for_head_dim(192, 128, sm90), Some(Family::Mma));
             for (d, dv) in [(128, 192), (256, 128), (192, 64), (128, 64), (192, 96)] {
                 assert_eq!(f.for_head_dim(d, dv, sm90), None, "{f:?} d = {d}, d_v = {dv}");
             }
@@ -558,6 +562,15 @@ mod tests {
         // (16 KB) and 1 KB of row data, dS^T and P^T (16 KB).
         assert_eq!(Family::Mma.forward_smem(192, 128), (48 + 2 * 40) * 1024);
         assert_eq!(Family::Mma.backward_smem(192, 128), (40 + 2 * 41 + 16) * 1024);
+        // The wgmma forward at 192 / 128: two 128-row Q buffers (96 KB), two stages of 64
+        // keys of K (24 KB) and V (16 KB), the split stages' 4 mbarriers each, 6 of the item
+        // slots, two 8-int slots, the stages' keys and hints, 1 KB of alignment slack.
+        assert_eq!(Family::Wgmma.forward_smem(192, 128), (96 + 2 * 40 + 1) * 1024 + (4 * 2 + 6) * 8 + 64 + 16);
+        assert_eq!(
+            Family::Wgmma.forward_smem(192, 192) - Family::Wgmma.forward_smem(192, 128),
+            2 * 64 * 64 * 2,
+            "V's 64 fewer columns in each of the two stages"
+        );
         // sm_90's largest dynamic shared memory per block is 227 KB (sm_80's 163 KB: the mma
         // family at d = 192 (162 KB backward) and 256 (192, 210 KB) needs a device of sm_90's).
         for f in [Family::Mma, Family::Wgmma] {

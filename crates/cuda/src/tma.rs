@@ -73,10 +73,15 @@ impl TensorMap {
 }
 
 impl TensorPair {
-    /// Maps of the tensors at device addresses `a`, `b`, both `dims` =
-    /// `[batch, rows, heads, head_dim]`, read `stride` rows apart.
-    pub fn new(a: sys::CUdeviceptr, b: sys::CUdeviceptr, dims: [usize; 4], stride: usize) -> Result<Self> {
-        Ok(TensorPair { a: encode(a, Elem::U16, dims, stride)?, b: encode(b, Elem::U16, dims, stride)? })
+    /// Maps of the 16-bit tensors at device addresses `a` and `b`, of dims `a_dims` and
+    /// `b_dims` (`[batch, rows, heads, head_dim]`: K and V, whose head dims may differ, or
+    /// Q and dO), read `stride` rows apart.
+    pub fn new(
+        (a, a_dims): (sys::CUdeviceptr, [usize; 4]),
+        (b, b_dims): (sys::CUdeviceptr, [usize; 4]),
+        stride: usize,
+    ) -> Result<Self> {
+        Ok(TensorPair { a: encode(a, Elem::U16, a_dims, stride)?, b: encode(b, Elem::U16, b_dims, stride)? })
     }
 }
 

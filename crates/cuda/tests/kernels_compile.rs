@@ -118,7 +118,7 @@ fn main() {
         let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
         check(format!("sm_80 {} compiles", variant.tag()), r);
     }
-    // MLA's d_qk = 192 with d_v = 128 (mma only): V, O and dO tiles 128 wide beside 192-wide
+    // MLA's d_qk = 192 with d_v = 128: V, O and dO tiles 128 wide beside 192-wide
     // Q and K, dK and dV column slices apart in the backward.
     for (head_dim, value_dim) in Family::value_dim_pairs().iter().copied() {
         let variant = Variant::new(Dtype::Bf16, head_dim).with_value_dim(value_dim);
@@ -126,9 +126,11 @@ fn main() {
         check(format!("sm_80 {} compiles", variant.tag()), r);
     }
     // The wgmma family's forward at 192 and 256 (two stages whose K and V are handed over
-    // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason.
-    for head_dim in [192, 256] {
-        let variant = Variant::new(Dtype::Bf16, head_dim);
+    // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason,
+    // and at MLA's 192 / 128 (V's tiles and O 128 wide).
+    let wide = [192, 256].map(|d| Variant::new(Dtype::Bf16, d));
+    let pairs = Family::value_dim_pairs().iter().map(|&(d, dv)| Variant::new(Dtype::Bf16, d).with_value_dim(dv));
+    for variant in wide.into_iter().chain(pairs) {
         let r = compile_uncached("sm_90a", Family::Wgmma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
         check(format!("sm_90a {} compiles", variant.tag()), r);
     }

@@ -85,11 +85,15 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
 // The producer warpgroup's whole run: per item, its Q tile, then its K/V tiles into the
 // stages as the consumers free them, claiming the next item LOOKAHEAD tiles before the
 // last. After the last item, the slot that says "no item" ends the consumers' loop.
-// A tile's width as a type: the boxes of a K or V tile are unrolled over its column blocks.
+// The TMA boxes of one K or V tile of W columns (D for K, DV for V) into `dst`, a stage's
+// part, on mbarrier `bar`: W / 64 column blocks of FBN / 64 boxes of 64 rows.
 template <int W>
-struct Cols {
-    __device__ static constexpr int width() { return W; }
-};
+__device__ __forceinline__ void tile_boxes(u16* dst, const TensorMap& map, int kvh, const ViewRow& v, int b, u32 bar) {
+    #pragma unroll
+    for (int cb = 0; cb < W / 64; ++cb)
+        #pragma unroll
+        for (int r = 0; r < FBN / 64; ++r) tma_box(dst + cb * FBN * 64 + r * 64 * 64, &map, cb * 64, kvh, v, 64 * r, b, bar);
+}
 
 template <int WGS>
 __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm, const TensorPair& maps,
@@ -159,22 +163,12 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                 sm.stage_key(j) = k0;
                 sm.stage_hint(j) = hint;
                 const ViewRow v = view_row(row0, R);
-                // K's boxes, then V's (tensor `map` of W columns into stage part `part`) on `bar`.
-                auto boxes = [&](const TensorMap& map, int part, auto width, u32 bar) {
-                    constexpr int W = decltype(width)::width();
-                    #pragma unroll
-                    for (int cb = 0; cb < W / 64; ++cb)
-                        #pragma unroll
-                        for (int r = 0; r < FBN / 64; ++r)
-                            tma_box(sm.stage(j) + part * FBN * D + cb * FBN * 64 + r * 64 * 64, &map, cb * 64, kvh,
-                                    v, 64 * r, c.b, bar);
-                };
-                if constexpr (FWD_SPLIT_KV) {
+                if constexpr (FWD_SPLIT_KV) {  // K's boxes, then V's
                     mbar_expect_bytes(sm.full(j), FBN * D * 2);
-                    boxes(maps.a, 0, Cols<D>{}, sm.full(j));
+                    tile_boxes<D>(sm.stage(j), maps.a, kvh, v, c.b, sm.full(j));
                     if (j >= FWD_STAGES) mbar_wait(sm.empty(j), (j / FWD_STAGES - 1) & 1);  // V's part is free
                     mbar_expect_bytes(sm.v_full(j), FBN * DV * 2);
-                    boxes(maps.b, 1, Cols<DV>{}, sm.v_full(j));
+                    tile_boxes<DV>(sm.stage(j) + FBN * D, maps.b, kvh, v, c.b, sm.v_full(j));
                 } else {
                     mbar_expect_bytes(sm.full(j), 2 * FBN * D * 2);
                     #pragma unroll

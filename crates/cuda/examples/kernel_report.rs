@@ -2,33 +2,37 @@
 //! `LD_LIBRARY_PATH`):
 //!
 //! ```text
-//! kernel_report ptxas FAMILY ARCH DTYPE HEAD_DIM [docs]   registers and spills per kernel
-//! kernel_report ptx DIR [FILTER]                          PTX of every module of both families
+//! kernel_report ptxas FAMILY ARCH DTYPE HEAD_DIM[/VALUE_DIM] [docs]   registers and spills per kernel
+//! kernel_report ptx DIR [FILTER]                                      PTX of every module of both families
 //! ```
 //!
 //! `ptxas` compiles one module for a real architecture (`mma sm_90 bf16 256`; the wgmma
-//! family needs `sm_90a`) with `--ptxas-options=-v` and prints the attention kernels'
-//! registers and spill bytes. `ptx` writes the PTX of every module of both families (every
-//! head dim each family runs; those whose names contain FILTER, e.g. `sm_80_Bf16_d64`) into
-//! DIR, one file per module: two runs, before and after a change, compared with `cmp`, prove
-//! that the change leaves those modules' code as it was.
+//! family needs `sm_90a`; `192/128` for v's head dim apart from q's) with
+//! `--ptxas-options=-v` and prints the attention kernels' registers and spill bytes, from
+//! the kernel files of `RINGDIL_CUDA_SOURCE` where it is set (so a copy with other register
+//! counts or tiles is measured without a GPU). `ptx` writes the PTX of every module of both
+//! families (every head dim and value-dim pair each family runs; those whose names contain
+//! FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file per module: two runs, before and after
+//! a change, compared with `cmp`, prove that the change leaves those modules' code as it
+//! was.
 
 use ringdil_cuda::compile::compile_uncached;
 use ringdil_cuda::{Dtype, Family, Variant};
 use std::ffi::CString;
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: kernel_report ptxas (mma|wgmma) ARCH (bf16|f16) HEAD_DIM [docs] | kernel_report ptx DIR [FILTER]";
+const USAGE: &str = "usage: kernel_report ptxas (mma|wgmma) ARCH (bf16|f16) HEAD_DIM[/VALUE_DIM] [docs] | kernel_report ptx DIR [FILTER]";
 
 fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
     let dir = std::path::Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (family, arch) in [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")] {
         for dtype in [Dtype::Bf16, Dtype::F16] {
-            for &head_dim in family.head_dims() {
+            let equal = family.head_dims().iter().map(|&d| (d, d));
+            let pairs = Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v));
+            for (head_dim, value_dim) in equal.chain(pairs) {
                 for documents in [false, true] {
-                    let v = Variant::new(dtype, head_dim).with_documents(documents);
+                    let v = Variant::new(dtype, head_dim).with_value_dim(value_dim).with_documents(documents);
                     let name = format!("{arch}_{}", v.tag());
                     if filter.is_some_and(|f| !name.contains(f)) {
                         continue;
@@ -45,7 +49,9 @@ fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
 }
 
 fn ptxas(family: Family, arch: &str, variant: Variant) -> Result<(), String> {
-    let src = ringdil_cuda::kernel_source::translation_unit(family, variant, None).map_err(|e| e.to_string())?;
+    let dir = std::env::var_os(ringdil_cuda::compile::SOURCE_ENV).map(std::path::PathBuf::from);
+    let src =
+        ringdil_cuda::kernel_source::translation_unit(family, variant, dir.as_deref()).map_err(|e| e.to_string())?;
     let src = CString::new(src).map_err(|e| e.to_string())?;
     let prog = cudarc::nvrtc::result::create_program(&src, None).map_err(|e| format!("{e:?}"))?;
     let options = [format!("--gpu-architecture={arch}"), "--std=c++17".into(), "--ptxas-options=-v".into()];
@@ -95,11 +101,17 @@ fn run(args: &[String]) -> Result<(), String> {
                 "f16" => Dtype::F16,
                 other => return Err(format!("element type {other}: bf16 or f16")),
             };
-            let head_dim: usize = head_dim.parse().map_err(|e| format!("head dim {head_dim}: {e}"))?;
-            if !family.head_dims().contains(&head_dim) {
-                return Err(format!("the {} family has no kernels for d = {head_dim}", family.name()));
+            let (d, dv) = head_dim.split_once('/').unwrap_or((head_dim, head_dim));
+            let dim = |x: &str| x.parse::<usize>().map_err(|e| format!("head dim {x}: {e}"));
+            let (head_dim, value_dim) = (dim(d)?, dim(dv)?);
+            if !family.head_dims().contains(&head_dim) || !family.has_value_dim(head_dim, value_dim) {
+                return Err(format!(
+                    "the {} family has no kernels for d = {head_dim}, d_v = {value_dim}",
+                    family.name()
+                ));
             }
-            ptxas(family, arch, Variant::new(dtype, head_dim).with_documents(!rest.is_empty()))
+            let variant = Variant::new(dtype, head_dim).with_value_dim(value_dim);
+            ptxas(family, arch, variant.with_documents(!rest.is_empty()))
         }
         _ => Err(USAGE.into()),
     }

@@ -359,8 +359,8 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
         launches_for(&d96, &dense(), &whole, Family::Wgmma),
         Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128, 192, 256]
     ));
-    // v's head dim: MLA's 192 / 128 on the mma family; any other pair named with both dims
-    // and what runs; on wgmma none (a device runs 192 / 128 with mma's: Gpu::family_for).
+    // v's head dim: MLA's 192 / 128 in both families (wgmma: its forward, the mma
+    // backward); any other pair named with both dims and what runs.
     let mla = Shape::square(1, 100, 2, 192).with_value_dim(128);
     let l = launches_for(&mla, &dense(), &whole, Family::Mma).unwrap();
     assert_eq!((l[0].head_dim, l[0].value_dim), (192, 128));
@@ -369,9 +369,12 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
         err(&Shape::square(1, 100, 2, 128).with_value_dim(64), &dense(), &whole),
         "head_dim 128 with value head_dim 64 has no GPU kernel; v's head dim may differ from q's only as d = 192 with d_v = 128"
     );
+    let w = launches_for(&mla, &dense(), &whole, Family::Wgmma).unwrap();
+    assert_eq!((w[0].family, w[0].backward_family()), (Family::Wgmma, Family::Mma));
+    assert_eq!((w[0].forward_dims(132).smem, w[0].backward_dims().smem), (177 * 1024 + 192, 138 * 1024));
     assert!(matches!(
-        launches_for(&mla, &dense(), &whole, Family::Wgmma),
-        Err(CudaError::UnsupportedValueDim { head_dim: 192, value_dim: 128, supported }) if supported.is_empty()
+        launches_for(&Shape::square(1, 100, 2, 192).with_value_dim(64), &dense(), &whole, Family::Wgmma),
+        Err(CudaError::UnsupportedValueDim { head_dim: 192, value_dim: 64, supported }) if supported == [(192, 128)]
     ));
     assert!(err(&Shape { heads: 0, ..shape }, &dense(), &whole).contains("`heads` is 0"));
     assert!(err(&shape.with_kv_heads(0), &dense(), &whole).contains("`kv_heads` is 0"));

@@ -48,6 +48,12 @@
 //! (single, then ring, then all-gather, then Ulysses, then the hybrid), so a short sequence, where `P o`
 //! dominates, never pays ring overhead.
 //!
+//! With v's head dim `d_v` apart from q's (MLA), `d` reads `(d + d_v) / 2` in `W` (the
+//! two products, `Q K^T` over `d` and `P V` over `d_v`) and in every K/V term (K rows of
+//! `d`, V rows of `d_v`), and `(4 d + 6 d_v) / 10` in the memory terms (bf16 Q and K, bf16
+//! V and the f32 output); `V_a2a` counts Q and K rows at `d`, V and output rows at `d_v`
+//! ([`head_split::forward_elements`]).
+//!
 //! # At run time
 //! [`select`] turns a [`DistPlan`] into a [`Problem`] ([`Problem::of_plan`]: `f` is the
 //! work the kernels really do, the tiles of the whole-sequence launches relative to
@@ -77,6 +83,8 @@ pub struct Problem {
     /// K/V heads (`heads` unless grouped-query attention).
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// v's head dim (`head_dim` unless MLA-style: [`DistPlan::with_value_dim`]).
+    pub value_dim: usize,
     pub seq_len: usize,
     /// Fraction of (query, key) pairs the pattern allows.
     pub pair_fraction: f64,
@@ -130,10 +138,11 @@ pub struct Decision {
 
 /// Pick a schedule for `problem` on `ranks` GPUs (see the module docs).
 pub fn choose(problem: &Problem, ranks: usize, speeds: &Speeds) -> Decision {
-    let (b, h, d, n) = (problem.batch as f64, problem.heads as f64, problem.head_dim as f64, problem.seq_len as f64);
+    let (b, h, n) = (problem.batch as f64, problem.heads as f64, problem.seq_len as f64);
+    let (d, dm) = (problem.kv_width(), problem.memory_width());
     let p = ranks.max(1) as f64;
     let w = 4.0 * b * h * d * n * n * problem.pair_fraction;
-    let (elems, kv) = (b * h * d, b * problem.kv_heads as f64 * d);
+    let (elems, kv) = (b * h * dm, b * problem.kv_heads as f64 * d);
     let single_s = (elems * n * 10.0 <= speeds.memory).then(|| w / speeds.flops);
     if ranks <= 1 {
         return Decision {
@@ -230,12 +239,29 @@ impl Problem {
         Heads::new(self.heads, self.kv_heads).unwrap_or(Heads::mha(self.heads))
     }
 
+    /// `(d, d_v)` as reals.
+    fn dims(&self) -> (f64, f64) {
+        (self.head_dim as f64, self.value_dim as f64)
+    }
+
+    /// The width that prices `W` and the K/V terms: `(d + d_v) / 2` (module docs).
+    fn kv_width(&self) -> f64 {
+        let (d, dv) = self.dims();
+        (d + dv) / 2.0
+    }
+
+    /// The width that prices memory: `(4 d + 6 d_v) / 10` (module docs).
+    fn memory_width(&self) -> f64 {
+        let (d, dv) = self.dims();
+        (4.0 * d + 6.0 * dv) / 10.0
+    }
+
     /// Elements rank `rank` of `ranks` sends in the Ulysses forward when it holds `tokens`
     /// of the sequence ([`head_split::forward_elements`], the reference's `ring::ulysses`
-    /// volume, `d_v = d`).
+    /// volume).
     pub fn ulysses_volume(&self, ranks: usize, rank: usize, tokens: f64) -> f64 {
-        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
-        head_split::forward_elements(self.head_counts(), b, (d, d), n, ranks, rank, tokens)
+        let (b, n) = (self.batch as f64, self.seq_len as f64);
+        head_split::forward_elements(self.head_counts(), b, self.dims(), n, ranks, rank, tokens)
     }
 
     /// Dense causal attention of `seq_len` tokens, `heads` heads of `head_dim`, batch 1:
@@ -246,6 +272,7 @@ impl Problem {
             heads,
             kv_heads: heads,
             head_dim,
+            value_dim: head_dim,
             seq_len,
             pair_fraction: 0.5,
             moved_fraction: 1.0,
@@ -263,16 +290,19 @@ impl Problem {
         }
         let heads = self.head_counts();
         let groups = p / degree;
-        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
+        let (b, n) = (self.batch as f64, self.seq_len as f64);
         let (group_len, per) = (n / groups as f64, n / p as f64);
         let sent = (0..degree)
-            .map(|u| head_split::forward_elements(heads, b, (d, d), group_len, degree, u, per))
+            .map(|u| head_split::forward_elements(heads, b, self.dims(), group_len, degree, u, per))
             .fold(0.0, f64::max);
         let split = even_boundaries(heads.query(), degree);
         let member = |u: usize| split[u]..split[u + 1];
         let busiest_kv = (0..degree).map(|u| heads.kv_range(&member(u)).len()).max().unwrap_or(0);
         let busiest = heads.query().div_ceil(degree);
-        let memory = b * d * (group_len * (6 * busiest + 12 * busiest_kv) as f64 + 10.0 * self.heads as f64 * per);
+        let (d, dm) = (self.kv_width(), self.memory_width());
+        let memory = b
+            * (group_len * (6.0 * busiest as f64 * dm + 12.0 * busiest_kv as f64 * d)
+                + 10.0 * self.heads as f64 * per * dm);
         Some(HybridCost {
             degree,
             groups,
@@ -289,14 +319,15 @@ impl Problem {
         let p = ranks.max(1);
         let heads = self.head_counts();
         let split = even_boundaries(heads.query(), p);
-        let (b, d, n) = (self.batch as f64, self.head_dim as f64, self.seq_len as f64);
+        let (b, n) = (self.batch as f64, self.seq_len as f64);
+        let (d, dm) = (self.kv_width(), self.memory_width());
         let per = n / p as f64;
         let sent = (0..p).map(|r| self.ulysses_volume(p, r, per)).fold(0.0, f64::max);
         let memory = (0..p)
             .map(|r| {
                 let hp = split[r + 1] - split[r];
                 let kp = heads.kv_range(&(split[r]..split[r + 1])).len();
-                b * d * (n * (6 * hp + 4 * kp) as f64 + 10.0 * self.heads as f64 * per)
+                b * (n * (6.0 * hp as f64 * dm + 4.0 * kp as f64 * d) + 10.0 * self.heads as f64 * per * dm)
             })
             .fold(0.0, f64::max);
         UlyssesCost { sent_bytes: 2.0 * sent, busiest_heads: heads.query().div_ceil(p), memory_bytes: memory }
@@ -325,6 +356,7 @@ impl Problem {
             heads: plan.heads,
             kv_heads: plan.kv_heads,
             head_dim: plan.head_dim,
+            value_dim: plan.value_dim,
             seq_len: n,
             pair_fraction: visits / dense,
             moved_fraction: if ring == 0 { 0.0 } else { moved as f64 / ring as f64 },

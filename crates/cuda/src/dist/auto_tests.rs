@@ -22,6 +22,7 @@ fn causal(n: usize) -> Problem {
         heads: 8,
         kv_heads: 8,
         head_dim: 128,
+        value_dim: 128,
         seq_len: n,
         pair_fraction: 0.5,
         moved_fraction: 1.0,
@@ -101,6 +102,34 @@ fn the_rule_follows_its_formula() {
     assert!((d.single_s.unwrap() - w / s.flops).abs() < 1e-12);
     let step = (w / (16.0 * s.flops)).max(4.0 * 8.0 * 128.0 * 16_384.0 / s.link_bytes);
     assert!((d.ring_s.unwrap() - (4.0 * step + 4.0 * s.step_overhead)).abs() < 1e-12);
+}
+
+/// MLA's q / k at 192 and v at 128: the forward's two products and the K/V bytes are
+/// priced at their own widths, and Ulysses' exchange moves Q, K rows of 192 and V, output
+/// rows of 128 (written out here for multi-head attention, where every other rank's K/V
+/// heads are `H - |H_p|`).
+#[test]
+fn mla_is_priced_at_each_tensors_width() {
+    let s = h200();
+    let p = Problem { head_dim: 192, value_dim: 128, ..causal(65_536) };
+    let d = choose(&p, 4, &s);
+    let n = 65_536f64;
+    // Q K^T: 2 n^2 d, P V: 2 n^2 d_v per head, halved by causality.
+    let w = 8.0 * 2.0 * (192.0 + 128.0) * n * n * 0.5;
+    assert!((d.single_s.unwrap() - w / s.flops).abs() < 1e-12);
+    // A ring hop sends K (192) and V (128) of n / 4 tokens at 8 heads, 2 bytes each.
+    let step = (w / (16.0 * s.flops)).max(2.0 * 8.0 * (192.0 + 128.0) * (n / 4.0) / s.link_bytes);
+    assert!((d.ring_s.unwrap() - (4.0 * step + 4.0 * s.step_overhead)).abs() < 1e-12);
+    // Ulysses, 2 of the 8 heads per rank: out go Q, K, V of its n / 4 tokens at the other
+    // 6 heads, back come output and LSE of its 2 heads over the other 3n / 4 tokens.
+    let (np, others, mine) = (n / 4.0, 6.0, 2.0);
+    let elements = np * others * (192.0 + 192.0 + 128.0) + (128.0 + 1.0) * mine * (n - np);
+    assert!((p.ulysses(4).sent_bytes - 2.0 * elements).abs() < 1e-6);
+    // Equal widths price as before.
+    let same = Problem { head_dim: 160, value_dim: 160, ..causal(65_536) };
+    let w160 = 4.0 * 8.0 * 160.0 * n * n * 0.5;
+    assert!((choose(&same, 4, &s).single_s.unwrap() - w160 / s.flops).abs() < 1e-12);
+    assert_eq!(w160, w, "(192 + 128) / 2 = 160: the same work");
 }
 
 /// The 4-GPU H200 run's figures (`docs/benchmarks/ring-bench-4gpu-h200.md`: 260

@@ -164,11 +164,7 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) ->
     if !family.head_dims().contains(&shape.head_dim) {
         return Err(CudaError::UnsupportedHeadDim { head_dim: shape.head_dim, supported: family.head_dims().to_vec() });
     }
-    if !family.has_value_dim(shape.head_dim, shape.value_dim) {
-        let supported =
-            Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v)).collect();
-        return Err(CudaError::UnsupportedValueDim { head_dim: shape.head_dim, value_dim: shape.value_dim, supported });
-    }
+    validate_value_dim(family, shape.head_dim, shape.value_dim)?;
     for (dim, size) in [
         ("batch", shape.batch),
         ("heads", shape.heads),
@@ -207,6 +203,16 @@ pub fn validate(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) ->
         }
     }
     spec.validate(shape.batch, all_heads, chunk.seq_len)
+}
+
+/// v's head dim `value_dim` beside q's `head_dim`: a pair `family`'s kernels run
+/// ([`Family::has_value_dim`]), else an error naming both and the pairs that run.
+pub fn validate_value_dim(family: Family, head_dim: usize, value_dim: usize) -> Result<()> {
+    if family.has_value_dim(head_dim, value_dim) {
+        return Ok(());
+    }
+    let supported = Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v)).collect();
+    Err(CudaError::UnsupportedValueDim { head_dim, value_dim, supported })
 }
 
 /// `kv_heads` K/V heads for `heads` query heads: at least one, and dividing `heads`

@@ -208,17 +208,7 @@ impl DistPlan {
     /// it. Errors: a (head_dim, value_dim) pair no kernel family runs
     /// ([`crate::Family::value_dim_pairs`]).
     pub fn with_value_dim(self, value_dim: usize) -> DistResult<Self> {
-        let family = crate::family::Family::Mma;
-        if !family.has_value_dim(self.head_dim, value_dim) {
-            let supported =
-                crate::family::Family::value_dim_pairs().iter().copied().filter(|&(d, v)| family.has_value_dim(d, v));
-            return Err(crate::error::CudaError::UnsupportedValueDim {
-                head_dim: self.head_dim,
-                value_dim,
-                supported: supported.collect(),
-            }
-            .into());
-        }
+        crate::launch::validate_value_dim(crate::family::Family::Mma, self.head_dim, value_dim)?;
         Ok(DistPlan { value_dim, ..self })
     }
 
@@ -334,7 +324,7 @@ impl DistPlan {
 
     /// `[batch, rows, heads, head_dim]` of query piece `i` of `rank` (q, dq).
     pub fn piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
-        [self.batch, self.pieces[rank][i].rows, self.heads, self.head_dim]
+        self.dims_at(rank, i, self.heads, self.head_dim)
     }
 
     /// Elements of one `[batch, rows, heads, head_dim]` tensor (q, dq) of each piece of `rank`.
@@ -344,7 +334,7 @@ impl DistPlan {
 
     /// `[batch, rows, heads, value_dim]` of output piece `i` of `rank` (out, d_out).
     pub fn out_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
-        [self.batch, self.pieces[rank][i].rows, self.heads, self.value_dim]
+        self.dims_at(rank, i, self.heads, self.value_dim)
     }
 
     /// Elements of one output-side tensor (out, d_out) of each piece of `rank`.
@@ -354,7 +344,7 @@ impl DistPlan {
 
     /// `[batch, rows, kv_heads, head_dim]` of key piece `i` of `rank` (k, dk).
     pub fn kv_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
-        [self.batch, self.pieces[rank][i].rows, self.kv_heads, self.head_dim]
+        self.dims_at(rank, i, self.kv_heads, self.head_dim)
     }
 
     /// Elements of one key-side tensor (k, dk) of each piece of `rank`.
@@ -364,7 +354,7 @@ impl DistPlan {
 
     /// `[batch, rows, kv_heads, value_dim]` of value piece `i` of `rank` (v, dv).
     pub fn v_piece_dims(&self, rank: usize, i: usize) -> [usize; 4] {
-        [self.batch, self.pieces[rank][i].rows, self.kv_heads, self.value_dim]
+        self.dims_at(rank, i, self.kv_heads, self.value_dim)
     }
 
     /// Elements of one value-side tensor (v, dv) of each piece of `rank`.
@@ -372,8 +362,14 @@ impl DistPlan {
         self.lens_at(rank, self.kv_heads, self.value_dim)
     }
 
+    /// `[batch, rows, heads, width]` of piece `i` of `rank`.
+    pub(crate) fn dims_at(&self, rank: usize, i: usize, heads: usize, width: usize) -> [usize; 4] {
+        [self.batch, self.pieces[rank][i].rows, heads, width]
+    }
+
+    /// Elements of a `[batch, rows, heads, width]` tensor of each piece of `rank`.
     fn lens_at(&self, rank: usize, heads: usize, width: usize) -> Vec<usize> {
-        self.pieces[rank].iter().map(|p| self.batch * p.rows * heads * width).collect()
+        (0..self.pieces[rank].len()).map(|i| self.dims_at(rank, i, heads, width).iter().product()).collect()
     }
 
     /// Shape and kernel positions of the launch of query piece `qi` of `r` over key piece

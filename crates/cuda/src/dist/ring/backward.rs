@@ -164,9 +164,8 @@ impl DistRank<'_> {
                         let klens: Vec<usize> = mine.iter().map(|&kj| plan.sent_len(dst, me, kj)).collect();
                         let vlens: Vec<usize> = mine.iter().map(|&kj| plan.sent_v_len(dst, me, kj)).collect();
                         let (mut rdk, mut rdv) = (self.recv_f32(&klens)?, self.recv_f32(&vlens)?);
-                        let (d, dvw) = (plan.head_dim, plan.value_dim);
-                        let (rk, rv) =
-                            (self.packed_returns(src, &which, &sdk, d)?, self.packed_returns(src, &which, &sdv, dvw)?);
+                        let rk = self.packed_returns(src, &which, &sdk, plan.head_dim)?;
+                        let rv = self.packed_returns(src, &which, &sdv, plan.value_dim)?;
                         let sends: Vec<_> = rk
                             .iter()
                             .zip(&sdk)

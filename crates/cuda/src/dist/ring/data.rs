@@ -55,8 +55,7 @@ fn upload_side(gpu: &Gpu, plan: &DistPlan, rank: usize, x: &[u16], side: Side) -
         return Err(DistError::ShapeMismatch { what, expected: vec![want], got: vec![x.len()] });
     }
     let pieces = plan.scatter_heads(x, heads, width, rank);
-    let dims = |i: usize| [plan.batch, plan.pieces(rank)[i].rows, heads, width];
-    pieces.iter().enumerate().map(|(i, p)| Ok(gpu.upload(p, dims(i))?)).collect()
+    pieces.iter().enumerate().map(|(i, p)| Ok(gpu.upload(p, plan.dims_at(rank, i, heads, width))?)).collect()
 }
 
 /// dQ of this rank's query pieces and dK, dV of its key pieces (f32).

@@ -189,12 +189,12 @@ impl DistRank<'_> {
         grads: &[CudaSlice<f32>],
         width: usize,
     ) -> DistResult<Vec<Option<CudaSlice<f32>>>> {
-        let (me, d) = (self.rank(), width);
+        let me = self.rank();
         which
             .iter()
             .zip(grads)
             .map(|(&kj, g)| {
-                self.kept.get(&(me, src, kj)).map(|idx| self.helpers.gather(self.gpu, g, idx, d)).transpose()
+                self.kept.get(&(me, src, kj)).map(|idx| self.helpers.gather(self.gpu, g, idx, width)).transpose()
             })
             .collect()
     }

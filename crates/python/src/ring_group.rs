@@ -52,13 +52,13 @@ fn dist_error(e: DistError) -> PyErr {
 }
 
 /// A call's arguments besides its buffers, as `ringdil/_ring_torch.py` passes them: the
-/// device ordinal, PyTorch's current stream there, the global dims `[b, n, h, d]`, the
+/// device ordinal, PyTorch's current stream there, the global dims `[b, n, h, d, d_v]`, the
 /// K/V heads, the dtype's name, the pattern, causal, scale, packed documents, the layout,
 /// the hybrid's ranks per group and the schedule's name.
 type RingArgs<'py> = (
     usize,
     usize,
-    [usize; 4],
+    [usize; 5],
     usize,
     String,
     Option<PyRef<'py, PyPattern>>,
@@ -76,7 +76,8 @@ struct RingCall {
     dtype: Dtype,
     /// Identifies the plan: dims, K/V heads, spec and layout.
     key: String,
-    dims: [usize; 4],
+    /// `[batch, seq_len, heads, head_dim, value_dim]`.
+    dims: [usize; 5],
     kv_heads: usize,
     spec: GpuSpec,
     chunks: ChunkPlan,
@@ -107,7 +108,7 @@ impl RingCall {
     fn new(args: RingArgs<'_>, world: usize) -> PyResult<RingCall> {
         let (_, stream, dims, kv_heads, dtype_name, pattern, causal, scale, docs, layout, hybrid_degree, schedule_name) =
             args;
-        let [batch, seq_len, _, _] = dims;
+        let [batch, seq_len, ..] = dims;
         let spec = gpu_spec(pattern, causal, scale, (None, docs.as_ref()))?;
         let layout = layout::parse(&layout, seq_len, world, docs.as_ref().map(|d| (d, batch)))?;
         let chunks =
@@ -154,9 +155,10 @@ impl State {
         if let Some(e) = self.plans.get(&call.key) {
             return Ok(e.plan.clone());
         }
-        let [batch, _, heads, head_dim] = call.dims;
+        let [batch, _, heads, head_dim, value_dim] = call.dims;
         let plan = DistPlan::new(call.chunks.clone(), call.spec.clone(), batch, heads, head_dim)
             .and_then(|p| p.with_kv_heads(call.kv_heads))
+            .and_then(|p| p.with_value_dim(value_dim))
             .and_then(|p| match call.hybrid_degree {
                 Some(u) => p.with_hybrid_degree(u),
                 None => Ok(p),
@@ -295,7 +297,7 @@ impl RingGroup {
         Ok(kind.name().to_string())
     }
 
-    /// `out[i]`, `lse[i]` (f32, PyTorch-allocated, piece `i`'s `[b, rows, h, d]` and
+    /// `out[i]`, `lse[i]` (f32, PyTorch-allocated, piece `i`'s `[b, rows, h, d_v]` and
     /// `[b, h, rows]`) <- this rank's output of the whole sequence's attention. `q`, `k`,
     /// `v`: pointers of the contiguous 16-bit pieces.
     fn forward(&self, py: Python<'_>, call: RingArgs<'_>, ptrs: [Vec<u64>; 5]) -> PyResult<()> {

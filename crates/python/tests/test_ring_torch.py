@@ -51,6 +51,14 @@ def test_without_torch_distributed_the_group_is_named():
         ringdil.ring_attention(x, x, x)
     with pytest.raises(ValueError, match="k_local: shape"):
         ringdil.ring_attention(x, x[:, :4], x[:, :4])
+    # v may have another head dim than q and k (MLA), not other rows or heads than k.
+    v = torch.zeros(1, 8, 2, 32, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialized"):
+        ringdil.ring_attention(x, x, v)
+    with pytest.raises(ValueError, match="v_local: shape .* in batch or local rows"):
+        ringdil.ring_attention(x, x, v[:, :4])
+    with pytest.raises(ValueError, match="v_local: shape .* differs from k_local's .* in batch, local rows or heads"):
+        ringdil.ring_attention(x, x, v[:, :, :1])
 
 
 @pytest.mark.skipif(

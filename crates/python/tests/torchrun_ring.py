@@ -30,7 +30,7 @@ LONGNET = {"kind": "dilated", "segment_lengths": [256, 512, 1024], "dilation_rat
 # The PyTorch ports' combine (ringdil.nn's default): one head group per branch, outputs / 3.
 HEAD_GROUPS = {"kind": "dilated", "segment_lengths": [256, 512, 1024], "dilation_rates": [1, 2, 4],
                "offsets": [0, 1, 2], "combine": "head_groups"}
-# (name, batch, seq, heads, kv_heads, head_dim, dtype, keyword arguments, layout)
+# (name, batch, seq, heads, kv_heads, head_dim (or (q/k's, v's)), dtype, keyword arguments, layout)
 CASES = [
     ("dense causal", 1, 2000, 8, 8, 128, torch.bfloat16, {"causal": True}, "zigzag"),
     ("dense", 1, 1999, 4, 4, 64, torch.bfloat16, {}, "contiguous"),
@@ -43,6 +43,10 @@ CASES = [
     ("dense causal f16", 1, 2000, 8, 8, 128, torch.float16, {"causal": True}, "zigzag"),
     ("head groups causal (ringdil.nn's combine)", 1, 2048, 6, 6, 64, torch.bfloat16,
      {"pattern": HEAD_GROUPS, "causal": True}, "zigzag"),
+    # MLA: v (and the output, d_out, dV) 128 wide beside q and k at 192, grouped-query.
+    ("mla causal, gqa 4:2", 1, 1536, 4, 2, (192, 128), torch.bfloat16, {"causal": True}, "zigzag"),
+    ("mla longnet causal, gqa 4:2", 1, 2048, 4, 2, (192, 128), torch.bfloat16,
+     {"pattern": LONGNET, "causal": True}, "zigzag"),
 ]
 # (schedule, hybrid_degree): the hybrid in one group of all ranks (the default rule on 2
 # ranks) and in groups of one rank (the ring over groups, on head-slice plans).
@@ -61,9 +65,10 @@ def rel(x, ref):
 def run_case(case, schedule, rank, world, device):
     schedule, degree = schedule
     name, b, n, h, hkv, d, dtype, kw, layout = case
+    d, dv = d if isinstance(d, tuple) else (d, d)
     g = torch.Generator().manual_seed(1234)
-    q, dout = (torch.randn(b, n, h, d, generator=g) for _ in range(2))
-    k, v = (torch.randn(b, n, hkv, d, generator=g) for _ in range(2))
+    q, dout = torch.randn(b, n, h, d, generator=g), torch.randn(b, n, h, dv, generator=g)
+    k, v = torch.randn(b, n, hkv, d, generator=g), torch.randn(b, n, hkv, dv, generator=g)
     q, k, v, dout = (x.to(device=device, dtype=dtype) for x in (q, k, v, dout))
     whole = [x.clone().requires_grad_() for x in (q, k, v)]
     out = ringdil.attention(*whole, **kw)
@@ -79,7 +84,8 @@ def run_case(case, schedule, rank, world, device):
         "dk": rel(local[1].grad, mine(whole[1].grad)),
         "dv": rel(local[2].grad, mine(whole[2].grad)),
     }
-    shape = f"B={b} N={n} H={h} H_kv={hkv} d={d} {str(dtype).removeprefix('torch.')}"
+    dims = f"d={d}" if dv == d else f"d={d} d_v={dv}"
+    shape = f"B={b} N={n} H={h} H_kv={hkv} {dims} {str(dtype).removeprefix('torch.')}"
     label = schedule if degree is None else f"{schedule} (groups of {degree})"
     return f"{label} | {name} | {layout} | {shape}", errs, BOUND[dtype]
 

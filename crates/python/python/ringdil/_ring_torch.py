@@ -28,17 +28,18 @@ from ._torch import _dense, _is_tensor, _tensor
 _GROUPS = {}
 
 
-def _local(name, x, like=None):
+def _local(name, x, like=None, same_dim=True):
     """``x`` checked as :func:`ringdil.attention` checks its tensors (and, for k and v,
-    with ``q_local``'s batch, local rows and head_dim), contiguous."""
+    with ``q_local``'s batch and local rows; k with its head_dim too), contiguous."""
     _is_tensor(name, x)
     x = _tensor(name, x, like, caller="ring_attention", like_name="q_local", seq="local_seq")
     if like is not None:
         b, n, _, d = like.shape
-        if x.shape[0] != b or x.shape[1] != n or x.shape[3] != d:
+        if x.shape[0] != b or x.shape[1] != n or (same_dim and x.shape[3] != d):
+            what = "batch, local rows or head_dim" if same_dim else "batch or local rows"
             raise ValueError(
-                f"{name}: shape {tuple(x.shape)} does not match q_local's {tuple(like.shape)} in batch, local rows "
-                "or head_dim (k and v may have fewer heads than q, dividing them)"
+                f"{name}: shape {tuple(x.shape)} does not match q_local's {tuple(like.shape)} in {what} "
+                "(k and v may have fewer heads than q, dividing them; v's head_dim may differ from q's)"
             )
     return x
 
@@ -90,8 +91,9 @@ class _RingAttention(torch.autograd.Function):
         qs, ks, vs = _pieces(q, lens), _pieces(k, lens), _pieces(v, lens)
         schedule = ring.schedule(_where(q) + call, _ptrs(qs), _ptrs(ks), _ptrs(vs))
         call = call[:-1] + (schedule,)
-        b, _, h, d = q.shape
-        outs = [torch.empty((b, n, h, d), dtype=torch.float32, device=q.device) for n in lens]
+        b, _, h, _ = q.shape
+        dv = v.shape[3]  # the output is v's head dim wide
+        outs = [torch.empty((b, n, h, dv), dtype=torch.float32, device=q.device) for n in lens]
         lses = [torch.empty((b, h, n), dtype=torch.float32, device=q.device) for n in lens]
         ring.forward(_where(q) + call, [_ptrs(qs), _ptrs(ks), _ptrs(vs), _ptrs(outs), _ptrs(lses)])
         ctx.ring, ctx.call, ctx.lens, ctx.pieces = ring, call, lens, len(lens)
@@ -127,7 +129,8 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     ``q_local``, ``k_local``, ``v_local`` are ``[batch, local_seq, heads, head_dim]`` CUDA
     tensors (bfloat16 or float16) holding this rank's rows in the order of
     ``ringdil.ring.tokens(seq_len, world, layout)[rank]``, i.e. ``ringdil.ring.shard`` of the
-    whole sequence; ``k_local``/``v_local`` may have fewer heads (grouped-query attention).
+    whole sequence; ``k_local``/``v_local`` may have fewer heads (grouped-query attention),
+    and ``v_local`` another head dim (MLA's 192 / 128: the output is v's head dim wide).
     Every rank calls with the same keyword arguments.
 
     * ``layout``: ``"zigzag"`` (default; balances causal work), ``"contiguous"``,
@@ -157,15 +160,19 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
         raise ValueError(f"hybrid_degree: {hybrid_degree} is not a positive number of ranks")
     q_local = _local("q_local", q_local)
     k_local = _local("k_local", k_local, q_local)
-    v_local = _local("v_local", v_local, q_local)
-    if k_local.shape != v_local.shape:
-        raise ValueError(f"v_local: shape {tuple(v_local.shape)} differs from k_local's {tuple(k_local.shape)}")
+    v_local = _local("v_local", v_local, q_local, same_dim=False)
+    if k_local.shape[:3] != v_local.shape[:3]:
+        raise ValueError(
+            f"v_local: shape {tuple(v_local.shape)} differs from k_local's {tuple(k_local.shape)} in batch, local rows "
+            "or heads"
+        )
     if not isinstance(schedule, str):
         raise TypeError(f"schedule: expected a schedule's name, got {type(schedule).__name__}")
     group, ring = _ring_group(group, q_local.device)
     b, rows, h, d = q_local.shape
     n = _seq_len(group, rows, q_local.device) if seq_len is None else int(seq_len)
-    call = ([b, n, h, d], k_local.shape[2], str(q_local.dtype).removeprefix("torch."), as_pattern(pattern),
+    call = ([b, n, h, d, v_local.shape[3]], k_local.shape[2], str(q_local.dtype).removeprefix("torch."),
+            as_pattern(pattern),
             bool(causal), scale, documents, layout, hybrid_degree, schedule)
     lens = ring.piece_lens(_where(q_local) + call)
     if sum(lens) != rows:

@@ -54,7 +54,9 @@ fn dist_error(e: DistError) -> PyErr {
 /// A call's arguments besides its buffers, as `ringdil/_ring_torch.py` passes them: the
 /// device ordinal, PyTorch's current stream there, the global dims `[b, n, h, d, d_v]`, the
 /// K/V heads, the dtype's name, the pattern, causal, scale, packed documents, the layout,
-/// the hybrid's ranks per group and the schedule's name.
+/// the hybrid's ranks per group and the schedule's name. `d_v` is v's head dim (the
+/// output's, d_out's and dV's): `d`, or a pair the kernels run (MLA's 192 / 128), which
+/// [`DistPlan::with_value_dim`] checks (else a `ValueError` naming both dims).
 type RingArgs<'py> = (
     usize,
     usize,
@@ -74,7 +76,8 @@ type RingArgs<'py> = (
 struct RingCall {
     stream: usize,
     dtype: Dtype,
-    /// Identifies the plan: dims, K/V heads, spec and layout.
+    /// Identifies the plan: dims (v's head dim among them), K/V heads, spec, layout and
+    /// the hybrid's degree.
     key: String,
     /// `[batch, seq_len, heads, head_dim, value_dim]`.
     dims: [usize; 5],
@@ -319,9 +322,10 @@ impl RingGroup {
         })
     }
 
-    /// `dq[i]`, `dk[i]`, `dv[i]` (f32, PyTorch-allocated, shaped like the pieces) <- the
-    /// gradients of this rank's pieces for upstream gradient pieces `dout`, from the
-    /// forward's f32 `out` and `lse` pieces; the same schedule as the forward.
+    /// `dq[i]`, `dk[i]`, `dv[i]` (f32, PyTorch-allocated, shaped like the pieces: dV at
+    /// `d_v`) <- the gradients of this rank's pieces for upstream gradient pieces `dout`
+    /// (16-bit, `d_v` wide), from the forward's f32 `out` and `lse` pieces; the same
+    /// schedule as the forward.
     fn backward(&self, py: Python<'_>, call: RingArgs<'_>, ptrs: [Vec<u64>; 9]) -> PyResult<()> {
         let [q, k, v, out, lse, dout, dq, dk, dv] = ptrs;
         let call = RingCall::new(call, self.world)?;

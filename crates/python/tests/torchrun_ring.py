@@ -9,7 +9,10 @@ against the f64 reference by ``test_torch.py``), then calls ``ring_attention`` o
 output, dQ, and its shard's dK, dV must equal the whole-sequence results' rows of its
 tokens: relative L2 error ``||ring - whole|| / ||whole||`` over all ranks below 1e-2
 (bfloat16) / 2e-3 (float16); the two differ only in the order of the f32 merges and
-the one rounding of each result. Rank 0 gathers every rank's errors and writes the log.
+the one rounding of each result; the same bounds hold for MLA's cases (v, the output,
+d_out and dV 128 wide beside q, k at 192), which compare the same four results. One more
+row: a pair of head dims no kernel runs (192 / 64) must be a ``ValueError`` naming both
+dims on every rank. Rank 0 gathers every rank's errors and writes the log.
 Run by ``test_ring_torch.py`` on a machine with two or more CUDA devices.
 """
 
@@ -90,6 +93,25 @@ def run_case(case, schedule, rank, world, device):
     return f"{label} | {name} | {layout} | {shape}", errs, BOUND[dtype]
 
 
+def refused_value_dim(rank, world, device):
+    """v's head dim 64 beside q's and k's 192 (no kernel runs the pair): a ``ValueError``
+    naming both dims on every rank, raised by the ring's plan before anything runs."""
+    b, n, h, d, dv = 1, 512, 2, 192, 64
+    q = torch.zeros(b, n, h, d, device=device, dtype=torch.bfloat16)
+    v = torch.zeros(b, n, h, dv, device=device, dtype=torch.bfloat16)
+    q_l, v_l = (ring.shard(x, rank, world, "zigzag") for x in (q, v))
+    want = f"head_dim {d} with value head_dim {dv} has no GPU kernel"
+    try:
+        ringdil.ring_attention(q_l, q_l, v_l, causal=True, seq_len=n)
+        got = "no error"
+    except ValueError as e:
+        got = f"ValueError: {e}"
+    ok = torch.tensor([int(want in got)], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    shape = f"B={b} N={n} H={h} H_kv={h} d={d} d_v={dv} bfloat16"
+    return f"ring | refused value dim | zigzag | {shape}", bool(ok.item()), got.replace("|", "/")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out-md", help="where rank 0 writes the log (not --log: torchrun rejects a prefix of its own options)")
@@ -111,6 +133,11 @@ def main():
             rows.append(f"| {'PASS' if ok else 'FAIL'} | {label} | {text} (bound {bound:g}) |")
             if rank == 0:
                 print(rows[-1], flush=True)
+    label, ok, got = refused_value_dim(rank, world, device)
+    failed += not ok
+    rows.append(f"| {'PASS' if ok else 'FAIL'} | {label} | {got} (on every rank) |")
+    if rank == 0:
+        print(rows[-1], flush=True)
     if rank == 0:
         passed = len(rows) - failed
         log = [

@@ -28,20 +28,31 @@ from ._torch import _dense, _is_tensor, _tensor
 _GROUPS = {}
 
 
-def _local(name, x, like=None, same_dim=True):
+def _local(name, x, like=None):
     """``x`` checked as :func:`ringdil.attention` checks its tensors (and, for k and v,
-    with ``q_local``'s batch and local rows; k with its head_dim too), contiguous."""
+    with ``q_local``'s device and dtype), contiguous; the shapes: :func:`_check_shapes`."""
     _is_tensor(name, x)
-    x = _tensor(name, x, like, caller="ring_attention", like_name="q_local", seq="local_seq")
-    if like is not None:
-        b, n, _, d = like.shape
-        if x.shape[0] != b or x.shape[1] != n or (same_dim and x.shape[3] != d):
-            what = "batch, local rows or head_dim" if same_dim else "batch or local rows"
-            raise ValueError(
-                f"{name}: shape {tuple(x.shape)} does not match q_local's {tuple(like.shape)} in {what} "
-                "(k and v may have fewer heads than q, dividing them; v's head_dim may differ from q's)"
-            )
-    return x
+    return _tensor(name, x, like, caller="ring_attention", like_name="q_local", seq="local_seq")
+
+
+def _check_shapes(q, k, v):
+    """``k_local``'s and ``v_local``'s 4-d shapes against ``q_local``'s, naming the argument:
+    k has q's batch, local rows and head_dim (and may have fewer heads, dividing q's: the
+    ring checks that); v has k's batch, local rows and heads, and its own head_dim (MLA's
+    d_v: which pairs run, the ring checks)."""
+    b, n, _, d = q
+    if k[0] != b or k[1] != n or k[3] != d:
+        raise ValueError(
+            f"k_local: shape {tuple(k)} does not match q_local's {tuple(q)} in batch, local rows or head_dim "
+            "(k and v may have fewer heads than q, dividing them)"
+        )
+    if v[0] != b or v[1] != n:
+        raise ValueError(
+            f"v_local: shape {tuple(v)} does not match q_local's {tuple(q)} in batch or local rows "
+            "(v may have fewer heads than q, as k has, and another head_dim)"
+        )
+    if tuple(v[:3]) != tuple(k[:3]):
+        raise ValueError(f"v_local: shape {tuple(v)} differs from k_local's {tuple(k)} in batch, local rows or heads")
 
 
 def _ring_group(group, device):
@@ -110,6 +121,7 @@ class _RingAttention(torch.autograd.Function):
         dtype = qs[0].dtype
         douts = _pieces(_dense(d_out.to(dtype)), ctx.lens)
         f32 = lambda x: torch.empty(x.shape, dtype=torch.float32, device=x.device)  # noqa: E731
+        # Each gradient is its input's shape: dQ, dK at q's head dim, dV (like d_out) at v's.
         dqs, dks, dvs = [f32(x) for x in qs], [f32(x) for x in ks], [f32(x) for x in vs]
         ctx.ring.backward(
             _where(qs[0]) + ctx.call,
@@ -130,7 +142,9 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
     tensors (bfloat16 or float16) holding this rank's rows in the order of
     ``ringdil.ring.tokens(seq_len, world, layout)[rank]``, i.e. ``ringdil.ring.shard`` of the
     whole sequence; ``k_local``/``v_local`` may have fewer heads (grouped-query attention),
-    and ``v_local`` another head dim (MLA's 192 / 128: the output is v's head dim wide).
+    and ``v_local`` another head dim than ``q_local``/``k_local`` (MLA's d = 192 with d_v =
+    128, the one such pair the kernels run; another pair is a ``ValueError`` naming both):
+    the output, and the gradient flowing into it, are then ``[batch, local_seq, heads, d_v]``.
     Every rank calls with the same keyword arguments.
 
     * ``layout``: ``"zigzag"`` (default; balances causal work), ``"contiguous"``,
@@ -160,19 +174,15 @@ def ring_attention(q_local, k_local, v_local, *, layout="zigzag", pattern=None, 
         raise ValueError(f"hybrid_degree: {hybrid_degree} is not a positive number of ranks")
     q_local = _local("q_local", q_local)
     k_local = _local("k_local", k_local, q_local)
-    v_local = _local("v_local", v_local, q_local, same_dim=False)
-    if k_local.shape[:3] != v_local.shape[:3]:
-        raise ValueError(
-            f"v_local: shape {tuple(v_local.shape)} differs from k_local's {tuple(k_local.shape)} in batch, local rows "
-            "or heads"
-        )
+    v_local = _local("v_local", v_local, q_local)
+    _check_shapes(q_local.shape, k_local.shape, v_local.shape)
     if not isinstance(schedule, str):
         raise TypeError(f"schedule: expected a schedule's name, got {type(schedule).__name__}")
     group, ring = _ring_group(group, q_local.device)
     b, rows, h, d = q_local.shape
+    d_v = v_local.shape[3]  # v's head dim: the output's, d_out's and dV's (MLA: 128 at d = 192)
     n = _seq_len(group, rows, q_local.device) if seq_len is None else int(seq_len)
-    call = ([b, n, h, d, v_local.shape[3]], k_local.shape[2], str(q_local.dtype).removeprefix("torch."),
-            as_pattern(pattern),
+    call = ([b, n, h, d, d_v], k_local.shape[2], str(q_local.dtype).removeprefix("torch."), as_pattern(pattern),
             bool(causal), scale, documents, layout, hybrid_degree, schedule)
     lens = ring.piece_lens(_where(q_local) + call)
     if sum(lens) != rows:

@@ -141,7 +141,7 @@ def main():
     if rank == 0:
         passed = len(rows) - failed
         log = [
-            f"# ring_attention under torchrun ({world} GPUs) against ringdil.attention on the whole sequence",
+            f"# ring_attention under torchrun ({world} GPU{'s' if world > 1 else ''}) against ringdil.attention on the whole sequence",
             "",
             f"* device: {torch.cuda.get_device_name(device)} x {world}, torch {torch.__version__}, ringdil {ringdil.__version__}",
             f"* date: {args.date}",

@@ -16,8 +16,9 @@ const HEADS: usize = 16;
 /// The (q / k, v) head dims of the rows (128: the baseline the others are read against).
 pub const DIMS: [(usize, usize); 5] = [(96, 96), (128, 128), (192, 192), (256, 256), (192, 128)];
 
-/// Time every row, append the table to `md` and return the rows as JSON.
-pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String) -> Vec<Value> {
+/// Time every row (the forward + backward ones with `with_backward`), append the table to `md`
+/// and return the rows as JSON.
+pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String, with_backward: bool) -> Vec<Value> {
     // A torch row without `value_dim` has v's head dim equal to q's.
     let torch_ms = |(d, dv): (usize, usize), causal: bool, backend: &str, key: &str| -> Option<f64> {
         torch["head_dims"].as_array()?.iter().find_map(|r| {
@@ -45,13 +46,12 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, torch: &Value, md: &mut String) -> Vec
         let both_passes = if forward == backward { forward.to_string() } else { format!("{forward} + {backward} bwd") };
         for causal in [false, true] {
             let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
-            let (fwd, both) = run(gpu, host, &Shape::square(1, SEQ, HEADS, d).with_value_dim(dv), &spec, true);
+            let (fwd, both) = run(gpu, host, &Shape::square(1, SEQ, HEADS, d).with_value_dim(dv), &spec, with_backward);
             // S = Q K^T over d, O = P V over d_v: 2 n^2 (d + d_v) per head.
             let flops = 2.0 * (HEADS * SEQ * SEQ * (d + dv)) as f64 / if causal { 2.0 } else { 1.0 };
-            for (pass, ms, work, key) in [
-                ("fwd", fwd, flops, "fwd_ms"),
-                ("fwd+bwd", both.expect("timed with the backward"), 3.5 * flops, "fwd_bwd_ms"),
-            ] {
+            let passes = std::iter::once(("fwd", fwd, flops, "fwd_ms"))
+                .chain(both.map(|ms| ("fwd+bwd", ms, 3.5 * flops, "fwd_bwd_ms")));
+            for (pass, ms, work, key) in passes {
                 let (cudnn, flash) = (torch_ms((d, dv), causal, "cudnn", key), torch_ms((d, dv), causal, "flash", key));
                 let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
                 let vs = cudnn.map_or("-".into(), |c| format!("{:.2}", c / ms));

@@ -12,8 +12,8 @@
 //! The report (JSON and Markdown) records the device, the date given and the command line,
 //! so that a committed table says how and when it was made.
 //!
-//! `--forward-only` times the dense forward rows alone (quick A/B runs of kernel sources
-//! through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups` runs the named sections
+//! `--forward-only` times the forward rows of the dense and head-dim sections alone (quick
+//! A/B runs of kernel sources through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups` runs the named sections
 //! only (names as in [`SECTIONS`]); the others are `null` in the JSON and absent from the table.
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
@@ -240,6 +240,9 @@ fn main() {
         }
     }
     if forward_only {
+        if wanted("head_dims") {
+            head_dims::rows(&gpu, &host, &torch, &mut md, false);
+        }
         if let Some(p) = args.value("--md") {
             std::fs::write(p, md).expect("write md");
         }
@@ -251,7 +254,7 @@ fn main() {
     };
     let gqa_rows = run_section("gqa", &mut md, &|md| json!(gqa::rows(&gpu, &host, &torch, md)));
     let packed_rows = run_section("packed", &mut md, &|md| packed::rows(&gpu, &host, &flex, md));
-    let head_dim_rows = run_section("head_dims", &mut md, &|md| json!(head_dims::rows(&gpu, &host, &torch, md)));
+    let head_dim_rows = run_section("head_dims", &mut md, &|md| json!(head_dims::rows(&gpu, &host, &torch, md, true)));
     let half_rows = run_section("half", &mut md, &|md| json!(half::rows(&gpu, &host, &torch, md)));
     let expression_rows = run_section("expressions", &mut md, &|md| expressions::rows(&gpu, &host, &flex, md));
     let dilated_expr_rows = run_section("dilated_expr", &mut md, &|md| dilated_expr::rows(&gpu, &host, &flex, md));

@@ -113,6 +113,8 @@ pub struct PlanCost {
     /// K/V heads (equal to `heads` unless grouped-query attention).
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// v's head dim (V, dV, O, dO rows): `head_dim` unless they differ (MLA).
+    pub value_dim: usize,
     pub element_bytes: usize,
     pub tokens_per_rank: Vec<usize>,
     /// `forward[step][rank]`, bytes.
@@ -124,15 +126,21 @@ pub struct PlanCost {
 }
 
 impl PlanCost {
-    /// Cost `schedule` for batch 1, query/key/value width `head_dim` and
-    /// `element_bytes` bytes per element (K/V rows at the schedule's K/V heads); `dense`
-    /// is the plain ring on the same chunks and heads.
-    pub fn new(schedule: &Schedule, dense: &Schedule, head_dim: usize, element_bytes: usize) -> Self {
+    /// Cost `schedule` for batch 1, `(head_dim, value_dim)` (Q, K and their gradients at
+    /// the first; V, the output and theirs at the second) and `element_bytes` bytes per
+    /// element (K/V rows at the schedule's K/V heads); `dense` is the plain ring on the
+    /// same chunks, heads and widths.
+    pub fn new(
+        schedule: &Schedule,
+        dense: &Schedule,
+        (head_dim, value_dim): (usize, usize),
+        element_bytes: usize,
+    ) -> Self {
         let bytes = |steps: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
             steps.into_iter().map(|s| s.into_iter().map(|e| e * element_bytes).collect()).collect()
         };
-        let [forward, backward] = schedule.sent_elements(1, head_dim, head_dim).map(bytes);
-        let [dense_forward, dense_backward] = dense.sent_elements(1, head_dim, head_dim);
+        let [forward, backward] = schedule.sent_elements(1, head_dim, value_dim).map(bytes);
+        let [dense_forward, dense_backward] = dense.sent_elements(1, head_dim, value_dim);
         let total = |steps: Vec<Vec<usize>>| steps.iter().flatten().sum::<usize>() * element_bytes;
         PlanCost {
             schedule: schedule.kind,
@@ -141,6 +149,7 @@ impl PlanCost {
             heads: schedule.heads,
             kv_heads: schedule.kv_heads,
             head_dim,
+            value_dim,
             element_bytes,
             tokens_per_rank: (0..schedule.ranks()).map(|r| schedule.chunks.tokens(r).len()).collect(),
             forward,
@@ -160,6 +169,15 @@ impl PlanCost {
         }
     }
 
+    /// `head_dim 128`, or `head_dim 192, value head_dim 128` when v's differs.
+    fn dim_text(&self) -> String {
+        if self.value_dim == self.head_dim {
+            format!("head_dim {}", self.head_dim)
+        } else {
+            format!("head_dim {}, value head_dim {}", self.head_dim, self.value_dim)
+        }
+    }
+
     pub fn forward_total(&self) -> usize {
         self.forward.iter().flatten().sum()
     }
@@ -172,13 +190,13 @@ impl PlanCost {
     /// totals against the dense ring.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "{} schedule: {} tokens over {} ranks (tokens per rank {:?}), {}, head_dim {}, {} bytes per element\n",
+            "{} schedule: {} tokens over {} ranks (tokens per rank {:?}), {}, {}, {} bytes per element\n",
             label(self.schedule),
             self.seq,
             self.ranks,
             self.tokens_per_rank,
             self.head_text(),
-            self.head_dim,
+            self.dim_text(),
             self.element_bytes
         );
         let mut headers = vec!["phase".to_string(), "step".to_string()];
@@ -225,12 +243,12 @@ impl PlanCost {
         let (width, height) = (LEFT + steps.len() * CELL_W + 10, TOP + self.ranks * CELL_H + 30);
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"12\">\n\
-             <text x=\"4\" y=\"18\">{}: {} tokens, {} ranks, {}, d={}, {} B/elt (KiB sent per rank per step)</text>\n",
+             <text x=\"4\" y=\"18\">{}: {} tokens, {} ranks, {}, {}, {} B/elt (KiB sent per rank per step)</text>\n",
             label(self.schedule),
             self.seq,
             self.ranks,
             self.head_text(),
-            self.head_dim,
+            self.dim_text(),
             self.element_bytes
         );
         for (c, (phase, i, _)) in steps.iter().enumerate() {

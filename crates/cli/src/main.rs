@@ -115,9 +115,14 @@ enum Command {
         /// multi-query). K, V, dK, dV rows are costed at this many heads. Default: --heads.
         #[arg(long, value_name = "H_KV")]
         kv_heads: Option<usize>,
-        /// Head dimension (sets the bytes per row).
-        #[arg(long, default_value_t = 128)]
-        head_dim: usize,
+        /// Head dimension of q and k (sets the bytes per Q, K, dQ, dK row).
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+        head_dim: u64,
+        /// Head dimension of v, the output and their gradients, when it differs from
+        /// --head-dim (MLA: 128 beside 192). V, dV, O and dO rows are costed at it.
+        /// Default: --head-dim.
+        #[arg(long, value_name = "D_V", value_parser = clap::value_parser!(u64).range(1..))]
+        value_dim: Option<u64>,
         /// Bytes per element (2 for bf16/f16, 4 for f32).
         #[arg(long, default_value_t = 2)]
         element_bytes: usize,
@@ -258,13 +263,15 @@ fn main() -> ExitCode {
             heads,
             kv_heads,
             head_dim,
+            value_dim,
             element_bytes,
             listing,
             svg,
             json,
         } => {
             let heads = (heads, kv_heads.unwrap_or(heads));
-            run_plan(&file, seq, ranks, &distribution, heads, head_dim, element_bytes, listing, svg.as_deref(), json)
+            let dims = (head_dim as usize, value_dim.unwrap_or(head_dim) as usize);
+            run_plan(&file, seq, ranks, &distribution, heads, dims, element_bytes, listing, svg.as_deref(), json)
         }
         Command::Launch { nproc, nnodes, node_rank, id_file, command } => {
             let options = LaunchOptions { nproc, nnodes, node_rank, id_file };
@@ -420,7 +427,7 @@ fn run_plan(
     ranks: usize,
     distribution: &Distribution,
     (heads, kv_heads): (usize, usize),
-    head_dim: usize,
+    dims: (usize, usize),
     element_bytes: usize,
     listing: bool,
     svg: Option<&std::path::Path>,
@@ -431,7 +438,7 @@ fn run_plan(
     let heads = Heads::new(heads, kv_heads)?;
     let schedule = distribution.schedule.build(&chunks, &spec, heads)?;
     let dense = Kind::Ring.build(&chunks, &Spec::dense(), heads)?;
-    let cost = PlanCost::new(&schedule, &dense, head_dim, element_bytes);
+    let cost = PlanCost::new(&schedule, &dense, dims, element_bytes);
     if let Some(path) = svg {
         std::fs::write(path, cost.svg())?;
     }

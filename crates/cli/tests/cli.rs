@@ -273,6 +273,42 @@ fn plan_costs_kv_rows_at_the_kv_heads() {
     assert!(stderr.contains("3 K/V heads do not divide 4 query heads"), "{stderr}");
 }
 
+/// `plan --value-dim`: V and dV rows travel at v's head dim beside K and dK at q's, so on
+/// the ring (and the pattern-aware ring, which moves the same K and V rows) 192 / 128
+/// costs what 160 / 160 does; the dense ring's forward is (ranks - 1) seq rows of
+/// (192 + 128) elements. The text names both dims; a zero dim is refused.
+#[test]
+fn plan_costs_v_rows_at_the_value_dim() {
+    let plan = |schedule: &str, dims: &[&str]| -> serde_json::Value {
+        let args = ["plan", "docs/patterns/longnet.json", "--seq", "96", "--ranks", "3", "--heads", "2"];
+        let (stdout, stderr, code) = ringdil(&[&args[..], dims, &["--schedule", schedule, "--json"]].concat());
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()["cost"].clone()
+    };
+    let sum = |cost: &serde_json::Value, phase: &str| -> u64 {
+        let steps = cost[phase].as_array().unwrap();
+        steps.iter().flat_map(|s| s.as_array().unwrap()).map(|b| b.as_u64().unwrap()).sum()
+    };
+    for schedule in ["ring", "pattern"] {
+        let mla = plan(schedule, &["--head-dim", "192", "--value-dim", "128"]);
+        let even = plan(schedule, &["--head-dim", "160"]);
+        assert_eq!((mla["head_dim"].as_u64(), mla["value_dim"].as_u64()), (Some(192), Some(128)));
+        assert_eq!(even["value_dim"].as_u64(), Some(160), "the default is --head-dim");
+        for phase in ["forward", "backward"] {
+            assert!(sum(&mla, phase) > 0, "{schedule} {phase}");
+            assert_eq!(sum(&mla, phase), sum(&even, phase), "{schedule} {phase}");
+        }
+        assert_eq!(mla["dense_ring_forward"].as_u64(), Some(2 * 96 * 2 * (192 + 128) * 2));
+    }
+    let (stdout, _, code) =
+        ringdil(&["plan", "docs/patterns/longnet.json", "--seq", "64", "--head-dim", "192", "--value-dim", "128"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("head_dim 192, value head_dim 128"), "{stdout}");
+    let (_, stderr, code) = ringdil(&["plan", "docs/patterns/longnet.json", "--value-dim", "0"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("'0'") && stderr.contains("--value-dim"), "{stderr}");
+}
+
 /// A small plan, as text: who sends how much at each step, against the dense ring.
 #[test]
 fn plan_prints_bytes_per_rank_and_step() {

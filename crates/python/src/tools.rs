@@ -79,7 +79,8 @@ pub fn verify<'py>(
 }
 
 /// The `cost` of `ringdil plan --json`: bytes each rank sends at each step of `schedule`
-/// (forward and backward, batch 1) and the dense ring's totals on the same chunks.
+/// (forward and backward, batch 1) and the dense ring's totals on the same chunks;
+/// `value_dim` (default `head_dim`) is v's head dim, at which V, dV, O and dO rows count.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn plan<'py>(
@@ -92,13 +93,17 @@ pub fn plan<'py>(
     heads: usize,
     kv_heads: Option<usize>,
     head_dim: usize,
+    value_dim: Option<usize>,
     element_bytes: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let value_dim = value_dim.unwrap_or(head_dim);
     let kind = kind_of_flag(schedule).ok_or_else(|| {
         let known: Vec<String> = Kind::ALL.iter().map(|&k| format!("{:?}", flag(k))).collect();
         errors::value("schedule", format_args!("unknown schedule {schedule:?}; expected one of {}", known.join(", ")))
     })?;
-    for (name, value) in [("ranks", ranks), ("head_dim", head_dim), ("element_bytes", element_bytes)] {
+    for (name, value) in
+        [("ranks", ranks), ("head_dim", head_dim), ("value_dim", value_dim), ("element_bytes", element_bytes)]
+    {
         if value == 0 {
             return Err(errors::value(name, "must be at least 1, got 0"));
         }
@@ -111,7 +116,7 @@ pub fn plan<'py>(
     let cost = py.detach(|| -> Result<PlanCost, ringdil_reference::Error> {
         let schedule = kind.build(&chunks, &spec, heads)?;
         let dense = Kind::Ring.build(&chunks, &Spec::dense(), heads)?;
-        Ok(PlanCost::new(&schedule, &dense, head_dim, element_bytes))
+        Ok(PlanCost::new(&schedule, &dense, (head_dim, value_dim), element_bytes))
     });
     to_python(py, &cost.map_err(errors::reference)?)
 }

@@ -180,6 +180,17 @@ def test_plan_of_the_ring_against_its_volume(seq, ranks, layout, heads, kv_heads
     assert (cost["heads"], cost["kv_heads"], cost["head_dim"], cost["element_bytes"]) == (heads, kv_heads, d, eb)
 
 
+def test_plan_costs_v_rows_at_value_dim():
+    """MLA's 192 / 128 on the dense ring: each step passes a token's K row at 192 and its
+    V row at 128; the backward's dK and dV travel at the same widths as K and V."""
+    seq, ranks, eb = 90, 3, 2
+    mla = ringdil.plan(None, seq, ranks, schedule="ring", heads=2, head_dim=192, value_dim=128, element_bytes=eb)
+    even = ringdil.plan(None, seq, ranks, schedule="ring", heads=2, head_dim=160, element_bytes=eb)
+    assert (mla["head_dim"], mla["value_dim"], even["value_dim"]) == (192, 128, 160)
+    assert sum(map(sum, mla["forward"])) == (ranks - 1) * seq * 2 * (192 + 128) * eb == mla["dense_ring_forward"]
+    assert sum(map(sum, mla["backward"])) == sum(map(sum, even["backward"])) > 0
+
+
 def test_plan_of_a_local_pattern_sends_less(patterns_dir):
     window = {"kind": "sliding_window", "left": 16, "right": 0, "causal": True}
     pattern = ringdil.plan(window, 4096, 4, layout="contiguous")
@@ -202,6 +213,8 @@ def test_plan_errors():
         ringdil.plan(None, 64, 0)
     with pytest.raises(ValueError, match=r"^kv_heads: "):
         ringdil.plan(None, 64, 4, heads=8, kv_heads=3)
+    with pytest.raises(ValueError, match=r"^value_dim: must be at least 1, got 0"):
+        ringdil.plan(None, 64, 4, value_dim=0)
     with pytest.raises(ValueError, match=r"^layout: "):
         ringdil.plan(None, 64, 4, layout="balanced")
     with pytest.raises(ValueError, match=r"^layout: "):

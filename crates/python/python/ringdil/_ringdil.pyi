@@ -38,7 +38,7 @@ def pattern_stats(
 def verify(pattern: Optional[Pattern], name: str, cases: int, seed: int) -> dict[str, Any]: ...
 def plan(
     pattern: Optional[Pattern], seq_len: int, ranks: int, schedule: str, layout: Any, heads: int,
-    kv_heads: Optional[int], head_dim: int, element_bytes: int,
+    kv_heads: Optional[int], head_dim: int, value_dim: Optional[int], element_bytes: int,
 ) -> dict[str, Any]: ...
 def layout_tokens(
     seq_len: int, ranks: int, layout: Any, documents: Optional[Sequence[Any]] = None, batch: int = 1

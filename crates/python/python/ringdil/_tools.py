@@ -64,13 +64,13 @@ def verify(pattern=None, *, cases=24, seed=2026):
 
 
 def plan(pattern, seq_len=4096, ranks=4, *, schedule="pattern", layout="zigzag", heads=8, kv_heads=None,
-         head_dim=128, element_bytes=2):
+         head_dim=128, value_dim=None, element_bytes=2):
     """A distributed schedule's communication plan, as the ``cost`` object of
     ``ringdil plan --json``: a dict with ``forward`` and ``backward`` (``[step][rank]``,
     bytes sent, batch 1), ``dense_ring_forward`` and ``dense_ring_backward`` (the plain
     ring's totals on the same chunks), ``skipped_computes``, ``tokens_per_rank`` and the
     arguments (``schedule``, ``ranks``, ``seq``, ``heads``, ``kv_heads``, ``head_dim``,
-    ``element_bytes``).
+    ``value_dim``, ``element_bytes``).
 
     * ``schedule``: ``"ring"``, ``"pattern"`` (the ring moving only the K/V rows the
       pattern needs), ``"all-gather"``, ``"ulysses"`` or ``"hybrid"`` (Ulysses inside groups of
@@ -79,6 +79,8 @@ def plan(pattern, seq_len=4096, ranks=4, *, schedule="pattern", layout="zigzag",
       ``"striped"``, ``{"boundaries": [...]}``, ``{"order": [...], "boundaries": [...]}``).
     * ``kv_heads``: K/V heads dividing ``heads`` (grouped-query attention); K/V rows are
       costed at this many heads.
+    * ``value_dim``: v's head dim where it differs from ``head_dim`` (MLA: 128 beside 192);
+      V, dV, the output and its gradient are costed at it, Q, K, dQ and dK at ``head_dim``.
     """
     return _ringdil.plan(as_pattern(pattern), seq_len, ranks, schedule, layout, heads, kv_heads, head_dim,
-                         element_bytes)
+                         value_dim, element_bytes)

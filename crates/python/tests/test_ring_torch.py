@@ -33,29 +33,37 @@ def test_a_bad_hybrid_degree_is_refused_naming_it(degree, error, message):
         ringdil.ring_attention(x, x, x, schedule="hybrid", hybrid_degree=degree)
 
 
+_Q, _K = (1, 8, 4, 192), (1, 8, 2, 192)
+
+
 def test_v_local_may_differ_from_k_local_only_in_its_head_dim():
     # MLA: v's last dim apart from q's and k's (d = 192, d_v = 128; which pairs run, the
     # ring's plan checks on the GPU). The shape check comes before any CUDA call or
     # collective, so it is tested here on shapes, without a GPU.
     from ringdil._ring_torch import _check_shapes
 
-    q, k = torch.Size([1, 8, 4, 192]), torch.Size([1, 8, 2, 192])
+    q, k = torch.Size(_Q), torch.Size(_K)
     _check_shapes(q, k, torch.Size([1, 8, 2, 128]))  # MLA, grouped-query: not refused
     _check_shapes(q, k, k)
     _check_shapes(q, q, torch.Size([1, 8, 4, 64]))
-    with pytest.raises(ValueError, match=r"^v_local: shape \(2, 8, 2, 128\) does not match q_local's "
-                                         r"\(1, 8, 4, 192\) in batch or local rows"):
-        _check_shapes(q, k, torch.Size([2, 8, 2, 128]))
-    with pytest.raises(ValueError, match=r"^v_local: shape \(1, 4, 2, 128\) does not match q_local's "
-                                         r"\(1, 8, 4, 192\) in batch or local rows"):
-        _check_shapes(q, k, torch.Size([1, 4, 2, 128]))
-    with pytest.raises(ValueError, match=r"^v_local: shape \(1, 8, 1, 128\) differs from k_local's "
-                                         r"\(1, 8, 2, 192\) in batch, local rows or heads"):
-        _check_shapes(q, k, torch.Size([1, 8, 1, 128]))
+
+
+@pytest.mark.parametrize("k, v, message", [
+    (_K, (2, 8, 2, 128), r"^v_local: shape \(2, 8, 2, 128\) does not match q_local's \(1, 8, 4, 192\) in batch or "
+                         r"local rows"),
+    (_K, (1, 4, 2, 128), r"^v_local: shape \(1, 4, 2, 128\) does not match q_local's \(1, 8, 4, 192\) in batch or "
+                         r"local rows"),
+    (_K, (1, 8, 1, 128), r"^v_local: shape \(1, 8, 1, 128\) differs from k_local's \(1, 8, 2, 192\) in batch, "
+                         r"local rows or heads"),
     # k's head dim stays q's: only v's may differ.
-    with pytest.raises(ValueError, match=r"^k_local: shape \(1, 8, 2, 128\) does not match q_local's "
-                                         r"\(1, 8, 4, 192\) in batch, local rows or head_dim"):
-        _check_shapes(q, torch.Size([1, 8, 2, 128]), torch.Size([1, 8, 2, 128]))
+    ((1, 8, 2, 128), (1, 8, 2, 128), r"^k_local: shape \(1, 8, 2, 128\) does not match q_local's \(1, 8, 4, 192\) "
+                                     r"in batch, local rows or head_dim"),
+])
+def test_other_shapes_of_k_local_and_v_local_are_refused_naming_them(k, v, message):
+    from ringdil._ring_torch import _check_shapes
+
+    with pytest.raises(ValueError, match=message):
+        _check_shapes(torch.Size(_Q), torch.Size(k), torch.Size(v))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA device")

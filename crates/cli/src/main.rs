@@ -1,5 +1,6 @@
 //! `ringdil`: the command-line front of the ringdil toolkit.
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ringdil_cli::distributed::{self, LayoutArg, PlanCost};
@@ -116,13 +117,13 @@ enum Command {
         #[arg(long, value_name = "H_KV")]
         kv_heads: Option<usize>,
         /// Head dimension of q and k (sets the bytes per Q, K, dQ, dK row).
-        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
-        head_dim: u64,
+        #[arg(long, default_value_t = 128, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        head_dim: usize,
         /// Head dimension of v, the output and their gradients, when it differs from
         /// --head-dim (MLA: 128 beside 192). V, dV, O and dO rows are costed at it.
         /// Default: --head-dim.
-        #[arg(long, value_name = "D_V", value_parser = clap::value_parser!(u64).range(1..))]
-        value_dim: Option<u64>,
+        #[arg(long, value_name = "D_V", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        value_dim: Option<usize>,
         /// Bytes per element (2 for bf16/f16, 4 for f32).
         #[arg(long, default_value_t = 2)]
         element_bytes: usize,
@@ -270,7 +271,7 @@ fn main() -> ExitCode {
             json,
         } => {
             let heads = (heads, kv_heads.unwrap_or(heads));
-            let dims = (head_dim as usize, value_dim.unwrap_or(head_dim) as usize);
+            let dims = (head_dim, value_dim.unwrap_or(head_dim));
             run_plan(&file, seq, ranks, &distribution, heads, dims, element_bytes, listing, svg.as_deref(), json)
         }
         Command::Launch { nproc, nnodes, node_rank, id_file, command } => {

@@ -13,8 +13,9 @@
 //! so that a committed table says how and when it was made.
 //!
 //! `--forward-only` times the forward rows of the dense and head-dim sections alone (quick
-//! A/B runs of kernel sources through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups` runs the named sections
-//! only (names as in [`SECTIONS`]); the others are `null` in the JSON and absent from the table.
+//! A/B runs of kernel sources through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups`
+//! runs the named sections only (names as in [`SECTIONS`]); the others are `null` in the
+//! JSON and absent from the table.
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),

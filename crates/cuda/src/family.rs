@@ -46,6 +46,9 @@ const WGMMA_BACKWARD_HEAD_DIMS: &[usize] = &[64, 128];
 
 /// Threads of the producer warpgroup of a wgmma block (`WG_PRODUCERS`).
 pub const PRODUCER_THREADS: u32 = 128;
+/// sm_90's largest dynamic shared memory per block (opt-in), the budget of the wgmma
+/// family's blocks.
+pub const SM90_SMEM_PER_BLOCK: u32 = 227 * 1024;
 
 /// Environment variable that forces the portable family on sm_90 (`mma`), so that it is
 /// checked on the H100/H200 machines too. Unset or anything else: chosen by architecture.
@@ -192,13 +195,18 @@ impl Family {
         }
     }
 
-    /// Keys per forward tile (`FBN`): [`TILE`], and twice that for the wgmma family at
-    /// d = 64 (flash-attention 3's tile there), where a 64-key tile's MMAs are short
-    /// against the per-tile work around them that does not grow with the keys (stage
-    /// hand-over, row maxima, O's rescale, MMA issue and wait).
-    pub fn forward_key_tile(self, head_dim: usize) -> usize {
+    /// Keys per forward tile (`FBN`): [`TILE`], and twice that for the wgmma family where
+    /// the registers and shared memory hold a 128-key tile: d = 64 (flash-attention 3's
+    /// tile there) and MLA's d = 192 with d_v = 128. A 64-key tile's MMAs are short against
+    /// the per-tile work around them that does not grow with the keys (stage hand-over, row
+    /// maxima, O's rescale, MMA issue and wait); above d = 128 the two consumer warpgroups
+    /// leave the tensor pipe idle a third of the time on that chain. At 192 / 128 a
+    /// consumer holds O (64 registers) beside a 128-key S (64) and P (32), and two stages of
+    /// 128 keys (80 KB each) fit beside one Q tile ([`Family::forward_q_buffers`]); at d =
+    /// 192 or 256, O (96, 128 registers) and the stages (96, 128 KB) do not.
+    pub fn forward_key_tile(self, head_dim: usize, value_dim: usize) -> usize {
         match self {
-            Family::Wgmma if head_dim == 64 => 2 * TILE,
+            Family::Wgmma if head_dim == 64 || (head_dim, value_dim) == (192, 128) => 2 * TILE,
             _ => TILE,
         }
     }
@@ -241,11 +249,12 @@ impl Family {
     }
 
     /// Q buffers of the wgmma forward (`FWD_Q_BUFS`): two (the next item's Q loads while
-    /// the last one computes), and one at d = 256, whose 64 KB Q tile leaves room for no
-    /// second next to two 64 KB stages (227 KB in all). mma: one.
-    pub fn forward_q_buffers(self, head_dim: usize) -> usize {
+    /// the last one computes) where they fit beside the K/V stages in sm_90's 227 KB
+    /// ([`SM90_SMEM_PER_BLOCK`]), else one: d = 256 (a 64 KB Q tile beside two 64 KB
+    /// stages) and MLA's 192 / 128 (48 KB beside two 80 KB stages of 128 keys). mma: one.
+    pub fn forward_q_buffers(self, head_dim: usize, value_dim: usize) -> usize {
         match self {
-            Family::Wgmma if head_dim <= 192 => 2,
+            Family::Wgmma if self.wgmma_forward_smem(head_dim, value_dim, 2) <= SM90_SMEM_PER_BLOCK as usize => 2,
             _ => 1,
         }
     }
@@ -357,17 +366,28 @@ impl Family {
     /// slack to round the base up to 1 KB in the kernel (the swizzle of its operands is a
     /// function of address bits). V's rows are `value_dim` wide.
     pub fn forward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
-        let (row, k_tile, stages) = (head_dim * 2, self.forward_key_tile(head_dim), self.forward_stages(head_dim));
-        let kv = stages * k_tile * (head_dim + value_dim) * 2;
         let bytes = match self {
-            Family::Mma => self.forward_q_tile() * row + kv,
-            Family::Wgmma => {
-                let q = self.forward_q_buffers(head_dim) * self.forward_q_rows(head_dim);
-                let stage_bars = if self.forward_split_kv(head_dim) { 4 } else { 2 };
-                q * row + kv + (stage_bars * stages + 6) * 8 + 2 * 32 + stages * 8 + 1024
-            }
+            Family::Mma => self.forward_q_tile() * head_dim * 2 + self.forward_kv_smem(head_dim, value_dim),
+            Family::Wgmma => self.wgmma_forward_smem(head_dim, value_dim, self.forward_q_buffers(head_dim, value_dim)),
         };
         bytes as u32
+    }
+
+    /// The forward's K/V stages, in bytes.
+    fn forward_kv_smem(self, head_dim: usize, value_dim: usize) -> usize {
+        self.forward_stages(head_dim) * self.forward_key_tile(head_dim, value_dim) * (head_dim + value_dim) * 2
+    }
+
+    /// [`Family::forward_smem`] of the wgmma family with `q_buffers` Q tiles.
+    fn wgmma_forward_smem(self, head_dim: usize, value_dim: usize, q_buffers: usize) -> usize {
+        let stages = self.forward_stages(head_dim);
+        let stage_bars = if self.forward_split_kv(head_dim) { 4 } else { 2 };
+        q_buffers * self.forward_q_rows(head_dim) * head_dim * 2
+            + self.forward_kv_smem(head_dim, value_dim)
+            + (stage_bars * stages + 6) * 8
+            + 2 * 32
+            + stages * 8
+            + 1024
     }
 
     /// Dynamic shared memory of the backward (`BWD_SMEM_BYTES`; asserted by the kernels'
@@ -420,7 +440,7 @@ mod tests {
         assert_eq!(Family::Wgmma.target(9, 0), "sm_90a");
         // Head dims the wgmma family has no kernels for run the mma family's on sm_90 (227 KB
         // of shared memory per block); above d = 128 its forward runs with mma's backward.
-        let (sm90, sm80, sm86) = (227 * 1024, 163 * 1024, 99 * 1024);
+        let (sm90, sm80, sm86) = (SM90_SMEM_PER_BLOCK, 163 * 1024, 99 * 1024);
         for d in [64, 128] {
             assert_eq!(Family::Wgmma.for_head_dim(d, d, sm90), Some(Family::Wgmma));
             assert_eq!(Family::Wgmma.backward_family(d), Family::Wgmma);
@@ -464,7 +484,13 @@ mod tests {
     fn block_geometry() {
         assert_eq!((Family::Wgmma.forward_threads(192, 128), Family::Wgmma.forward_q_tile()), (512, 192));
         assert_eq!(Family::Wgmma.forward_threads(Family::Wgmma.forward_q_tile_narrow(), 64), 384);
-        assert_eq!((Family::Wgmma.forward_key_tile(64), Family::Wgmma.forward_key_tile(128)), (2 * TILE, TILE));
+        assert_eq!(
+            (Family::Wgmma.forward_key_tile(64, 64), Family::Wgmma.forward_key_tile(128, 128)),
+            (2 * TILE, TILE)
+        );
+        // MLA's 192 / 128: 128-key tiles; the equal dims above 128 keep 64.
+        assert_eq!(Family::Wgmma.forward_key_tile(192, 128), 2 * TILE);
+        assert_eq!((Family::Wgmma.forward_key_tile(192, 192), Family::Wgmma.forward_key_tile(256, 256)), (TILE, TILE));
         assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE, 128), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
         assert_eq!((Family::Wgmma.backward_threads(64), Family::Wgmma.backward_threads(128)), (384, 384));
@@ -478,7 +504,7 @@ mod tests {
             assert_eq!((warps * wm * 16, warps * 32), (FWD_Q_TILE, threads as usize), "d = {d}");
             assert_eq!(Family::Mma.backward_threads(d), threads, "d = {d}");
             assert_eq!(Family::Mma.backward_dim_slices(d) * MMA_THREADS as usize, threads as usize, "d = {d}");
-            assert_eq!(Family::Mma.forward_key_tile(d), TILE);
+            assert_eq!(Family::Mma.forward_key_tile(d, d), TILE);
             assert_eq!(Family::Mma.backward_q_tile(d), TILE);
         }
         // One block per multiprocessor, at most one per item; mma keeps one per item.
@@ -537,7 +563,10 @@ mod tests {
         // over apart), six per item slot: 112 bytes.
         assert_eq!(Family::Wgmma.forward_smem(192, 192), 192 * 1024 + 112 + 64 + 16 + 1024);
         assert_eq!(Family::Wgmma.forward_smem(256, 256), 192 * 1024 + 112 + 64 + 16 + 1024);
-        assert_eq!((Family::Wgmma.forward_q_buffers(192), Family::Wgmma.forward_q_buffers(256)), (2, 1));
+        assert_eq!((Family::Wgmma.forward_q_buffers(192, 192), Family::Wgmma.forward_q_buffers(256, 256)), (2, 1));
+        // MLA's 192 / 128: two Q tiles (96 KB) do not fit beside two stages of 128 keys (160 KB).
+        assert_eq!(Family::Wgmma.forward_q_buffers(192, 128), 1);
+        assert!([64, 128].iter().all(|&d| Family::Wgmma.forward_q_buffers(d, d) == 2));
         assert!(Family::Wgmma.forward_split_kv(256) && !Family::Wgmma.forward_split_kv(128));
         assert_eq!(Family::Mma.backward_smem(128, 128), 96 * 1024 + 2048 + 8192);
         assert_eq!(Family::Mma.backward_smem(64, 64), 48 * 1024 + 2048 + 8192);
@@ -562,21 +591,16 @@ mod tests {
         // (16 KB) and 1 KB of row data, dS^T and P^T (16 KB).
         assert_eq!(Family::Mma.forward_smem(192, 128), (48 + 2 * 40) * 1024);
         assert_eq!(Family::Mma.backward_smem(192, 128), (40 + 2 * 41 + 16) * 1024);
-        // The wgmma forward at 192 / 128: two 128-row Q buffers (96 KB), two stages of 64
-        // keys of K (24 KB) and V (16 KB), the split stages' 4 mbarriers each, 6 of the item
+        // The wgmma forward at 192 / 128: one 128-row Q buffer (48 KB), two stages of 128
+        // keys of K (48 KB) and V (32 KB), the split stages' 4 mbarriers each, 6 of the item
         // slots, two 8-int slots, the stages' keys and hints, 1 KB of alignment slack.
-        assert_eq!(Family::Wgmma.forward_smem(192, 128), (96 + 2 * 40 + 1) * 1024 + (4 * 2 + 6) * 8 + 64 + 16);
-        assert_eq!(
-            Family::Wgmma.forward_smem(192, 192) - Family::Wgmma.forward_smem(192, 128),
-            2 * 64 * 64 * 2,
-            "V's 64 fewer columns in each of the two stages"
-        );
+        assert_eq!(Family::Wgmma.forward_smem(192, 128), (48 + 2 * 80 + 1) * 1024 + (4 * 2 + 6) * 8 + 64 + 16);
         // sm_90's largest dynamic shared memory per block is 227 KB (sm_80's 163 KB: the mma
         // family at d = 192 (162 KB backward) and 256 (192, 210 KB) needs a device of sm_90's).
         for f in [Family::Mma, Family::Wgmma] {
             for &d in f.head_dims() {
-                assert!(f.forward_smem(d, d) <= 227 * 1024, "{f:?} d = {d}");
-                assert!(f.backward_family(d).backward_smem(d, d) <= 227 * 1024, "{f:?} d = {d}");
+                assert!(f.forward_smem(d, d) <= SM90_SMEM_PER_BLOCK, "{f:?} d = {d}");
+                assert!(f.backward_family(d).backward_smem(d, d) <= SM90_SMEM_PER_BLOCK, "{f:?} d = {d}");
             }
         }
     }

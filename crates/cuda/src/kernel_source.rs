@@ -100,11 +100,11 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("NTHREADS", MMA_THREADS as usize, "threads of an mma-family block"),
         d("FBM", f.forward_q_tile(), "query rows per forward block"),
         d("FBM_NARROW", f.forward_q_tile_narrow(), "query rows per attn_fwd_128 block (wgmma)"),
-        d("FBN", f.forward_key_tile(head_dim), "key rows per forward K/V tile"),
+        d("FBN", f.forward_key_tile(head_dim, value_dim), "key rows per forward K/V tile"),
         d("FWD_STAGES", f.forward_stages(head_dim), "K/V stages of the forward"),
         d("FWD_SPLIT_KV", f.forward_split_kv(head_dim) as usize, "wgmma forward: K and V stages handed over apart"),
         d("FWD_Q_ROWS", f.forward_q_rows(head_dim), "rows of a forward Q buffer (its largest tile)"),
-        d("FWD_Q_BUFS", f.forward_q_buffers(head_dim), "Q buffers of the wgmma forward"),
+        d("FWD_Q_BUFS", f.forward_q_buffers(head_dim, value_dim), "Q buffers of the wgmma forward"),
         d(
             "OWN_BACKWARD",
             (f.backward_family(head_dim) == f) as usize,

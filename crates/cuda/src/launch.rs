@@ -296,8 +296,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 spec.pattern,
                 GpuPattern::Window { .. } | GpuPattern::BlockSparse(_) | GpuPattern::Expr(_) | GpuPattern::Table(_)
             );
-        let (fwd_q_tile, fwd_k_tile) =
-            (family.forward_q_tile_for(&map, masked, shape.head_dim), family.forward_key_tile(shape.head_dim));
+        let (fwd_q_tile, fwd_k_tile) = (
+            family.forward_q_tile_for(&map, masked, shape.head_dim),
+            family.forward_key_tile(shape.head_dim, shape.value_dim),
+        );
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
             (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, map, tiles),

@@ -371,7 +371,9 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
     );
     let w = launches_for(&mla, &dense(), &whole, Family::Wgmma).unwrap();
     assert_eq!((w[0].family, w[0].backward_family()), (Family::Wgmma, Family::Mma));
-    assert_eq!((w[0].forward_dims(132).smem, w[0].backward_dims().smem), (177 * 1024 + 192, 138 * 1024));
+    assert_eq!((w[0].forward_dims(132).smem, w[0].backward_dims().smem), (209 * 1024 + 192, 138 * 1024));
+    // 128-key forward tiles there (the mma family keeps 64: its forward's key tiles are plan tiles).
+    assert_eq!((w[0].fwd_k_tile, l[0].fwd_k_tile), (128, 64));
     assert!(matches!(
         launches_for(&Shape::square(1, 100, 2, 192).with_value_dim(64), &dense(), &whole, Family::Wgmma),
         Err(CudaError::UnsupportedValueDim { head_dim: 192, value_dim: 64, supported }) if supported == [(192, 128)]

@@ -10,7 +10,7 @@
 //! family needs `sm_90a`; `192/128` for v's head dim apart from q's) with
 //! `--ptxas-options=-v` and prints the attention kernels' registers and spill bytes, from
 //! the kernel files of `RINGDIL_CUDA_SOURCE` where it is set (so a copy with other register
-//! counts or tiles is measured without a GPU). `ptx` writes the PTX of every module of both
+//! counts or tiles is measured without a GPU; `ptx` reads them too). `ptx` writes the PTX of every module of both
 //! families (every head dim and value-dim pair each family runs; those whose names contain
 //! FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file per module: two runs, before and after
 //! a change, compared with `cmp`, prove that the change leaves those modules' code as it
@@ -25,6 +25,7 @@ const USAGE: &str = "usage: kernel_report ptxas (mma|wgmma) ARCH (bf16|f16) HEAD
 
 fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
     let dir = std::path::Path::new(dir);
+    let sources = std::env::var_os(ringdil_cuda::compile::SOURCE_ENV).map(std::path::PathBuf::from);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (family, arch) in [(Family::Mma, "sm_80"), (Family::Wgmma, "sm_90a")] {
         for dtype in [Dtype::Bf16, Dtype::F16] {
@@ -37,7 +38,7 @@ fn ptx(dir: &str, filter: Option<&str>) -> Result<(), String> {
                     if filter.is_some_and(|f| !name.contains(f)) {
                         continue;
                     }
-                    let ptx = compile_uncached(arch, family, v, None, "").map_err(|e| e.to_string())?;
+                    let ptx = compile_uncached(arch, family, v, sources.as_deref(), "").map_err(|e| e.to_string())?;
                     let path = dir.join(format!("{name}.ptx"));
                     std::fs::write(&path, ptx.to_src()).map_err(|e| format!("{}: {e}", path.display()))?;
                     println!("{}", path.display());

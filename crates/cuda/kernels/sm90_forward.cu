@@ -35,8 +35,8 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
     // no room for it (S 64, P 32, O 32 of the consumers' 160 registers; ptxas serialises
     // every wgmma with a second set): P(j+1) stays in S's f32 registers until the wait and
     // is packed into pa then (flash-attention 3's order). At d = 256 O's 128 registers leave
-    // no room for it either.
-    constexpr bool EARLY_PACK = FBN == BN && D <= 192;
+    // no room for it either; at d = 192 (O 96) an 80-key tile's second set (20) fits.
+    constexpr bool EARLY_PACK = FBN < 2 * BN && D <= 192;
     float o[1][DV / 8][4], s[1][FNKB][4], m[1][2], l[1][2], alpha[1][2];
     u32 pa[1][FBN / 16][4], pn[1][FBN / 16][4];  // pn: EARLY_PACK only
     u32 qf[B::Q_SMEM ? 1 : D / 16][4];

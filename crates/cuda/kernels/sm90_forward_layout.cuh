@@ -25,6 +25,7 @@
 static_assert(DV == D || (FWD_SPLIT_KV && DV % 64 == 0), "v's head dim apart from q's needs split stages and 64-column blocks");
 
 #define FWD_WGS (FBM / 64)
+#define FWD_HELD (DV / 2 + 3 * FBN / 4)  // a two-warpgroup consumer's O, S and P registers (FwdBlock)
 template <int WGS>
 struct FwdBlock {
     static constexpr int ROWS = 64 * WGS, CONSUMERS = 128 * WGS, THREADS = CONSUMERS + WG_PRODUCERS;
@@ -38,14 +39,17 @@ struct FwdBlock {
     // of a setmaxnreg to its own count. (The producer spills: about 100 bytes at d = 128
     // around the item claim and the cp.async gather of a Q tile's rows, once per item; more
     // with 32 registers, in the cp.async gather of tiles that are not TMA boxes.)
-    // Above d = 128 (two warpgroups, O of D / 2 registers): 128 * 72 + 256 * 216 = 64512.
-    // The consumers spill nothing down to 216 (they start at 208); every spill there is the
-    // producer's, in its item set-up and cp.async gather, and a producer of 72 spills less
-    // than one of 40 (d = 256: 200 B against 344 B; d = 192: 8 B against 104 B): the dense
-    // forward ran 7-8% faster at d = 192 and 2-5% at d = 256 than with 40 / 232 (56 / 224
-    // lies between).
-    static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : (D > 128 ? 72 : 120),
-                         CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : (D > 128 ? 216 : 192);
+    // Above d = 128 (two warpgroups) a consumer holds O (DV / 2 registers), S (FBN / 2) and
+    // P (FBN / 4): FWD_HELD. Up to 180 of those (d = 192 over 80-key tiles: 156; MLA's 192 /
+    // 128 over 128 keys: 160; d = 256 over 64 keys: 176), 128 * 72 + 256 * 216 = 64512:
+    // the consumers spill nothing at 216, every spill is the producer's (item set-up,
+    // cp.async gather), and a producer of 72 spills less than one of 40 (d = 256 over 64
+    // keys: 200 B against 344 B; d = 192: 8 B against 104 B), which made the dense forward
+    // 7-8% faster at d = 192 and 2-5% at d = 256. d = 256 over 80-key tiles holds 188: its
+    // consumers spill at 216 (38 local loads and stores) and 224 (5), not at 232, so it
+    // takes 128 * 40 + 256 * 232.
+    static constexpr int PRODUCER_REGS = WGS == 3 ? (FBN == 128 ? 32 : 56) : (D > 128 ? (FWD_HELD > 180 ? 40 : 72) : 120),
+                         CONSUMER_REGS = WGS == 3 ? (FBN == 128 ? 160 : 152) : (D > 128 ? (FWD_HELD > 180 ? 232 : 216) : 192);
     // S = Q K^T reads Q from shared memory with three consumer warpgroups (Q in registers,
     // 16 or 32 per thread, does not fit next to O, S and P: at d = 64 ptxas serialises every
     // wgmma even with 160) and from registers with two (192 registers). With 64-key tiles,

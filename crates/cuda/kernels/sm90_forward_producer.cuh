@@ -3,9 +3,9 @@
 //
 // A tile whose rows are evenly spaced (every tile of a plain launch; the tiles of a
 // compact dilated branch inside one segment, rows a dilation apart) is copied by the TMA
-// unit: one thread issues D / 64 boxes for K and DV / 64 for V, no per-row address work. Other tiles
-// (a segment's end, holes at a ring chunk's edge) are gathered with cp.async by all 128
-// producer threads, which wait for their copies and meet at a named barrier before one of
+// unit: one thread issues FBN / KV_BOX boxes per 64 columns of K and of V, no per-row
+// address work. Other tiles (a segment's end, holes at a ring chunk's edge) are gathered
+// with cp.async by all 128 producer threads, which wait for their copies and meet at a named barrier before one of
 // them arrives. (With all threads of a two-warpgroup block copying and one barrier per
 // tile, the copies and the barrier cost 60% of the time; producers copying by cp.async
 // still halved the speed at d = 128.)
@@ -86,13 +86,14 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
 // stages as the consumers free them, claiming the next item LOOKAHEAD tiles before the
 // last. After the last item, the slot that says "no item" ends the consumers' loop.
 // The TMA boxes of one K or V tile of W columns (D for K, DV for V) into `dst`, a stage's
-// part, on mbarrier `bar`: W / 64 column blocks of FBN / 64 boxes of 64 rows.
+// part, on mbarrier `bar`: W / 64 column blocks of FBN / KV_BOX boxes of KV_BOX rows.
 template <int W>
 __device__ __forceinline__ void tile_boxes(u16* dst, const TensorMap& map, int kvh, const ViewRow& v, int b, u32 bar) {
     #pragma unroll
     for (int cb = 0; cb < W / 64; ++cb)
         #pragma unroll
-        for (int r = 0; r < FBN / 64; ++r) tma_box(dst + cb * FBN * 64 + r * 64 * 64, &map, cb * 64, kvh, v, 64 * r, b, bar);
+        for (int r = 0; r < FBN / KV_BOX; ++r)
+            tma_box(dst + cb * FBN * 64 + r * KV_BOX * 64, &map, cb * 64, kvh, v, KV_BOX * r, b, bar);
 }
 
 template <int WGS>
@@ -174,10 +175,10 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
                     #pragma unroll
                     for (int cb = 0; cb < D / 64; ++cb)
                         #pragma unroll
-                        for (int r = 0; r < FBN / 64; ++r) {
-                            u16* dst = sm.stage(j) + cb * FBN * 64 + r * 64 * 64;
-                            tma_box(dst, &maps.a, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
-                            tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, v, 64 * r, c.b, sm.full(j));
+                        for (int r = 0; r < FBN / KV_BOX; ++r) {
+                            u16* dst = sm.stage(j) + cb * FBN * 64 + r * KV_BOX * 64;
+                            tma_box(dst, &maps.a, cb * 64, kvh, v, KV_BOX * r, c.b, sm.full(j));
+                            tma_box(dst + FBN * D, &maps.b, cb * 64, kvh, v, KV_BOX * r, c.b, sm.full(j));
                         }
                 }
             } else {

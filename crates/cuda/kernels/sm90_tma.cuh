@@ -4,8 +4,8 @@
 // Tensor maps (CUtensorMap, encoded by the host: src/tma.rs) of the K and V tensors, as
 // 5-d tensors (head dim, heads, phase, step, batch) with row = step * R + phase, where R is
 // the launch's row stride (the dilation of a compact branch, else 1), read in boxes of
-// 64 x 1 x 1 x BN x 1 with the 128-byte swizzle: BN rows R apart, straight into one column
-// block of the `swz_blocks` layout. Steps cover rows below (rows / R) * R; past them the
+// 64 x 1 x 1 x ROWS x 1 with the 128-byte swizzle: ROWS rows R apart (BN; the forward's K
+// and V: KV_BOX), straight into one column block of the `swz_blocks` layout. Steps cover rows below (rows / R) * R; past them the
 // box reads zeros. A kernel parameter (__grid_constant__: the TMA unit reads it there).
 struct __align__(64) TensorMap {
     unsigned long long opaque[16];
@@ -20,7 +20,7 @@ struct ViewRow {
     int phase, step;
 };
 __device__ __forceinline__ ViewRow view_row(int row, int R) { return {row % R, row / R}; }
-// One TMA box: rows v, v + R, ... (BN of them; v's step plus `steps`) of head h, batch b,
+// One TMA box: rows v, v + R, ... (the map's box rows; v's step plus `steps`) of head h, batch b,
 // head dims c0..c0+63, into `dst` (1024-aligned).
 __device__ __forceinline__ void tma_box(u16* dst, const TensorMap* map, int c0, int h, ViewRow v, int steps, int b,
                                         u32 bar) {
@@ -49,8 +49,8 @@ __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
-// Are a compact tile's ROWS rows R apart, all inside the TMA view (so that its 64-row parts
-// are TMA boxes, row0 + 64 R apart)? It must lie in one segment without holes (first and
+// Are a compact tile's ROWS rows R apart, all inside the TMA view (so that its parts are
+// TMA boxes)? It must lie in one segment without holes (first and
 // last row valid and (ROWS-1) R apart) and below the view's last full step.
 template <int ROWS>
 __device__ __forceinline__ bool ends_are_box(const Params& p, const Axis& a, const TileEnds& e) {

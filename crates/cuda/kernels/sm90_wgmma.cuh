@@ -106,6 +106,21 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], Desc da, Desc db,
         : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc), "n"(TA), "n"(TB));
 }
 
+// d[64 x 80] (+)= A[64 x 16] * B[16 x 80], both from shared memory, K-major (S = Q K^T over
+// the 80-key tiles of the forward above d = 128).
+__device__ __forceinline__ void wgmma_ss_n80(float (&d)[10][4], Desc da, Desc db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %44, 0;\n"
+        "mov.b64 da, {%40, %41};\nmov.b64 db, {%42, %43};\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32." DT "." DT " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39}, "
+        "da, db, p, 1, 1, 0, 0;\n}\n"
+        : WG_ACC8(d, 0), WG_ACC(d, 8), WG_ACC(d, 9)
+        : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc));
+}
+
 // d[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory, K-major (the d = 64
 // backward's S^T and dP^T over a 128-query tile).
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], Desc da, Desc db, int acc) {
@@ -123,8 +138,12 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], Desc da, Desc d
 }
 
 // S = Q K^T for one FBN-key tile: D / 16 steps over the head dimension, A = this warp's Q
-// fragments (registers), B = the FBN key rows (shared memory, K-major).
-__device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u32 (&qf)[D / 16][4], const u16* sK) {
+// fragments (registers, KQ = D / 16 of them), B = the FBN key rows (shared memory, K-major).
+// A template so that a module whose forward reads Q from shared memory (80-key tiles,
+// above d = 128) does not compile it.
+template <int KQ>
+__device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u32 (&qf)[KQ][4], const u16* sK) {
+    static_assert(KQ == D / 16 && (FBN == 64 || FBN == 128), "Q in registers: D / 16 fragments, 64- or 128-key tiles");
     const Desc dk = smem_desc(sK, 16, 1024);
     #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
@@ -147,6 +166,8 @@ __device__ __forceinline__ void issue_scores(float (&s)[FNKB][4], const u16* sQ,
         const Desc b = desc_step(dk, (k >> 2) * FBN * 64 + (k & 3) * 16);
 #if FBN == 128
         wgmma_ss_n128(s, a, b, k > 0);
+#elif FBN == 80
+        wgmma_ss_n80(s, a, b, k > 0);
 #else
         wgmma_ss_n64<0, 0>(s, a, b, k > 0);
 #endif

@@ -302,7 +302,7 @@ impl Gpu {
                 ..base
             };
             let dims = l.backward_dims();
-            let maps = self.tile_maps(l.backward_family(), l, (qp, q.dims), (dop, dout.dims))?;
+            let maps = self.tile_maps(l.backward_family(), l, (qp, q.dims), (dop, dout.dims), crate::family::TILE)?;
             let dq_map = match maps {
                 Some(_) => Some(TensorMap::new(dqp, Elem::F32, q.dims, l.row_stride())?),
                 None => None,

@@ -195,20 +195,32 @@ impl Family {
         }
     }
 
-    /// Keys per forward tile (`FBN`): [`TILE`], and twice that for the wgmma family where
-    /// the registers and shared memory hold a 128-key tile: d = 64 (flash-attention 3's
-    /// tile there) and MLA's d = 192 with d_v = 128. A 64-key tile's MMAs are short against
-    /// the per-tile work around them that does not grow with the keys (stage hand-over, row
-    /// maxima, O's rescale, MMA issue and wait); above d = 128 the two consumer warpgroups
-    /// leave the tensor pipe idle a third of the time on that chain. At 192 / 128 a
-    /// consumer holds O (64 registers) beside a 128-key S (64) and P (32), and two stages of
-    /// 128 keys (80 KB each) fit beside one Q tile ([`Family::forward_q_buffers`]); at d =
-    /// 192 or 256, O (96, 128 registers) and the stages (96, 128 KB) do not.
+    /// Keys per forward tile (`FBN`): [`TILE`], except in the wgmma family, where the
+    /// registers and shared memory hold a longer tile. A 64-key tile's MMAs are short
+    /// against the per-tile work around them that does not grow with the keys (stage
+    /// hand-over, row maxima, O's rescale, MMA issue and wait); above d = 128 the two
+    /// consumer warpgroups leave the tensor pipe idle a third of the time on that chain.
+    /// * d = 64: 128 keys (flash-attention 3's tile there).
+    /// * MLA's d = 192 with d_v = 128: 128 keys. A consumer holds O (64 registers) beside a
+    ///   128-key S (64) and P (32), and two stages of 128 keys (80 KB each) fit beside one Q
+    ///   tile ([`Family::forward_q_buffers`]).
+    /// * d = 192, 256: 80 keys (flash-attention 3's at d = 256): O takes 96 or 128
+    ///   registers, leaving room for S of 80 keys (40) and P (20), and two stages of 80 keys
+    ///   (60, 80 KB) fit beside two or one Q tiles; 128 keys fit neither.
     pub fn forward_key_tile(self, head_dim: usize, value_dim: usize) -> usize {
         match self {
             Family::Wgmma if head_dim == 64 || (head_dim, value_dim) == (192, 128) => 2 * TILE,
+            Family::Wgmma if head_dim > 128 => 80,
             _ => TILE,
         }
+    }
+
+    /// Rows of a K / V TMA box of the forward (`KV_BOX`, the box rows of its tensor maps):
+    /// a key tile is `k_tile / KV_BOX` boxes per 64-column block, of [`TILE`] rows where
+    /// they divide it (one box of 64 rows is 8 KB, and 128-key tiles take two), else one
+    /// box of the whole tile (80 keys).
+    pub fn forward_kv_box_rows(k_tile: usize) -> usize {
+        if k_tile % TILE == 0 { TILE } else { k_tile }
     }
 
     /// K/V stages of the forward (`FWD_STAGES`): mma double-buffers (tile j+1 loads while
@@ -488,9 +500,10 @@ mod tests {
             (Family::Wgmma.forward_key_tile(64, 64), Family::Wgmma.forward_key_tile(128, 128)),
             (2 * TILE, TILE)
         );
-        // MLA's 192 / 128: 128-key tiles; the equal dims above 128 keep 64.
+        // MLA's 192 / 128: 128-key tiles; the equal dims above 128: 80 keys, one TMA box each.
         assert_eq!(Family::Wgmma.forward_key_tile(192, 128), 2 * TILE);
-        assert_eq!((Family::Wgmma.forward_key_tile(192, 192), Family::Wgmma.forward_key_tile(256, 256)), (TILE, TILE));
+        assert_eq!((Family::Wgmma.forward_key_tile(192, 192), Family::Wgmma.forward_key_tile(256, 256)), (80, 80));
+        assert_eq!([64, 80, 128].map(Family::forward_kv_box_rows), [64, 80, 64]);
         assert_eq!((Family::Mma.forward_threads(FWD_Q_TILE, 128), Family::Mma.forward_q_tile()), (128, FWD_Q_TILE));
         assert_eq!((Family::Wgmma.backward_key_tiles(), Family::Mma.backward_key_tiles()), (2, 1));
         assert_eq!((Family::Wgmma.backward_threads(64), Family::Wgmma.backward_threads(128)), (384, 384));
@@ -558,11 +571,11 @@ mod tests {
         assert_eq!(Family::Wgmma.forward_smem(128, 128), 224 * 1024 + 208 + 1024);
         // d = 64: two Q tiles (48 KB) and four stages of 128-key K / V tiles (128 KB).
         assert_eq!(Family::Wgmma.forward_smem(64, 64), 176 * 1024 + 208 + 1024);
-        // d = 192: two Q tiles of 128 rows (96 KB), two stages of 64-key K / V (96 KB); d = 256:
-        // one Q tile (64 KB), two stages (128 KB). Four mbarriers per stage (K and V handed
+        // d = 192: two Q tiles of 128 rows (96 KB), two stages of 80-key K / V (120 KB); d = 256:
+        // one Q tile (64 KB), two stages (160 KB). Four mbarriers per stage (K and V handed
         // over apart), six per item slot: 112 bytes.
-        assert_eq!(Family::Wgmma.forward_smem(192, 192), 192 * 1024 + 112 + 64 + 16 + 1024);
-        assert_eq!(Family::Wgmma.forward_smem(256, 256), 192 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(192, 192), 216 * 1024 + 112 + 64 + 16 + 1024);
+        assert_eq!(Family::Wgmma.forward_smem(256, 256), 224 * 1024 + 112 + 64 + 16 + 1024);
         assert_eq!((Family::Wgmma.forward_q_buffers(192, 192), Family::Wgmma.forward_q_buffers(256, 256)), (2, 1));
         // MLA's 192 / 128: two Q tiles (96 KB) do not fit beside two stages of 128 keys (160 KB).
         assert_eq!(Family::Wgmma.forward_q_buffers(192, 128), 1);

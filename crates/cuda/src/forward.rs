@@ -120,7 +120,8 @@ impl Gpu {
         let kernel = prep.kernels.get(dims.kernel);
         let mut launch = st.launch_builder(kernel);
         launch.arg(&params);
-        let maps = self.tile_maps(l.family, l, (kp, k.dims), (vp, v.dims))?;
+        let maps =
+            self.tile_maps(l.family, l, (kp, k.dims), (vp, v.dims), Family::forward_kv_box_rows(l.fwd_k_tile))?;
         // wgmma: the query tiles come by TMA too, through a map of Q.
         let q_map = match maps {
             Some(_) => Some(TensorMap::new(qp, Elem::U16, q.dims, l.row_stride())?),
@@ -135,18 +136,20 @@ impl Gpu {
     }
 
     /// The TMA maps of the two tensors a wgmma kernel of launch `l` streams (`a`, `b`:
-    /// each one's address and dims, K's and V's head dims apart): a compact branch's kept
-    /// rows are its dilation apart. None for an mma kernel (`family`: the pass's, [`LaunchSpec::backward_family`]).
+    /// each one's address and dims, K's and V's head dims apart), in boxes of `box_rows`
+    /// rows: a compact branch's kept rows are its dilation apart. None for an mma kernel
+    /// (`family`: the pass's, [`LaunchSpec::backward_family`]).
     pub(crate) fn tile_maps(
         &self,
         family: Family,
         l: &LaunchSpec,
         a: (cudarc::driver::sys::CUdeviceptr, [usize; 4]),
         b: (cudarc::driver::sys::CUdeviceptr, [usize; 4]),
+        box_rows: usize,
     ) -> Result<Option<TensorPair>> {
         Ok(match family {
             Family::Mma => None,
-            Family::Wgmma => Some(TensorPair::new(a, b, l.row_stride())?),
+            Family::Wgmma => Some(TensorPair::new(a, b, l.row_stride(), box_rows)?),
         })
     }
 

@@ -101,6 +101,11 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("FBM", f.forward_q_tile(), "query rows per forward block"),
         d("FBM_NARROW", f.forward_q_tile_narrow(), "query rows per attn_fwd_128 block (wgmma)"),
         d("FBN", f.forward_key_tile(head_dim, value_dim), "key rows per forward K/V tile"),
+        d(
+            "KV_BOX",
+            Family::forward_kv_box_rows(f.forward_key_tile(head_dim, value_dim)),
+            "rows of a forward K/V TMA box",
+        ),
         d("FWD_STAGES", f.forward_stages(head_dim), "K/V stages of the forward"),
         d("FWD_SPLIT_KV", f.forward_split_kv(head_dim) as usize, "wgmma forward: K and V stages handed over apart"),
         d("FWD_Q_ROWS", f.forward_q_rows(head_dim), "rows of a forward Q buffer (its largest tile)"),

@@ -69,8 +69,8 @@ fn wide_head_dims_launch_eight_warps_over_the_same_tiles() {
 #[test]
 fn wgmma_wide_head_dims_run_its_narrow_forward_and_the_mma_backward() {
     // Above d = 128 the wgmma family runs every forward launch on attn_fwd_128 (two consumer
-    // warpgroups and a producer: 384 threads), and its backward is the mma family's: 8
-    // warps, no producer, mma's shared memory.
+    // warpgroups and a producer: 384 threads) over 80-key tiles, and its backward is the mma
+    // family's: 8 warps, no producer, mma's shared memory, plan tiles of 64 keys.
     let patterns = [dense().causal(true), GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(512, 1), (1024, 4)])))];
     for d in [192, 256] {
         let shape = Shape::square(2, 1000, 3, d);
@@ -78,8 +78,10 @@ fn wgmma_wide_head_dims_run_its_narrow_forward_and_the_mma_backward() {
             for l in launches_for(&shape, spec, &Chunk::whole(&shape), Family::Wgmma).unwrap() {
                 assert_eq!(
                     (l.family, l.backward_family(), l.fwd_q_tile, l.fwd_k_tile),
-                    (Family::Wgmma, Family::Mma, 128, 64)
+                    (Family::Wgmma, Family::Mma, 128, 80)
                 );
+                let keys = l.map.extents().1;
+                assert_eq!((l.fwd.col_tiles, l.cols.row_tiles), (keys.div_ceil(80), keys.div_ceil(64)));
                 let (fwd, bwd) = (l.forward_dims(132), l.backward_dims());
                 assert_eq!(
                     (fwd.kernel, fwd.block, fwd.smem),

@@ -7,9 +7,9 @@
 //! A `[batch, rows, heads, head_dim]` tensor of 16-bit values is described to the TMA as a
 //! 5-d tensor with dimensions (head_dim, heads, phase, step, batch), innermost first, where
 //! row = step * R + phase for the launch's row stride R (a compact dilated branch's
-//! dilation; 1 otherwise), and read in boxes of 64 x 1 x 1 x [`TILE`] x 1: one head's 64
-//! head dims (128 bytes) of TILE rows R apart (a dilated branch's kept rows within a
-//! segment), written to shared memory with the 128-byte swizzle, which is the kernel's
+//! dilation; 1 otherwise), and read in boxes of 64 x 1 x 1 x ROWS x 1: one head's 64
+//! head dims (128 bytes) of ROWS rows R apart (a dilated branch's kept rows within a
+//! segment; ROWS is [`TILE`], or the forward's 80-key tile above d = 128), written to shared memory with the 128-byte swizzle, which is the kernel's
 //! `swz_blocks` layout. The view holds the rows below `(rows / R) * R`; past them a box
 //! reads zeros (the kernel gathers tiles that reach further with cp.async). The backward
 //! adds its dQ into dq (f32) the other way, by TMA reductions of 32-column boxes.
@@ -68,20 +68,25 @@ impl TensorMap {
     /// The map of a `[batch, rows, heads, head_dim]` tensor of `elem` at device address
     /// `ptr`, read (or reduced into) `stride` rows apart.
     pub fn new(ptr: sys::CUdeviceptr, elem: Elem, dims: [usize; 4], stride: usize) -> Result<Self> {
-        encode(ptr, elem, dims, stride)
+        encode(ptr, elem, dims, stride, TILE)
     }
 }
 
 impl TensorPair {
     /// Maps of the 16-bit tensors at device addresses `a` and `b`, of dims `a_dims` and
     /// `b_dims` (`[batch, rows, heads, head_dim]`: K and V, whose head dims may differ, or
-    /// Q and dO), read `stride` rows apart.
+    /// Q and dO), read `stride` rows apart in boxes of `box_rows` rows (the forward's
+    /// `KV_BOX`, [`crate::family::Family::forward_kv_box_rows`]; [`TILE`] in the backward).
     pub fn new(
         (a, a_dims): (sys::CUdeviceptr, [usize; 4]),
         (b, b_dims): (sys::CUdeviceptr, [usize; 4]),
         stride: usize,
+        box_rows: usize,
     ) -> Result<Self> {
-        Ok(TensorPair { a: encode(a, Elem::U16, a_dims, stride)?, b: encode(b, Elem::U16, b_dims, stride)? })
+        Ok(TensorPair {
+            a: encode(a, Elem::U16, a_dims, stride, box_rows)?,
+            b: encode(b, Elem::U16, b_dims, stride, box_rows)?,
+        })
     }
 }
 
@@ -98,9 +103,9 @@ pub fn geometry(elem: Elem, [batch, rows, heads, head_dim]: [usize; 4], r: usize
     )
 }
 
-fn encode(ptr: sys::CUdeviceptr, elem: Elem, dims: [usize; 4], stride: usize) -> Result<TensorMap> {
+fn encode(ptr: sys::CUdeviceptr, elem: Elem, dims: [usize; 4], stride: usize, box_rows: usize) -> Result<TensorMap> {
     let (size, strides) = geometry(elem, dims, stride);
-    let boxed: [u32; 5] = [elem.box_cols() as u32, 1, 1, TILE as u32, 1];
+    let boxed: [u32; 5] = [elem.box_cols() as u32, 1, 1, box_rows as u32, 1];
     let dtype = match elem {
         Elem::U16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
         Elem::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,

@@ -46,6 +46,16 @@ def test_constructor_errors_name_the_argument():
         DilatedAttention([8], [1], combine="mean")
     with pytest.raises(ValueError, match="^embed_dim: 100 is not divisible by num_heads = 3"):
         MultiheadDilatedAttention(100, 3, [1], [8])
+    with pytest.raises(ValueError, match="^num_kv_heads: 3 does not divide num_heads = 4"):
+        MultiheadDilatedAttention(64, 4, [1], [8], num_kv_heads=3)
+    with pytest.raises(ValueError, match="^num_kv_heads: 0 does not divide num_heads = 4"):
+        MultiheadDilatedAttention(64, 4, [1], [8], num_kv_heads=0)
+
+
+def test_grouped_query_projections_have_the_kv_heads():
+    m = MultiheadDilatedAttention(64, 4, [1], [8], num_kv_heads=2)
+    assert (m.q_proj.out_features, m.k_proj.out_features, m.v_proj.out_features) == (64, 32, 32)
+    assert MultiheadDilatedAttention(64, 4, [1], [8]).k_proj.out_features == 64
 
 
 @cuda
@@ -67,10 +77,13 @@ def test_dilated_attention_is_the_reference_pattern(combine, causal):
 
 @cuda
 @pytest.mark.parametrize("combine", ["head_groups", "softmax_denominator"])
-def test_multihead_module_is_its_float64_computation(combine):
+@pytest.mark.parametrize("kv_heads", [None, 2], ids=["mha", "gqa"])
+def test_multihead_module_is_its_float64_computation(combine, kv_heads):
     torch.manual_seed(0)
     b, n, e, h = 2, 256, 256, 4
-    m = MultiheadDilatedAttention(e, h, RATES, SEGMENTS, device="cuda", dtype=torch.bfloat16, combine=combine)
+    hk = h if kv_heads is None else kv_heads
+    m = MultiheadDilatedAttention(e, h, RATES, SEGMENTS, device="cuda", dtype=torch.bfloat16, combine=combine,
+                                  num_kv_heads=kv_heads)
     x = draw((b, n, e), torch.bfloat16, 7)
     y, none = m(x, x, x, is_causal=True)
     assert none is None and y.shape == (b, n, e) and y.dtype == torch.bfloat16
@@ -79,7 +92,8 @@ def test_multihead_module_is_its_float64_computation(combine):
         return t @ proj.weight.double().T + proj.bias.double()
 
     x64 = x.double()
-    q, k, v = (host(linear(p, x64).reshape(b, n, h, e // h)) for p in (m.q_proj, m.k_proj, m.v_proj))
+    q = host(linear(m.q_proj, x64).reshape(b, n, h, e // h))
+    k, v = (host(linear(p, x64).reshape(b, n, hk, e // h)) for p in (m.k_proj, m.v_proj))
     a, _ = reference.attention(q, k, v, pattern=reference_pattern(combine), causal=True)
     a = torch.from_numpy(a).cuda().reshape(b, n, e)
     a = torch.nn.functional.layer_norm(a, (e,), m.norm.weight.double(), m.norm.bias.double(), m.norm.eps)

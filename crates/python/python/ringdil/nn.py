@@ -99,25 +99,35 @@ class MultiheadDilatedAttention(nn.Module):
     (MAGNETO's sub-layer norm, as the port; ``layer_norm=False`` drops it) and the output
     projection. ``forward`` returns ``(output, None)`` like the port and
     ``nn.MultiheadAttention`` without weights.
+
+    ``num_kv_heads`` (keyword only; not in the port) makes it grouped-query attention: the
+    k and v projections produce ``num_kv_heads`` heads of ``embed_dim // num_heads``, which
+    must divide ``num_heads``, and query head ``h`` reads K/V head ``h // (num_heads //
+    num_kv_heads)`` (``docs/semantics.md``); the kernels read each K/V head once per group,
+    without replicating it. ``None`` (the default): as many as ``num_heads``.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dilation_rates: Sequence[int],
                  segment_lengths: Sequence[int], dropout: float = 0.0, bias: bool = True,
                  layer_norm: bool = True, layer_norm_eps: float = 1e-5, gamma_init: float = 1.0,
                  device: Optional[Union[torch.device, str]] = None, dtype: Optional[torch.dtype] = None, op=None, *,
-                 combine: str = "head_groups"):
+                 combine: str = "head_groups", num_kv_heads: Optional[int] = None):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim: {embed_dim} is not divisible by num_heads = {num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_kv_heads: {num_kv_heads} does not divide num_heads = {num_heads}")
         _check_branches(segment_lengths, dilation_rates, combine)
         if combine == "head_groups":
             head_group_bounds(num_heads, len(dilation_rates))
-        self.num_heads = num_heads
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.gamma_init = gamma_init
         factory = {"device": device, "dtype": dtype}
+        kv_dim = num_kv_heads * (embed_dim // num_heads)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
+        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
         self.attention = DilatedAttention(segment_lengths, dilation_rates, attention_dropout=dropout, op=op,
                                           combine=combine)
         self.norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **factory) if layer_norm else None
@@ -135,9 +145,9 @@ class MultiheadDilatedAttention(nn.Module):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False):
         b, n, e = query.shape
-        heads = lambda x: x.reshape(b, n, self.num_heads, e // self.num_heads)  # noqa: E731
-        x = self.attention(heads(self.q_proj(query)), heads(self.k_proj(key)), heads(self.v_proj(value)),
-                           causal=is_causal)
+        heads = lambda x, h: x.reshape(b, n, h, e // self.num_heads)  # noqa: E731
+        x = self.attention(heads(self.q_proj(query), self.num_heads), heads(self.k_proj(key), self.num_kv_heads),
+                           heads(self.v_proj(value), self.num_kv_heads), causal=is_causal)
         x = x.reshape(b, n, e)
         if self.norm is not None:
             x = self.norm(x)

@@ -83,13 +83,20 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
     // tile and first column in dq.
     const int dq_row = WB_QSUB > 1 ? 64 * wg : 0, dq_col = WB_QSUB > 1 ? 0 : 64 * wg;
     const u16* const sKdq = sm.k + (dq_col / 64) * WB_KEYS * 64;
+    bool reduced = false;  // the last tile's dQ went out as TMA reductions
     for (int it = 0;; ++it) {
         const int st = it % BWD_STAGES;
         const BwdSmem::Stage qs = sm.stage(st);
         if (it > 0) {
             // Two buffers: the staging this tile's dQ reductions will use (tile it - 2's)
-            // has been read.
-            if (WB_DQ_BUFFERS == 2 && leader) bulk_wait_read<1>();
+            // has been read. The last tile's reductions may still read the other one;
+            // where that tile added its dQ element by element, none may be left.
+            if (WB_DQ_BUFFERS == 2 && leader) {
+                if (reduced)
+                    bulk_wait_read<1>();
+                else
+                    bulk_wait_read<0>();
+            }
             mbar_arrive(sm.empty((it - 1) % BWD_STAGES));
         }
         mbar_wait(sm.full(st), (it / BWD_STAGES) & 1);
@@ -218,6 +225,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
                 for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
             }
         }
+        reduced = box;
         wg_wait<0>();  // dK is done with the stage's Q and with da
         fence_acc(dv);
         fence_acc(dk);

@@ -46,7 +46,10 @@ typedef unsigned int rd_u32;
 #define RD_I64_MIN (-9223372036854775807LL - 1)
 /* The operators of one width: prefix P, signed type T, unsigned type U. Arithmetic in U,
    where wrapping is defined. div: floor(a / b), 0 for b = 0, and T's minimum / -1 wraps to
-   itself. mod: a - b floor(a / b), the sign of b; a for b = 0; 0 for b = -1. */
+   itself. mod: a - b floor(a / b), the sign of b; a for b = 0; 0 for b = -1. For a
+   divisor 2^s: shr(a, s) = floor(a / 2^s) (where a < 0, ~a = -a - 1 >= 0 and
+   floor(a / m) = -floor((-a - 1) / m) - 1: an arithmetic shift that shifts no negative
+   value), low(a, 2^s - 1) = a mod 2^s (two's complement's low s bits). */
 #define RD_OPS(P, T, U)                                                                  \
     RINGDIL_EXPR_FN T P##add(T a, T b) { return (T)((U)a + (U)b); }                       \
     RINGDIL_EXPR_FN T P##sub(T a, T b) { return (T)((U)a - (U)b); }                       \
@@ -66,7 +69,9 @@ typedef unsigned int rd_u32;
         if (b == -1) return 0;                                                            \
         T r = a % b;                                                                      \
         return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                              \
-    }
+    }                                                                                     \
+    RINGDIL_EXPR_FN T P##shr(T a, int s) { return a < 0 ? (T)~((U)~a >> s) : (T)((U)a >> s); } \
+    RINGDIL_EXPR_FN T P##low(T a, T m) { return (T)((U)a & (U)m); }
 /* 64 bits, the evaluator's width; 32 bits for c_function_i32 (exact where fits_i32 holds). */
 RD_OPS(rd_, rd_i64, rd_u64)
 RD_OPS(rd32_, rd_i32, rd_u32)
@@ -148,6 +153,23 @@ pub(super) fn emit_with(node: &Node, w: Width, out: &mut String, child: &mut dyn
             child(a, out);
             out.push(')');
         }
+        // A division or modulo by a positive power of two: a shift or a mask (what they
+        // equal, by the prelude's comment), which a GPU runs in one instruction where the
+        // general floor division by a constant takes a high multiply and sign fix-ups.
+        Kind::Binary(op @ (Binary::Div | Binary::Mod), a, b) if power_of_two(b).is_some() => {
+            let v = power_of_two(b).expect("matched");
+            match op {
+                Binary::Div => write!(out, "{}shr(", w.ops),
+                _ => write!(out, "{}low(", w.ops),
+            }
+            .expect("writing to a String");
+            child(a, out);
+            match op {
+                Binary::Div => write!(out, ", {})", v.trailing_zeros()),
+                _ => write!(out, ", (({ty}){}LL))", v - 1),
+            }
+            .expect("writing to a String");
+        }
         Kind::Binary(op, a, b) => {
             // The text before a, between a and b, and after b.
             let call = |f: &str| (format!("{}{f}(", w.ops), ", ".to_string(), ")");
@@ -184,5 +206,13 @@ pub(super) fn emit_with(node: &Node, w: Width, out: &mut String, child: &mut dyn
             child(b, out);
             out.push_str("))");
         }
+    }
+}
+
+/// The value of a literal that is a positive power of two.
+fn power_of_two(node: &Node) -> Option<i64> {
+    match node.kind {
+        Kind::Int(v) if v > 0 && (v as u64).is_power_of_two() => Some(v),
+        _ => None,
     }
 }

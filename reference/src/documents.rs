@@ -34,6 +34,7 @@
 //! ```
 
 use crate::error::{Error, Result};
+use crate::pattern::{KeyRun, Pattern};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -161,4 +162,26 @@ fn check_list(row: Option<usize>, list: &[usize], end: usize) -> Result<()> {
         return Err(Error::DocumentEnd { row, last, expected: end });
     }
     Ok(())
+}
+
+/// Append to `out` the key runs (global positions) that `pattern` gives query `query` of
+/// head `head` (of `heads`) inside its document `doc = [s, e)`: the pattern's runs for
+/// the document as a sequence of `e - s` tokens at position `query - s`, cut to the
+/// document and shifted by `s` (the module docs' rule; [`crate::Spec::key_runs`] and
+/// [`crate::pattern::InDocuments`] both apply it).
+pub fn document_runs(
+    pattern: &dyn Pattern,
+    doc: Range<usize>,
+    query: usize,
+    head: usize,
+    heads: usize,
+    out: &mut Vec<KeyRun>,
+) {
+    let (s, len) = (doc.start, doc.end - doc.start);
+    let first = out.len();
+    pattern.key_runs(query - s, head, heads, len, out);
+    for run in &mut out[first..] {
+        let run_in = run.clipped(len);
+        *run = KeyRun { start: run_in.start + s, end: run_in.end.max(run_in.start) + s, step: run_in.step };
+    }
 }

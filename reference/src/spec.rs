@@ -101,13 +101,7 @@ impl Spec {
             return;
         };
         let doc = documents.document(batch, query, seq_len);
-        let (s, len) = (doc.start, doc.end - doc.start);
-        let first = out.len();
-        self.pattern.key_runs(query - s, head, heads, len, out);
-        for run in &mut out[first..] {
-            let run_in = run.clipped(len);
-            *run = KeyRun { start: run_in.start + s, end: run_in.end.max(run_in.start) + s, step: run_in.step };
-        }
+        crate::documents::document_runs(self.pattern.as_ref(), doc, query, head, heads, out);
     }
 
     /// The multiplicity of every key (length `seq_len`) that query `query` of batch row

@@ -28,6 +28,7 @@ pub mod dense;
 pub mod dilated;
 pub mod explicit;
 pub mod expr;
+pub mod in_documents;
 pub mod window;
 
 pub use block_sparse::BlockSparse;
@@ -35,6 +36,7 @@ pub use dense::Dense;
 pub use dilated::{Branch, Combine, Dilated, Offset};
 pub use explicit::Explicit;
 pub use expr::{ExprBranch, ExprCombine, ExprDilated, ExprPattern};
+pub use in_documents::InDocuments;
 pub use window::SlidingWindow;
 
 use crate::error::Result;

@@ -15,6 +15,8 @@
 //!   forward and backward; the pattern ring's needs are exactly the pairs of the rule
 //!   (transcribed here from the pattern's own counts on document-relative positions),
 //!   and documents inside one rank cost no cross-rank K/V traffic.
+//! * **One row as a pattern.** `InDocuments` (a row's documents and pattern as one
+//!   `Pattern`, what the GPU's mask tables evaluate) counts every key as the rule does.
 //! * **Finite differences** of a small packed case.
 //! * **Errors** name the values.
 
@@ -24,7 +26,8 @@ use ringdil_proofs::{assert_close_floor, assert_lse_close, block_sparse, branche
 use ringdil_proofs::{fd_gradient, ring_layout};
 use ringdil_reference::pattern::expr::Constants;
 use ringdil_reference::pattern::{
-    Branch, Combine, Dense, Dilated, ExprBranch, ExprCombine, ExprDilated, ExprPattern, SlidingWindow, key_counts,
+    Branch, Combine, Dense, Dilated, ExprBranch, ExprCombine, ExprDilated, ExprPattern, InDocuments, SlidingWindow,
+    key_counts,
 };
 use ringdil_reference::random::normal_tensor;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout, Needs, Tensor, simulate};
@@ -233,6 +236,37 @@ proptest! {
                     let counts = case.spec.key_counts(b, i, h, case.heads, case.n);
                     for (j, &c) in counts.iter().enumerate() {
                         prop_assert_eq!(c > 0, allowed(&case, &lists, b, h, i, j), "b {} h {} i {} j {}", b, h, i, j);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `InDocuments` (the pattern inside one row's boundary list, as a pattern of its own,
+    /// which the GPU's mask tables evaluate) is the transcribed rule, counts included: a
+    /// row's spec without documents over it sees what the rule allows, each key as often
+    /// as the pattern counts it on document-relative positions.
+    #[test]
+    fn in_documents_is_the_rule(case in packed(16)) {
+        let lists = case.lists();
+        for (b, list) in lists.iter().enumerate() {
+            let row = Spec {
+                pattern: Arc::new(InDocuments::shared(case.spec.pattern.clone(), list.clone())),
+                causal: case.spec.causal,
+                key_lengths: case.spec.key_lengths.as_ref().map(|l| vec![l[b]]),
+                scale: None,
+                documents: None,
+            };
+            row.validate(1, case.heads, case.n).unwrap();
+            for h in 0..case.heads {
+                for i in 0..case.n {
+                    let counts = row.key_counts(0, i, h, case.heads, case.n);
+                    let start = list[list.partition_point(|&c| c <= i) - 1];
+                    let end = list[list.partition_point(|&c| c <= i)];
+                    let own = key_counts(&*case.spec.pattern, i - start, h, case.heads, end - start);
+                    for (j, &c) in counts.iter().enumerate() {
+                        let want = if allowed(&case, &lists, b, h, i, j) { own[j - start] } else { 0 };
+                        prop_assert_eq!(c, want, "b {} h {} i {} j {}", b, h, i, j);
                     }
                 }
             }

@@ -18,7 +18,8 @@
 //! key tiles its runs touch (a sparse pattern costs its pairs, not tiles^2 words per
 //! head: a dense-like pattern at n = 16384 and 16 heads is about 67 million word
 //! operations, one LongNet branch inside 24 packed documents at n = 65536 about 0.2-0.3 s
-//! on one core, 4-5x less than a walk over every tile). Tables are built once and kept
+//! on one core, 4-5x less than a walk over every tile), the heads in parallel (rayon;
+//! 0.15-0.2 s on two cores). Tables are built once and kept
 //! ([`table`]: per pattern object, head count and length, like FlexAttention's block
 //! mask). The kernels test a partial tile's pairs with two
 //! cached loads each; a kernel tile lying in full table tiles runs with no element test
@@ -33,6 +34,7 @@
 //! (`GpuSpec::output_scale`).
 
 use crate::error::{CudaError, Result};
+use rayon::prelude::*;
 use ringdil_reference::pattern::{KeyRun, Pattern};
 use std::collections::HashMap;
 use std::fmt;
@@ -131,7 +133,8 @@ pub struct MaskTable {
 
 impl MaskTable {
     /// Evaluate `pattern` for every head and query (see the module docs for what is
-    /// refused).
+    /// refused). The heads are evaluated in parallel ([`head_table`]), then numbered in
+    /// head order, so the table is the one a walk over the heads in turn would make.
     pub fn build(pattern: &dyn Pattern, heads: usize, seq_len: usize) -> Result<MaskTable> {
         pattern.validate(heads, seq_len)?;
         let tiles = seq_len.div_ceil(TABLE_TILE);
@@ -139,55 +142,31 @@ impl MaskTable {
         if entry_bytes > TABLE_MAX_BYTES {
             return Err(CudaError::TooLarge { what: "mask table bytes", value: entry_bytes, max: TABLE_MAX_BYTES });
         }
-        let mut entries = vec![0i32; heads * tiles * tiles];
+        let per_head: Vec<Result<HeadTable>> =
+            (0..heads).into_par_iter().map(|h| head_table(pattern, h, heads, seq_len)).collect();
+        let mut entries = Vec::with_capacity(heads * tiles * tiles);
         let mut words = Vec::new();
         let mut shared: HashMap<[u64; TABLE_TILE], i32> = HashMap::new();
-        let mut runs = Vec::new();
-        // One query tile's rows at a time: block.words[kt][r] is row r's word of key tile
-        // kt. Only the key tiles its runs touch are classified and cleared (the others stay
-        // entry 0), so a sparse pattern costs its pairs, not tiles^2 words per head.
-        let mut block = Block::new(tiles);
-        for h in 0..heads {
-            for qt in 0..tiles {
-                let rows = (qt * TABLE_TILE..((qt + 1) * TABLE_TILE).min(seq_len)).enumerate();
-                for (r, q) in rows {
-                    runs.clear();
-                    pattern.key_runs(q, h, heads, seq_len, &mut runs);
-                    for run in &runs {
-                        set_run(&mut block, r, run, seq_len).map_err(|key| CudaError::Multiplicity {
-                            query: q,
-                            key,
-                            head: h,
-                        })?;
-                    }
-                }
-                let valid_rows = (seq_len - qt * TABLE_TILE).min(TABLE_TILE);
-                // Ascending, so that partial tiles are numbered as a walk over every tile would.
-                block.touched.sort_unstable();
-                for &kt in &block.touched {
-                    let tile = &block.words[kt];
-                    let valid_keys = (seq_len - kt * TABLE_TILE).min(TABLE_TILE);
-                    let all = if valid_keys == 64 { u64::MAX } else { (1u64 << valid_keys) - 1 };
-                    let rows = &tile[..valid_rows];
-                    let entry = if rows.iter().all(|&w| w == 0) {
-                        0
-                    } else if rows.iter().all(|&w| w == all) {
-                        1
-                    } else {
-                        let next = i32::try_from(shared.len() + 2).map_err(|_| CudaError::TooLarge {
-                            what: "mask table partial tiles",
-                            value: shared.len(),
-                            max: i32::MAX as usize - 2,
-                        })?;
-                        *shared.entry(*tile).or_insert_with(|| {
-                            words.extend_from_slice(tile);
-                            next
-                        })
-                    };
-                    entries[(h * tiles + qt) * tiles + kt] = entry;
-                }
-                block.clear();
-            }
+        for head in per_head {
+            let head = head?;
+            // The head's partial tiles in order of first use: a tile seen in an earlier head
+            // keeps its number, a new one takes the next.
+            let numbers = head
+                .partial
+                .iter()
+                .map(|tile| {
+                    let next = i32::try_from(shared.len() + 2).map_err(|_| CudaError::TooLarge {
+                        what: "mask table partial tiles",
+                        value: shared.len(),
+                        max: i32::MAX as usize - 2,
+                    })?;
+                    Ok(*shared.entry(*tile).or_insert_with(|| {
+                        words.extend_from_slice(tile);
+                        next
+                    }))
+                })
+                .collect::<Result<Vec<i32>>>()?;
+            entries.extend(head.entries.iter().map(|&e| if e >= 2 { numbers[(e - 2) as usize] } else { e }));
             let bytes = entry_bytes + words.len() * 8;
             if bytes > TABLE_MAX_BYTES {
                 return Err(CudaError::TooLarge { what: "mask table bytes", value: bytes, max: TABLE_MAX_BYTES });
@@ -233,6 +212,63 @@ impl MaskTable {
             (q0..=q1).any(|qt| self.entries[(h * self.tiles + qt) * self.tiles..][k0..=k1].iter().any(|&e| e != 0))
         })
     }
+}
+
+/// One head's entries (0, 1, or `2 + i` for its `i`-th distinct partial tile) and its
+/// distinct partial tiles in order of first use, query tile by query tile, key tiles
+/// ascending.
+struct HeadTable {
+    entries: Vec<i32>,
+    partial: Vec<[u64; TABLE_TILE]>,
+}
+
+/// Head `h`'s part of [`MaskTable::build`]: one query tile's rows at a time,
+/// `block.words[kt][r]` being row `r`'s word of key tile `kt`. Only the key tiles its runs
+/// touch are classified and cleared (the others stay entry 0), so a sparse pattern costs
+/// its pairs, not tiles^2 words.
+fn head_table(pattern: &dyn Pattern, h: usize, heads: usize, seq_len: usize) -> Result<HeadTable> {
+    let tiles = seq_len.div_ceil(TABLE_TILE);
+    let mut entries = vec![0i32; tiles * tiles];
+    let mut partial = Vec::new();
+    let mut local: HashMap<[u64; TABLE_TILE], i32> = HashMap::new();
+    let mut runs = Vec::new();
+    let mut block = Block::new(tiles);
+    for qt in 0..tiles {
+        let rows = (qt * TABLE_TILE..((qt + 1) * TABLE_TILE).min(seq_len)).enumerate();
+        for (r, q) in rows {
+            runs.clear();
+            pattern.key_runs(q, h, heads, seq_len, &mut runs);
+            for run in &runs {
+                set_run(&mut block, r, run, seq_len).map_err(|key| CudaError::Multiplicity {
+                    query: q,
+                    key,
+                    head: h,
+                })?;
+            }
+        }
+        let valid_rows = (seq_len - qt * TABLE_TILE).min(TABLE_TILE);
+        // Ascending, so that partial tiles are numbered as a walk over every tile would.
+        block.touched.sort_unstable();
+        for &kt in &block.touched {
+            let tile = &block.words[kt];
+            let valid_keys = (seq_len - kt * TABLE_TILE).min(TABLE_TILE);
+            let all = if valid_keys == 64 { u64::MAX } else { (1u64 << valid_keys) - 1 };
+            let rows = &tile[..valid_rows];
+            entries[qt * tiles + kt] = if rows.iter().all(|&w| w == 0) {
+                0
+            } else if rows.iter().all(|&w| w == all) {
+                1
+            } else {
+                let next = 2 + local.len() as i32;
+                *local.entry(*tile).or_insert_with(|| {
+                    partial.push(*tile);
+                    next
+                })
+            };
+        }
+        block.clear();
+    }
+    Ok(HeadTable { entries, partial })
 }
 
 /// One query tile's words over every key tile, with the key tiles written since the

@@ -10,11 +10,11 @@
 //! family needs `sm_90a`; `192/128` for v's head dim apart from q's) with
 //! `--ptxas-options=-v` and prints the attention kernels' registers and spill bytes, from
 //! the kernel files of `RINGDIL_CUDA_SOURCE` where it is set (so a copy with other register
-//! counts or tiles is measured without a GPU; `ptx` reads them too). `ptx` writes the PTX of every module of both
-//! families (every head dim and value-dim pair each family runs; those whose names contain
-//! FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file per module: two runs, before and after
-//! a change, compared with `cmp`, prove that the change leaves those modules' code as it
-//! was.
+//! counts or tiles is measured without a GPU; `ptx` reads them too). `ptx` writes the PTX
+//! of every module of both families (every head dim and value-dim pair each family runs;
+//! those whose names contain FILTER, e.g. `sm_80_Bf16_d64`) into DIR, one file per module:
+//! two runs, before and after a change, compared with `cmp`, prove that the change leaves
+//! those modules' code as it was.
 
 use ringdil_cuda::compile::compile_uncached;
 use ringdil_cuda::{Dtype, Family, Variant};

@@ -16,10 +16,8 @@
 //! Costs: building touches every key run once, a 64-bit word at a time (a run of step
 //! up to 64 sets a word's bits with one shifted lattice mask), and per query tile only the
 //! key tiles its runs touch (a sparse pattern costs its pairs, not tiles^2 words per
-//! head: a dense-like pattern at n = 16384 and 16 heads is about 67 million word
-//! operations, one LongNet branch inside 24 packed documents at n = 65536 about 0.2-0.3 s
-//! on one core, 4-5x less than a walk over every tile), the heads in parallel (rayon;
-//! 0.15-0.2 s on two cores). Tables are built once and kept
+//! head; a dense-like pattern at n = 16384 and 16 heads is about 67 million word
+//! operations), the heads in parallel (rayon). Tables are built once and kept
 //! ([`table`]: per pattern object, head count and length, like FlexAttention's block
 //! mask). The kernels test a partial tile's pairs with two
 //! cached loads each; a kernel tile lying in full table tiles runs with no element test

@@ -9,8 +9,8 @@
 //! row = step * R + phase for the launch's row stride R (a compact dilated branch's
 //! dilation; 1 otherwise), and read in boxes of 64 x 1 x 1 x ROWS x 1: one head's 64
 //! head dims (128 bytes) of ROWS rows R apart (a dilated branch's kept rows within a
-//! segment; ROWS is [`TILE`], or the forward's 80-key tile above d = 128), written to shared memory with the 128-byte swizzle, which is the kernel's
-//! `swz_blocks` layout. The view holds the rows below `(rows / R) * R`; past them a box
+//! segment; ROWS is [`TILE`], or the forward's 80-key tile above d = 128), written to
+//! shared memory with the 128-byte swizzle, which is the kernel's `swz_blocks` layout. The view holds the rows below `(rows / R) * R`; past them a box
 //! reads zeros (the kernel gathers tiles that reach further with cp.async). The backward
 //! adds its dQ into dq (f32) the other way, by TMA reductions of 32-column boxes.
 

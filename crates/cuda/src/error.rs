@@ -33,6 +33,10 @@ pub enum CudaError {
     /// A pattern materialised as a GPU table ([`crate::mask_table`]) that counts `key`
     /// more than once for `query` of `head` (a table holds each pair once).
     Multiplicity { query: usize, key: usize, head: usize },
+    /// Packed documents with a pattern that runs as mask tables ([`crate::spec_documents`])
+    /// where batch row `row`'s boundary list `other` is not row 0's `first`: a table has
+    /// no batch index.
+    DocumentTables { row: usize, first: Vec<usize>, other: Vec<usize> },
     /// Memory from another library that does not start on a 16-byte boundary: the
     /// kernels load 16-byte words (TMA, cp.async, vector loads).
     Misaligned { what: &'static str, address: u64 },
@@ -97,6 +101,14 @@ impl fmt::Display for CudaError {
                  each pair once (the built-in dilated pattern runs overlapping branches; a dilated_expr file can \
                  combine its branches by union)"
             ),
+            CudaError::DocumentTables { row, first, other } => write!(
+                f,
+                "packed documents: batch row {row} has boundaries {} but row 0 has {}; with this pattern the GPU \
+                 evaluates the documents as one mask table, which every batch row must share (pack the rows alike, \
+                 or call once per row; dense and sliding-window patterns take any rows)",
+                short(other),
+                short(first)
+            ),
             CudaError::Misaligned { what, address } => write!(
                 f,
                 "{what}: device address {address:#x} is not a multiple of 16 bytes; the kernels load 16-byte words (copy it to fresh memory)"
@@ -115,6 +127,14 @@ impl fmt::Display for CudaError {
 }
 
 impl std::error::Error for CudaError {}
+
+/// A boundary list for a message: whole up to 12 entries, else its first and last 5.
+fn short(list: &[usize]) -> String {
+    match list.len() {
+        0..=12 => format!("{list:?}"),
+        n => format!("{:?} ... {:?} ({n} entries)", &list[..5], &list[n - 5..]),
+    }
+}
 
 impl From<cudarc::driver::DriverError> for CudaError {
     fn from(e: cudarc::driver::DriverError) -> Self {

@@ -58,6 +58,7 @@ pub mod pool;
 pub mod programs;
 pub mod shape;
 pub mod spec;
+pub mod spec_documents;
 pub mod tensors;
 pub mod tma;
 pub mod variant;

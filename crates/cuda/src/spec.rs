@@ -103,7 +103,9 @@ pub struct GpuSpec {
     pub causal: bool,
     pub key_lengths: Option<Vec<usize>>,
     pub scale: Option<f64>,
-    /// Packed sequences (`docs/semantics.md` section 16): with dense and window patterns.
+    /// Packed sequences (`docs/semantics.md` section 16): the kernels cut dense and window
+    /// patterns to each document; the others run as mask tables of the pattern inside the
+    /// documents ([`GpuSpec::lowered`], `spec_documents`).
     pub documents: Option<Documents>,
 }
 
@@ -125,12 +127,6 @@ impl GpuSpec {
     pub fn documents(mut self, documents: Documents) -> Self {
         self.documents = Some(documents);
         self
-    }
-
-    /// The spec with its pattern [`GpuPattern::lowered`], where the kernels run a built-in
-    /// in its place; None where they run the pattern itself.
-    pub fn lowered(&self) -> Option<GpuSpec> {
-        self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() })
     }
 
     /// The same attention as a reference spec (the ground truth of every GPU check).
@@ -179,14 +175,9 @@ impl GpuSpec {
     pub fn validate(&self, batch: usize, heads: usize, seq_len: usize) -> Result<()> {
         self.to_reference().validate(batch, heads, seq_len)?;
         self.output_scale(heads)?;
-        // The kernels cut each query's key interval to its document: the document-relative
-        // rule of a pattern is that cut only where the rule is a difference of positions.
-        if self.documents.is_some() && !matches!(self.pattern, GpuPattern::Dense | GpuPattern::Window { .. }) {
-            return Err(CudaError::Unsupported {
-                what: "packed documents with a block-sparse or dilated pattern on the GPU (dense and sliding window \
-                       take documents; the CPU reference takes every pattern)",
-            });
-        }
+        // Documents with a pattern other than dense and window run as mask tables, which
+        // need one boundary list for every row (`spec_documents`).
+        self.table_documents(batch, seq_len)?;
         Ok(())
     }
 

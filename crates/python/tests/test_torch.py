@@ -44,7 +44,7 @@ def host(x):
 
 # (name, keyword arguments, [batch, seq, heads, kv_heads, head_dim(, v's head dim)]): every
 # pattern kind the kernels evaluate, lengths no tile size divides, key padding, packed
-# documents, grouped-query attention, every head dim and MLA's v head dim (128 at 192).
+# documents (cut by the kernels, or with other patterns as mask tables), grouped-query attention, every head dim and MLA's v head dim (128 at 192).
 CASES = [
     ("dense", {}, [2, 300, 4, 4, 64]),
     ("causal", {"causal": True}, [1, 333, 4, 4, 128]),
@@ -59,6 +59,12 @@ CASES = [
     ("documents", {"causal": True, "documents": [[0, 100, 101, 101, 300], [0, 300]]}, [2, 300, 2, 2, 64]),
     ("flat documents, window", {"pattern": {"kind": "sliding_window", "left": 40}, "documents": [0, 77, 300, 600]},
      [2, 300, 2, 2, 128]),
+    ("packed longnet, rows packed alike (mask tables)",
+     {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}, "causal": True,
+      "documents": [[0, 100, 101, 101, 300], [0, 100, 101, 101, 300]]}, [2, 300, 4, 2, 64]),
+    ("packed expression, flat list (a mask table)",
+     {"pattern": {"kind": "expr", "mask": "q / 16 == k / 16 || (q - k) % 5 == 0"}, "documents": [0, 77, 300]},
+     [1, 300, 2, 2, 128]),
     ("gqa longnet causal", {"pattern": {"kind": "dilated", "segment_lengths": [64, 256], "dilation_rates": [1, 4]},
                             "causal": True}, [1, 300, 8, 2, 128]),
     ("mqa", {"causal": True}, [2, 200, 4, 1, 64]),
@@ -221,5 +227,9 @@ def test_bad_arguments_are_errors_naming_them():
         ringdil.attention(q, q, q, key_lengths=[65])
     with pytest.raises(ValueError, match="documents: boundaries of batch row 0: boundary 2 is 30, smaller than boundary 1 = 40"):
         ringdil.attention(q, q, q, documents=[[0, 40, 30, 64]])
+    with pytest.raises(ValueError, match=r"batch row 1 has boundaries \[0, 50, 64\] but row 0 has \[0, 40, 64\]"):
+        x = torch.zeros(2, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+        longnet = {"kind": "dilated", "segment_lengths": [32], "dilation_rates": [2]}
+        ringdil.attention(x, x, x, pattern=longnet, documents=[[0, 40, 64], [0, 50, 64]])
     with pytest.raises(ValueError, match="softmax scale NaN must be finite and positive"):
         ringdil.attention(q, q, q, scale=float("nan"))

@@ -120,6 +120,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::head_groups::cases(&mut rng, quick));
     out.extend(super::intervals::cases(&mut rng, quick));
     out.extend(super::value_dims::cases(&mut rng, quick));
+    out.extend(super::packed_tables::cases(&mut rng, quick));
     out
 }
 
@@ -241,16 +242,18 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 293);
+        assert_eq!(c.len(), 301);
         assert_eq!(c.iter().filter(|x| x.value_dim != x.head_dim).count(), 20);
-        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 22);
-        // The table module's 16 and the head-group combine's 4 as tables.
-        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 20);
+        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 23);
+        // The table module's 16, the head-group combine's 4 and the packed tables' 2 as
+        // tables (the packed cases' other patterns become tables when lowered).
+        assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Table(_))).count(), 22);
         // `dilated_expr` chose compact launches for every compact pattern (none fell back
-        // to a table: the 20 above are the table and head-group modules'), in both lists.
+        // to a table: the 22 above are the table, head-group and packed modules'), in both
+        // lists.
         let compact =
             |list: &[Case]| list.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::DilatedExpr(_))).count();
-        assert_eq!((compact(&c), compact(&cases(7, true))), (16, 12));
+        assert_eq!((compact(&c), compact(&cases(7, true))), (17, 13));
         // Both lists hold the extreme cases (the quick one is the GPU test's).
         for list in [&c, &cases(7, true)] {
             assert!(list.iter().any(|x| x.logits == Logits::Large) && list.iter().any(|x| x.logits == Logits::Offset));

@@ -132,6 +132,7 @@ pub mod inputs;
 pub mod intervals;
 pub mod kernels;
 pub mod packed;
+pub mod packed_tables;
 pub mod ring;
 pub mod ring_packed;
 pub mod sweep;

@@ -11,13 +11,16 @@
 //! per size (seeded here, not by `--seed`), so a failing case is the same on every run;
 //! `--seed` still draws the inputs. Sizes: per-row lists (`d = 64`), a flat list
 //! (`cu_seqlens` over the batch, `d = 128`, uneven length), and grouped-query attention
-//! (8 query heads over 2 K/V heads, which travel at K/V heads).
+//! (8 query heads over 2 K/V heads, which travel at K/V heads). One more size runs
+//! LongNet (64, 1), (256, 2) causal inside the documents of rows packed alike, which the
+//! GPU evaluates as mask tables indexed by global positions (`crate::spec_documents`).
 
 use super::packed::draw_boundaries;
 use super::ring::Case;
 use crate::dist::balanced_layout;
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
+use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::Layout;
 
@@ -31,7 +34,11 @@ type Size = ((usize, usize, usize, usize, usize), bool, usize);
 const SIZES: [Size; 3] =
     [((1000, 64, 2, 4, 4), false, 3), ((777, 128, 2, 4, 4), true, 3), ((1000, 128, 1, 8, 2), false, 1)];
 
-/// The patterns the GPU runs with documents.
+/// The size of the mask-table case, `(seq, head_dim, batch, heads, kv_heads)`: one
+/// boundary list for every row.
+const TABLE_SIZE: (usize, usize, usize, usize, usize) = (1000, 64, 1, 4, 4);
+
+/// The patterns the kernels cut per document.
 fn patterns() -> [(&'static str, GpuSpec); 3] {
     [
         ("packed dense causal", GpuSpec::new(GpuPattern::Dense).causal(true)),
@@ -40,11 +47,14 @@ fn patterns() -> [(&'static str, GpuSpec); 3] {
     ]
 }
 
-/// The documents of size `i`: per-row lists of `batch` rows of `seq` tokens, or the flat
-/// list of the same documents.
-fn documents(i: usize, batch: usize, seq: usize, flat: bool) -> Documents {
+/// The documents of size `i`: per-row lists of `batch` rows of `seq` tokens (`shared`:
+/// one list for all), or the flat list of the same documents.
+fn documents(i: usize, batch: usize, seq: usize, flat: bool, shared: bool) -> Documents {
     let mut rng = SplitMix64::new(0xD0C5 + i as u64);
-    let rows: Vec<Vec<usize>> = (0..batch).map(|_| draw_boundaries(seq, &mut rng)).collect();
+    let rows: Vec<Vec<usize>> = match shared {
+        true => vec![draw_boundaries(seq, &mut rng); batch],
+        false => (0..batch).map(|_| draw_boundaries(seq, &mut rng)).collect(),
+    };
     match flat {
         false => Documents::per_row(rows),
         true => Documents::flat(
@@ -79,7 +89,7 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
     for &p in ranks {
         for (i, &((seq, head_dim, batch, heads, kv_heads), flat, count)) in SIZES.iter().enumerate() {
             let batch = batch + rings - 1;
-            let docs = documents(i, batch, seq, flat);
+            let docs = documents(i, batch, seq, flat, false);
             for (layout_name, layout) in layouts(&docs, batch, seq, p) {
                 for (j, (name, spec)) in patterns().into_iter().take(count).enumerate() {
                     let list = if flat { ", flat list" } else { ", per-row lists" };
@@ -100,6 +110,26 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                 }
             }
         }
+        let (seq, head_dim, batch, heads, kv_heads) = TABLE_SIZE;
+        let batch = batch + rings - 1;
+        let docs = documents(SIZES.len(), batch, seq, false, true);
+        let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2)]))).causal(true);
+        for (layout_name, layout) in layouts(&docs, batch, seq, p) {
+            out.push(Case {
+                ranks: p,
+                rings,
+                layout,
+                layout_name: format!("{layout_name}, rows packed alike"),
+                pattern: ("packed LongNet (64,1)(256,2) causal (mask tables)", longnet.clone().documents(docs.clone())),
+                batch,
+                heads,
+                kv_heads,
+                head_dim,
+                value_dim: head_dim,
+                seq,
+                key: (KEY + SIZES.len(), 0),
+            });
+        }
     }
     out
 }
@@ -118,7 +148,7 @@ mod tests {
         for (world, rings) in [(2, 1), (3, 1), (4, 1), (4, 2), (2, 2)] {
             let grid = Grid::new(world, rings).unwrap();
             let cases = cases(&[grid.ring_size()], rings);
-            assert_eq!(cases.len(), if grid.ring_size() == 1 { 7 } else { 28 });
+            assert_eq!(cases.len(), if grid.ring_size() == 1 { 8 } else { 32 });
             let mut packed = 0;
             for c in &cases {
                 let parts = ring_parts(c, &grid).unwrap_or_else(|e| panic!("{}: {e}", super::super::ring::describe(c)));

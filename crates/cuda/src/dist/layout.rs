@@ -283,8 +283,8 @@ impl DistPlan {
     /// batch row) holds a token of `dst`, every K/V head; `None` when that is every row. A
     /// query sees only keys of its own document, so `dst` reads no other row unmasked:
     /// a long document crossing the rank split moves only its own rows, not the whole
-    /// block of `src`. (Documents come only with dense and window patterns, which keep
-    /// every row of a document.)
+    /// block of `src`. (A pattern keeps at most the rows of a query's document; the rows
+    /// of a document a pattern inside it does not keep still travel.)
     fn document_entries(&self, documents: &Documents, dst: usize, src: usize, kj: usize) -> Option<Vec<u32>> {
         let (n, piece, kv_heads) = (self.seq_len(), self.pieces[src][kj], self.kv_heads);
         if self.batch * piece.rows * kv_heads > u32::MAX as usize {

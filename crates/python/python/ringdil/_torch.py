@@ -128,8 +128,10 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     no key counts twice for a query);
     ``causal`` is OR-ed with the pattern's; ``scale`` defaults to the pattern's, else
     ``1 / sqrt(head_dim)``; ``key_lengths`` masks keys ``j >= key_lengths[b]``;
-    ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list),
-    with dense and sliding-window patterns.
+    ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list);
+    the pattern applies inside each document. Dense and sliding-window patterns take any
+    rows; every other pattern runs as mask tables of the pattern inside the documents,
+    which every batch row must share (one row, or rows packed alike: else ``ValueError``).
 
     Returns the output in the inputs' dtype, and with ``return_lse=True`` also the
     natural-log log-sum-exp ``[batch, heads, seq]`` (float32, ``-inf`` for a row with no

@@ -143,11 +143,12 @@ fn masked(kind: Kind, name: &str, combo: (Dtype, usize), sizes: [usize; 3], spec
 }
 
 /// The keys (global positions, with multiplicity) that query `query` of batch row `b` and
-/// head `h` sees under `spec` in a sequence of `seq` tokens: its pattern's key runs cut by
-/// key padding and causality, as the reference cuts them.
+/// head `h` sees under `spec` in a sequence of `seq` tokens: the key runs of its document
+/// (`Spec::key_runs`: the pattern inside the document, or over the row without documents)
+/// cut by key padding and causality, as the reference cuts them.
 pub fn keys(spec: &Spec, (b, h, heads): (usize, usize, usize), seq: usize, query: usize) -> Vec<usize> {
     let mut runs = Vec::new();
-    spec.pattern.key_runs(query, h, heads, seq, &mut runs);
+    spec.key_runs(b, query, h, heads, seq, &mut runs);
     let limit = spec.key_limit(b, seq);
     let limit = if spec.causal { limit.min(query + 1) } else { limit };
     runs.into_iter().flat_map(|run| run.clipped(limit).iter()).collect()
@@ -214,6 +215,22 @@ mod tests {
     use crate::check::{LARGE_LOGITS, OFFSET_LOGITS, describe, partial_bound};
     use ndarray::Array4;
     use ringdil_reference::attention;
+
+    /// The keys the exact-zero checks call seen are the reference's, documents included:
+    /// LongNet's (8, 2) branch inside documents 0..5, 5..20 (segments 5..13, 13..20)
+    /// keeps, for head 0, query 6 (position 1 of its document, not kept) nothing and query
+    /// 9 keys 5, 7, 9, 11 (not the global lattice's 8, 10, 12, 14); for head 1, query 10
+    /// keys 6, 8, 10, 12, cut by causality at 10.
+    #[test]
+    fn seen_keys_are_those_of_the_query_document() {
+        use ringdil_reference::Documents;
+        use ringdil_reference::pattern::Dilated;
+        let spec = Spec::new(Dilated::longnet(&[(8, 2)])).documents(Documents::per_row(vec![vec![0, 5, 20]; 2]));
+        assert_eq!(keys(&spec, (1, 0, 2), 20, 6), Vec::<usize>::new());
+        assert_eq!(keys(&spec, (1, 0, 2), 20, 9), [5, 7, 9, 11]);
+        assert_eq!(keys(&spec, (0, 1, 2), 20, 10), [6, 8, 10, 12]);
+        assert_eq!(keys(&spec.causal(true), (0, 1, 2), 20, 10), [6, 8, 10]);
+    }
 
     /// The smallest and largest scaled score `q . k / sqrt(d)` over every (query, key) pair
     /// of every batch row and head, and the largest scaled partial-sum bound

@@ -9,9 +9,10 @@ use crate::family::{Family, TILE};
 use crate::mask_table::{self, MaskTable};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{IndexMap, TilePlan, documents, plan, table};
+use crate::plan::{Axis, IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
+use crate::spec_documents::document_pieces;
 use ringdil_reference::pattern::{Branch, Combine, Offset};
 
 // The call description and the family table, where launch construction takes them.
@@ -236,7 +237,7 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
 /// [`launches`] for a kernel family: its head dims, its forward query tiles
 /// ([`Family::forward_q_tile_for`], per launch) and key tiles, and its launch dimensions.
 pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<Vec<LaunchSpec>> {
-    let lowered = spec.lowered(shape.batch, chunk.seq_len)?;
+    let lowered = spec.lowered(shape, chunk)?;
     let spec = lowered.as_ref().unwrap_or(spec);
     validate(shape, spec, chunk, family)?;
     let scale = spec.scale_for(shape.head_dim);
@@ -370,6 +371,32 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             build(params, Some(&branch), None, at, identity)
         }
     };
+    // One compact launch of branch (w, r) over the `len` positions of one document from
+    // `start` (`spec_documents`): positions count from `start`, so tensor row = position +
+    // start, and the launch sees that piece as its whole sequence.
+    let in_document = |(segment, dilation): (usize, usize), params: Params, (start, len): (usize, usize)| {
+        let branch = Branch { segment: segment.min(len), dilation, offset: Offset::Fixed(0) };
+        let start = fits_i32("document start", start)?;
+        let params = Params {
+            pattern: PatternCode::Dilated as i32,
+            compact: 1,
+            dil_segment: branch.segment as i32,
+            dil_rate: fits_i32("dilation", dilation)?,
+            dil_per_seg: branch.segment.div_ceil(dilation) as i32,
+            q_offset: -start,
+            k_offset: -start,
+            seq_len: len as i32,
+            ..params
+        };
+        let local = Axis::contiguous(0, len);
+        build(
+            params,
+            Some(&branch),
+            None,
+            0,
+            IndexMap::Compact { segment: branch.segment, dilation, q: local, k: local },
+        )
+    };
     // Branches reading offset tables: one compact launch each.
     if let Some(t) = &offset_tables {
         return t
@@ -423,9 +450,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 build(params, None, Some(t.as_ref()), at, identity)
             })
             .collect(),
-        // One launch per branch; under the head-group combine over its group's heads only
-        // (those of the launch's heads: a head slice may hold part of a group, or none).
-        GpuPattern::Dilated(d) => d
+        // One launch per branch (inside documents, per branch and document piece); under
+        // the head-group combine over its group's heads only (those of the launch's heads:
+        // a head slice may hold part of a group, or none).
+        GpuPattern::Dilated(d) | GpuPattern::DilatedInDocuments(d, _) => d
             .branches
             .iter()
             .enumerate()
@@ -450,9 +478,17 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                     head_count: heads.len() as i32,
                     ..base
                 };
-                (!heads.is_empty()).then(|| dilated((b.segment, b.dilation), params, 0))
+                let branch = (b.segment, b.dilation);
+                (!heads.is_empty()).then(|| match &spec.pattern {
+                    GpuPattern::DilatedInDocuments(_, boundaries) => document_pieces(boundaries, b.segment)
+                        .into_iter()
+                        .map(|piece| in_document(branch, params, piece))
+                        .collect(),
+                    _ => Ok(vec![dilated(branch, params, 0)?]),
+                })
             })
-            .collect(),
+            .collect::<Result<Vec<Vec<LaunchSpec>>>>()
+            .map(|l| l.into_iter().flatten().collect()),
         // Every other pattern has offset tables (made above) or was refused there.
         GpuPattern::DilatedExpr(_) => Err(dilated_expr::NOT_COMPACT),
     }

@@ -66,10 +66,12 @@ params! {
     /// Physical rows of the q / k tensors.
     q_rows: i32,
     k_rows: i32,
-    /// Global position of physical row 0.
+    /// Global position of physical row 0. A launch over one piece of a document
+    /// (`crate::spec_documents`) counts positions from the piece's start, so its row 0
+    /// sits at minus that start.
     q_offset: i32,
     k_offset: i32,
-    /// Global sequence length the pattern is defined on.
+    /// Global sequence length the pattern is defined on (a document piece's length).
     seq_len: i32,
     /// Query head `h` is head `head_base + h` of the `pattern_heads` the pattern is
     /// defined on (a head slice: Ulysses; 0 and `heads` otherwise).

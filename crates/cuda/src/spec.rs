@@ -9,7 +9,9 @@
 use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
 use ringdil_pattern_file::{Builtin, FileError, PatternFile};
-use ringdil_reference::pattern::{BlockSparse, Dense, Dilated, ExprDilated, ExprPattern, Pattern, SlidingWindow};
+use ringdil_reference::pattern::{
+    BlockSparse, Dense, Dilated, ExprDilated, ExprPattern, InDocuments, Pattern, SlidingWindow,
+};
 use ringdil_reference::{Documents, Spec};
 use std::ops::Range;
 use std::sync::Arc;
@@ -39,6 +41,11 @@ pub enum GpuPattern {
     /// launch per branch, offsets from a table ([`crate::dilated_expr`]). Build it with
     /// [`GpuPattern::dilated_expr`], which falls back to mask tables.
     DilatedExpr(ExprDilated),
+    /// A LongNet pattern inside the documents `boundaries` of rows packed alike, on a whole
+    /// sequence: per branch and document, compact launches whose positions count from the
+    /// document's start (`crate::spec_documents`). What [`GpuSpec::lowered`] makes of a
+    /// built-in dilated pattern with documents where it can.
+    DilatedInDocuments(Dilated, Vec<usize>),
 }
 
 impl GpuPattern {
@@ -139,6 +146,7 @@ impl GpuSpec {
             GpuPattern::Expr(e) => Spec::new(e.clone()),
             GpuPattern::Table(t) => Spec { pattern: t.pattern.clone(), ..Spec::dense() },
             GpuPattern::DilatedExpr(e) => Spec::new(e.clone()),
+            GpuPattern::DilatedInDocuments(d, b) => Spec::new(InDocuments::new(d.clone(), b.clone())),
         };
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();

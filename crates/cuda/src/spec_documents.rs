@@ -18,6 +18,17 @@
 //! branches) is split into parts as it is without documents, one per branch, each inside
 //! the documents: multiplicities add per document as they add per sequence.
 //!
+//! A built-in LongNet pattern on a whole sequence (no ring piece, no key padding) runs
+//! compact instead ([`GpuPattern::DilatedInDocuments`]): a table visits every tile its
+//! lattice touches, `n w` pairs per branch and head, where compact launches visit the
+//! kept rows only, `n w / r^2`. Per branch `(w, r)` and document `[s, e)` of `L = e - s`
+//! tokens, one launch covers the `k = floor(L / w)` whole segments and one the tail of
+//! `L - k w` tokens (a segment of its own length): each is the kernels' compact launch
+//! with query and key positions counted from its start (`Params::q_offset = -start`,
+//! so tensor row = position + start), which is the pattern inside the document
+//! (segments start at the document's start; causality compares positions of one
+//! document). The launches add into one result as a pattern's branches do.
+//!
 //! Tables are built per boundary list (the host evaluates the pattern once per list,
 //! heads in parallel; about 0.2 s for one LongNet branch inside 24 documents of a 64K
 //! row on two cores) and kept ([`crate::mask_table::table`]: at most
@@ -26,26 +37,34 @@
 
 use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
+use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::pattern::{Combine, InDocuments, Pattern};
 use std::sync::Arc;
 
 impl GpuSpec {
-    /// The spec the kernels run: a mask expression equal to a built-in as the built-in
-    /// ([`GpuPattern::lowered`]), and documents with a pattern the kernels cannot cut per
-    /// document as mask tables of the pattern inside them (module docs) for a batch of
-    /// `batch` rows of `seq_len` tokens. None where the kernels run the spec itself.
-    /// Errors: the documents' own (the reference's, naming the value) and
-    /// [`CudaError::DocumentTables`].
-    pub fn lowered(&self, batch: usize, seq_len: usize) -> Result<Option<GpuSpec>> {
+    /// The spec the kernels run for a call of `shape` over `chunk`: a mask expression equal
+    /// to a built-in as the built-in ([`GpuPattern::lowered`]), and documents with a
+    /// pattern the kernels cannot cut per document as that pattern inside them (module
+    /// docs): a built-in LongNet pattern on a whole sequence without key padding as
+    /// [`GpuPattern::DilatedInDocuments`] (compact launches per document), any other as
+    /// mask tables. None where the kernels run the spec itself. Errors: the documents'
+    /// own (the reference's, naming the value) and [`CudaError::DocumentTables`].
+    pub fn lowered(&self, shape: &Shape, chunk: &Chunk) -> Result<Option<GpuSpec>> {
         let built_in = self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() });
         let spec = built_in.as_ref().unwrap_or(self);
-        Ok(match spec.table_documents(batch, seq_len)? {
-            Some(boundaries) => {
-                Some(GpuSpec { pattern: spec.in_documents(boundaries), documents: None, ..spec.clone() })
+        let Some(boundaries) = spec.table_documents(shape.batch, chunk.seq_len)? else { return Ok(built_in) };
+        let whole = chunk.q_offset == 0
+            && chunk.k_offset == 0
+            && (chunk.q_stride, chunk.k_stride) == (1, 1)
+            && (shape.q_rows, shape.k_rows) == (chunk.seq_len, chunk.seq_len);
+        let pattern = match &spec.pattern {
+            GpuPattern::Dilated(d) if whole && spec.key_lengths.is_none() => {
+                GpuPattern::DilatedInDocuments(d.clone(), boundaries)
             }
-            None => built_in,
-        })
+            _ => spec.in_documents(boundaries),
+        };
+        Ok(Some(GpuSpec { pattern, documents: None, ..spec.clone() }))
     }
 
     /// The boundary list every batch row shares, where the documents run through mask
@@ -67,8 +86,9 @@ impl GpuSpec {
 
     /// This spec's pattern inside the documents `boundaries`, as mask tables: one part per
     /// part of the pattern without documents, each inside them; the tables are kept under
-    /// the pattern's identity and the list (two calls with one packing share them).
-    fn in_documents(&self, boundaries: Vec<usize>) -> GpuPattern {
+    /// the pattern's identity and the list (two calls with one packing share them). What
+    /// [`GpuSpec::lowered`] runs where no compact form applies (public for comparisons).
+    pub fn in_documents(&self, boundaries: Vec<usize>) -> GpuPattern {
         let inside = |p: Arc<dyn Pattern>| Arc::new(InDocuments::shared(p, boundaries.clone())) as Arc<dyn Pattern>;
         let (whole, parts, identity): (Arc<dyn Pattern>, Vec<Arc<dyn Pattern>>, String) = match &self.pattern {
             // An unkeyed table's form names its parts' addresses; the kept tables hold
@@ -88,6 +108,19 @@ impl GpuSpec {
         let key = format!("{identity} in documents {boundaries:?}");
         GpuPattern::Table(TablePattern::keyed(inside(whole), key).with_parts(parts.into_iter().map(inside).collect()))
     }
+}
+
+/// The pieces `(start, len)` that launches of a branch of segment `w` run over inside the
+/// documents `boundaries` (module docs): per non-empty document, its whole segments as one
+/// piece and its tail (shorter than `w`) as another, each where non-empty.
+pub fn document_pieces(boundaries: &[usize], w: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for d in boundaries.windows(2) {
+        let (start, len) = (d[0], d[1] - d[0]);
+        let whole = len / w * w;
+        out.extend([(start, whole), (start + whole, len - whole)].into_iter().filter(|&(_, n)| n > 0));
+    }
+    out
 }
 
 /// Parts of a LongNet pattern whose key counts add up to its own, each keeping a key at

@@ -1,9 +1,16 @@
 use super::*;
 use crate::check::tables::{Strided, rotating_softmax};
 use crate::mask_table::MaskTable;
+use crate::shape::{Chunk, Shape};
 use ringdil_reference::Documents;
 use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated, ExprPattern};
 use ringdil_reference::pattern::{BlockSparse, Dilated};
+
+/// A call over the whole sequence of `batch` rows of `n` tokens and `heads` heads.
+fn whole(batch: usize, n: usize, heads: usize) -> (Shape, Chunk) {
+    let shape = Shape::square(batch, n, heads, 64);
+    (shape, Chunk::whole(&shape))
+}
 
 /// Specs with every pattern kind the kernels cannot cut per document.
 fn patterns() -> Vec<(&'static str, GpuPattern)> {
@@ -42,7 +49,10 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
         {
             let spec = GpuSpec::new(pattern.clone()).causal(causal).key_lengths(vec![40; batch]).documents(documents);
             spec.validate(batch, heads, n).unwrap();
-            let lowered = spec.lowered(batch, n).unwrap().expect("lowered to tables");
+            // Key padding: every pattern runs as tables (LongNet's compact launches per
+            // document take none).
+            let (shape, chunk) = whole(batch, n, heads);
+            let lowered = spec.lowered(&shape, &chunk).unwrap().expect("lowered to tables");
             assert_eq!(lowered.documents, None, "{name}");
             let GpuPattern::Table(t) = &lowered.pattern else { panic!("{name}: {:?}", lowered.pattern) };
             let tables: Vec<MaskTable> =
@@ -64,9 +74,9 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
             }
             assert_eq!(lowered.output_scale(heads).unwrap(), spec.output_scale(heads).unwrap(), "{name}");
             // Lowered once: the tables are the pattern the kernels run.
-            assert_eq!(lowered.lowered(batch, n).unwrap(), None, "{name}");
+            assert_eq!(lowered.lowered(&shape, &chunk).unwrap(), None, "{name}");
             // Equal specs lower to equal tables (kept and shared by the table cache).
-            assert_eq!(spec.lowered(batch, n).unwrap(), Some(lowered.clone()), "{name}");
+            assert_eq!(spec.lowered(&shape, &chunk).unwrap(), Some(lowered.clone()), "{name}");
         }
     }
 }
@@ -77,10 +87,12 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
 fn dense_and_window_keep_their_documents() {
     let docs = Documents::per_row(vec![vec![0, 5, 30], vec![0, 30]]);
     let dense = GpuSpec::new(GpuPattern::Dense).documents(docs.clone());
-    assert_eq!(dense.lowered(2, 30).unwrap(), None);
+    let (shape, chunk) = whole(2, 30, 1);
+    assert_eq!(dense.lowered(&shape, &chunk).unwrap(), None);
     assert_eq!(dense.table_documents(2, 30).unwrap(), None);
     let window = ExprPattern::new("k <= q && q - k < 4", &Constants::new()).unwrap();
-    let lowered = GpuSpec::new(GpuPattern::Expr(window)).documents(docs.clone()).lowered(2, 30).unwrap().unwrap();
+    let lowered =
+        GpuSpec::new(GpuPattern::Expr(window)).documents(docs.clone()).lowered(&shape, &chunk).unwrap().unwrap();
     assert_eq!(lowered, GpuSpec::new(GpuPattern::Window { left: 3, right: 0 }).documents(docs));
 }
 
@@ -92,7 +104,8 @@ fn rows_packed_differently_are_refused_by_name() {
     let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(8, 1)])));
     let rows = Documents::per_row(vec![vec![0, 5, 30], vec![0, 5, 30], vec![0, 9, 30]]);
     let spec = longnet.clone().documents(rows);
-    for e in [spec.validate(3, 2, 30).unwrap_err(), spec.lowered(3, 30).unwrap_err()] {
+    let (shape, chunk) = whole(3, 30, 2);
+    for e in [spec.validate(3, 2, 30).unwrap_err(), spec.lowered(&shape, &chunk).unwrap_err()] {
         assert!(
             matches!(&e, CudaError::DocumentTables { row: 2, first, other } if first == &[0, 5, 30] && other == &[0, 9, 30]),
             "{e:?}"
@@ -104,8 +117,89 @@ fn rows_packed_differently_are_refused_by_name() {
     let e = longnet.clone().documents(Documents::per_row(vec![vec![0, 30], long])).validate(2, 1, 30).unwrap_err();
     assert!(e.to_string().contains("[0, 1, 2, 3, 4] ... [26, 27, 28, 29, 30] (31 entries)"), "{e}");
     let short = longnet.documents(Documents::per_row(vec![vec![0, 5, 29]]));
-    for e in [short.validate(1, 1, 30).unwrap_err(), short.lowered(1, 30).unwrap_err()] {
+    let (shape, chunk) = whole(1, 30, 1);
+    for e in [short.validate(1, 1, 30).unwrap_err(), short.lowered(&shape, &chunk).unwrap_err()] {
         assert!(matches!(e, CudaError::Spec(_)), "{e:?}");
         assert!(e.to_string().contains("29"), "{e}");
+    }
+}
+
+/// A built-in LongNet pattern with documents on a whole sequence runs compact per
+/// document; with key padding, or on a ring piece, as mask tables.
+#[test]
+fn longnet_documents_run_compact_on_whole_sequences_only() {
+    let d = Dilated::longnet(&[(8, 1), (16, 4)]);
+    let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).documents(Documents::per_row(vec![vec![0, 30, 64]; 2]));
+    let (shape, chunk) = whole(2, 64, 2);
+    let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
+    assert_eq!(lowered, GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![0, 30, 64])));
+    let padded = spec.clone().key_lengths(vec![60, 64]).lowered(&shape, &chunk).unwrap().unwrap();
+    assert!(matches!(padded.pattern, GpuPattern::Table(_)));
+    let piece = Shape { q_rows: 32, k_rows: 32, ..shape };
+    let ring = spec.lowered(&piece, &Chunk::new(32, 0, 64)).unwrap().unwrap();
+    assert!(matches!(ring.pattern, GpuPattern::Table(_)));
+    assert_eq!(document_pieces(&[0, 30, 30, 37, 64], 8), [(0, 24), (24, 6), (30, 7), (37, 24), (61, 3)]);
+}
+
+/// The compact launches per document keep exactly the reference's pairs: every launch's
+/// rows transcribed from the kernels' compact rule (`index_map.cuh`, `row_of`: compact
+/// index `c` is kept position `t = c mod m` of segment `s = c div m`, at position
+/// `s w + o(h) + t r` of the launch, a hole past the segment's end; tensor row is the
+/// position minus `q_offset`), pairs of one segment, causal by position, on tiles the
+/// plan visits, counted over launches, against `Spec::key_counts` of the original spec
+/// (documents: empty, shorter than a dilation, than a segment, several segments with a
+/// tail).
+#[test]
+fn compact_document_launches_keep_the_references_pairs() {
+    use crate::launch::launches;
+    use crate::params::OffsetRule;
+    let (n, heads) = (150, 5);
+    let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
+    let mut groups = Dilated::head_groups(&[(8, 1), (32, 2), (64, 4)]);
+    groups.branches[2].offset = ringdil_reference::pattern::Offset::HeadBlock;
+    for (d, causal) in [(Dilated::longnet(&[(8, 1), (16, 2), (64, 4), (256, 8)]), true), (groups, false)] {
+        let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(Documents::flat(
+            boundaries.iter().chain(&boundaries[1..].iter().map(|b| b + n).collect::<Vec<_>>()).copied().collect(),
+        ));
+        let (shape, chunk) = whole(2, n, heads);
+        let launches = launches(&shape, &spec, &chunk).unwrap();
+        let mut counts = vec![vec![vec![0u32; n]; n]; heads];
+        for l in &launches {
+            let p = l.params;
+            assert_eq!((p.compact, p.q_offset, p.q_rows), (1, p.k_offset, n as i32));
+            let (w, r, m, start) = (p.dil_segment as usize, p.dil_rate as usize, p.dil_per_seg as usize, -p.q_offset);
+            let heads_of_launch = p.head_first as usize..(p.head_first + p.head_count) as usize;
+            for (h, counts) in counts.iter_mut().enumerate().filter(|(h, _)| heads_of_launch.contains(h)) {
+                let o = match p.dil_rule {
+                    x if x == OffsetRule::HeadMod as i32 => h % r,
+                    x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
+                    x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
+                    x => panic!("offset rule {x}"),
+                };
+                // (segment, position) of compact index c, if it is a row.
+                let row = |c: usize| {
+                    let (s, t) = (c / m, c % m);
+                    let pos = s * w + o + t * r;
+                    (c < p.nq as usize && pos < (s + 1) * w).then_some((s, pos))
+                };
+                for qc in 0..p.nq as usize {
+                    let Some((qs, qp)) = row(qc) else { continue };
+                    for kc in 0..p.nk as usize {
+                        let Some((ks, kp)) = row(kc) else { continue };
+                        if qs == ks && (!causal || kp <= qp) && l.fwd.contains(qc / l.fwd_q_tile, kc / l.fwd_k_tile) {
+                            counts[(qp as i32 + start) as usize][(kp as i32 + start) as usize] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let reference = spec.to_reference();
+        for b in 0..2 {
+            for (h, rows) in counts.iter().enumerate() {
+                for (q, got) in rows.iter().enumerate() {
+                    assert_eq!(*got, reference.key_counts(b, q, h, heads, n), "row {b} head {h} query {q}");
+                }
+            }
+        }
     }
 }

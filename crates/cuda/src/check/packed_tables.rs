@@ -1,19 +1,21 @@
 //! Packed documents with the patterns the kernels cannot cut per document (block-sparse,
 //! LongNet, expressions, `dilated_expr` files, Rust `Pattern` impls): the GPU runs them
-//! as mask tables of the pattern inside the documents (`crate::spec_documents`), and the
-//! check compares against the reference evaluating the original spec, documents and all
-//! (`docs/semantics.md` section 16: the pattern restarts at each document's start).
+//! as mask tables of the pattern inside the documents, or (built-in LongNet on a whole
+//! sequence without key padding) as compact launches per document
+//! (`crate::spec_documents`); the case name says which. The check compares against the
+//! reference evaluating the original spec, documents and all (`docs/semantics.md`
+//! section 16: the pattern restarts at each document's start).
 //!
 //! Every batch row shares one boundary list (a table has no batch index), drawn
 //! long-tailed as the other packed cases draw theirs ([`draw_boundaries`]), per row or
-//! flat over the batch. Per element type and head dim two cases, the pattern kinds
+//! flat over the batch. Per element type and head dim two cases (bf16 at d = 128 four), the pattern kinds
 //! rotating over the combinations: forwards, backwards (one grouped-query), a ring step
 //! (tables are indexed by global positions), with causality and key padding drawn.
 
 use super::cases::{Case, Kind, fit_spec, sizes};
 use super::packed::draw_boundaries;
 use super::tables::{Strided, rotating_softmax};
-use crate::shape::Dtype;
+use crate::shape::{Chunk, Dtype, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
 use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated, ExprPattern};
@@ -64,12 +66,14 @@ fn pattern(what: &str) -> GpuPattern {
 pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     // Per combination: (kind, pattern, key padding, K/V group), twice.
     let plan = [
-        [(Kind::Forward, "longnet", false, 1), (Kind::Backward, "block sparse", true, 1)],
+        [(Kind::Forward, "longnet", true, 1), (Kind::Backward, "block sparse", true, 1)],
         [(Kind::Forward, "expression", true, 1), (Kind::Backward, "longnet", false, 4)],
         [(Kind::Forward, "rotating offsets", false, 1), (Kind::Backward, "head groups", false, 1)],
-        [(Kind::RingStep, "strided", true, 1), (Kind::Backward, "dilated_expr", false, 1)],
+        [(Kind::RingStep, "strided", true, 1), (Kind::Forward, "longnet", false, 1)],
+        [(Kind::Backward, "dilated_expr", false, 1), (Kind::Backward, "head groups", true, 1)],
     ];
-    let combos = [Dtype::Bf16, Dtype::F16].into_iter().flat_map(|t| [64, 128].map(|d| (t, d)));
+    let combos =
+        [Dtype::Bf16, Dtype::F16].into_iter().flat_map(|t| [64, 128].map(|d| (t, d))).chain([(Dtype::Bf16, 128)]);
     let mut out = Vec::new();
     for (combo, cases) in combos.zip(plan) {
         for (kind, what, padded, kv_group) in cases {
@@ -82,7 +86,14 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
                 spec = spec.key_lengths(vec![]);
             }
             let spec = fit_spec(spec, batch, seq, rng);
-            let name = format!("packed {what} (mask tables){}", if kv_group > 1 { " (gqa)" } else { "" });
+            let shape = Shape::square(batch, seq, heads, 64);
+            let how = match spec.lowered(&shape, &Chunk::whole(&shape)) {
+                Ok(Some(GpuSpec { pattern: GpuPattern::DilatedInDocuments(..), .. })) if kind != Kind::RingStep => {
+                    "compact per document"
+                }
+                _ => "mask tables",
+            };
+            let name = format!("packed {what} ({how}){}", if kv_group > 1 { " (gqa)" } else { "" });
             out.push(Case { kv_heads: heads / kv_group, ..Case::new(kind, &name, combo, [batch, seq, heads], spec) });
         }
     }
@@ -93,18 +104,22 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
 mod tests {
     use super::*;
 
-    /// Every case is valid, lowers to tables with no documents left, shares one list over
-    /// its rows, and the cases cover both list forms, every pattern and a backward with
-    /// grouped K/V heads.
+    /// Every case is valid, lowers as its name says with no documents left, shares one
+    /// list over its rows, and the cases cover both list forms, both ways to run, every
+    /// pattern and a backward with grouped K/V heads.
     #[test]
-    fn every_case_runs_through_tables_of_one_shared_list() {
+    fn every_case_runs_as_named_over_one_shared_list() {
         let mut rng = SplitMix64::new(11);
         let c = cases(&mut rng, false);
-        assert_eq!(c.len(), 8);
+        assert_eq!(c.len(), 10);
         for x in &c {
             x.spec.validate(x.batch, x.heads, x.seq).unwrap();
-            let lowered = x.spec.lowered(x.batch, x.seq).unwrap().expect("tables");
-            assert!(matches!(lowered.pattern, GpuPattern::Table(_)) && lowered.documents.is_none(), "{}", x.name);
+            let shape = Shape::square(x.batch, x.seq, x.heads, 64);
+            let lowered = x.spec.lowered(&shape, &Chunk::whole(&shape)).unwrap().expect("lowered");
+            let compact = matches!(lowered.pattern, GpuPattern::DilatedInDocuments(..));
+            assert!(compact || matches!(lowered.pattern, GpuPattern::Table(_)), "{}", x.name);
+            assert_eq!(compact && x.kind != Kind::RingStep, x.name.contains("compact per document"), "{}", x.name);
+            assert!(lowered.documents.is_none(), "{}", x.name);
             let rows = x.spec.documents.as_ref().expect("packed").split(x.seq);
             assert!(rows.windows(2).all(|w| w[0] == w[1]), "{}", x.name);
         }
@@ -112,5 +127,7 @@ mod tests {
         assert!(flat > 0 && flat < c.len());
         assert!(c.iter().any(|x| x.kv_heads < x.heads && x.kind == Kind::Backward));
         assert!(c.iter().any(|x| x.spec.key_lengths.is_some()));
+        let compact = c.iter().filter(|x| x.name.contains("compact per document")).count();
+        assert!((2..=4).contains(&compact), "{compact}");
     }
 }

@@ -12,8 +12,9 @@
 //! `--seed` still draws the inputs. Sizes: per-row lists (`d = 64`), a flat list
 //! (`cu_seqlens` over the batch, `d = 128`, uneven length), and grouped-query attention
 //! (8 query heads over 2 K/V heads, which travel at K/V heads). One more size runs
-//! LongNet (64, 1), (256, 2) causal inside the documents of rows packed alike, which the
-//! GPU evaluates as mask tables indexed by global positions (`crate::spec_documents`).
+//! LongNet (64, 1), (256, 2) causal inside the documents of rows packed alike
+//! (`crate::spec_documents`): ring pieces as mask tables indexed by global positions,
+//! Ulysses' whole-sequence calls as compact launches per document.
 
 use super::packed::draw_boundaries;
 use super::ring::Case;
@@ -120,7 +121,7 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                 rings,
                 layout,
                 layout_name: format!("{layout_name}, rows packed alike"),
-                pattern: ("packed LongNet (64,1)(256,2) causal (mask tables)", longnet.clone().documents(docs.clone())),
+                pattern: ("packed LongNet (64,1)(256,2) causal", longnet.clone().documents(docs.clone())),
                 batch,
                 heads,
                 kv_heads,

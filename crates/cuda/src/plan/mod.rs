@@ -438,7 +438,7 @@ fn ranges_visit(
         // dilation 1 keeps every position of its segments (a compact `dilated_expr`
         // branch has no extra mask): a tile pair inside one segment holds only allowed
         // pairs.
-        GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) => {
+        GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_) | GpuPattern::DilatedInDocuments(..) => {
             let b = branch.expect("a dilated launch names its branch");
             let w = b.segment;
             if (q.0 / w).max(k.0 / w) > (q.1 / w).min(k.1 / w) {

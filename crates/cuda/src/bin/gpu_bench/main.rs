@@ -19,7 +19,7 @@
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
-//! packed sequences ([`packed`]), the other head dims ([`head_dims`]), the dense rows
+//! packed sequences ([`packed`]) and LongNet inside them ([`packed_longnet`]), the other head dims ([`head_dims`]), the dense rows
 //! with 16-bit results ([`half`]), mask expressions against the built-ins they equal
 //! ([`expressions`]), a `dilated_expr` rule in compact launches ([`dilated_expr`]) and
 //! the head-group combine ([`head_groups`]).
@@ -43,6 +43,7 @@ mod half;
 mod head_dims;
 mod head_groups;
 mod packed;
+mod packed_longnet;
 
 const TOKENS: usize = 16384;
 const HIDDEN: usize = 2048;
@@ -129,8 +130,18 @@ fn tflops(flops: f64, ms: f64) -> f64 {
 }
 
 /// The benchmark's sections, in the order they run; `--sections` picks among them.
-const SECTIONS: [&str; 9] =
-    ["dense", "dilated", "gqa", "packed", "head_dims", "half", "expressions", "dilated_expr", "head_groups"];
+const SECTIONS: [&str; 10] = [
+    "dense",
+    "dilated",
+    "gqa",
+    "packed",
+    "packed_longnet",
+    "head_dims",
+    "half",
+    "expressions",
+    "dilated_expr",
+    "head_groups",
+];
 
 /// The sections `--sections LIST` names (every section without the flag); an unknown name
 /// stops the run before any GPU work.
@@ -255,6 +266,7 @@ fn main() {
     };
     let gqa_rows = run_section("gqa", &mut md, &|md| json!(gqa::rows(&gpu, &host, &torch, md)));
     let packed_rows = run_section("packed", &mut md, &|md| packed::rows(&gpu, &host, &flex, md));
+    let packed_longnet_rows = run_section("packed_longnet", &mut md, &|md| packed_longnet::rows(&gpu, &host, md));
     let head_dim_rows = run_section("head_dims", &mut md, &|md| json!(head_dims::rows(&gpu, &host, &torch, md, true)));
     let half_rows = run_section("half", &mut md, &|md| json!(half::rows(&gpu, &host, &torch, md)));
     let expression_rows = run_section("expressions", &mut md, &|md| expressions::rows(&gpu, &host, &flex, md));
@@ -262,7 +274,7 @@ fn main() {
     let head_group_rows = run_section("head_groups", &mut md, &|md| head_groups::rows(&gpu, &host, md));
     let report = json!({"device": device, "date": date, "command": command, "torch": torch, "rows": rows,
         "dilated": dilated,
-        "gqa": gqa_rows, "packed": packed_rows, "head_dims": head_dim_rows, "half": half_rows,
+        "gqa": gqa_rows, "packed": packed_rows, "packed_longnet": packed_longnet_rows, "head_dims": head_dim_rows, "half": half_rows,
         "expressions": expression_rows, "dilated_expr": dilated_expr_rows, "head_groups": head_group_rows,
         "flex": flex});
     if let Some(p) = args.value("--json") {

@@ -84,12 +84,15 @@ __device__ __forceinline__ bool compact_hint_full(const Params& p, int hint, int
     if (!(hint & 1)) return compact_tile_full(p, hint >> 1, q0, qn, k1);
     return !p.causal || k1 + p.k_cbase <= q0 + p.q_cbase;
 }
-// The compact segment holding every query index q0..q0+rows-1, or -1 where they straddle
-// two.
+// The compact segment holding every query index of q0..q0+rows-1 inside the launch, or -1
+// where they straddle two. Indices past the launch (the last block of a launch whose rows
+// are no multiple of the block's) have no row and are never stored, so they do not count:
+// counting them would mask every key tile of that block per element, and in a causal
+// launch that block is the one with the most key tiles.
 __device__ __forceinline__ int compact_item_seg(const Params& p, int q0, int rows) {
     const Axis qa = q_axis(p);
     const int s = seg_of(p, qa, q0);
-    return seg_of(p, qa, q0 + rows - 1) == s ? s : -1;
+    return seg_of(p, qa, min(q0 + rows, qa.n) - 1) == s ? s : -1;
 }
 
 // The element mask with per-row precomputed positions (-1: no row) and compact segments.

@@ -28,37 +28,51 @@ use ringdil_reference::ring::Layout;
 /// First cache key of the packed cases (after the unpacked sizes of `super::ring`).
 const KEY: usize = 100;
 
-/// One packed size: `(seq, head_dim, batch, heads, kv_heads)`, flat list or per-row, and
-/// how many of [`patterns`] it runs (the first ones).
-type Size = ((usize, usize, usize, usize, usize), bool, usize);
+/// How a size's boundary lists are given.
+#[derive(Clone, Copy, PartialEq)]
+enum Lists {
+    PerRow,
+    Flat,
+    /// Per row, one list for every row (what mask tables and compact launches per
+    /// document need).
+    Alike,
+}
 
-const SIZES: [Size; 3] =
-    [((1000, 64, 2, 4, 4), false, 3), ((777, 128, 2, 4, 4), true, 3), ((1000, 128, 1, 8, 2), false, 1)];
+/// One packed size: `(seq, head_dim, batch, heads, kv_heads)`, its lists, and which of
+/// [`patterns`] it runs.
+type Size = ((usize, usize, usize, usize, usize), Lists, std::ops::Range<usize>);
 
-/// The size of the mask-table case, `(seq, head_dim, batch, heads, kv_heads)`: one
-/// boundary list for every row.
-const TABLE_SIZE: (usize, usize, usize, usize, usize) = (1000, 64, 1, 4, 4);
+const SIZES: [Size; 4] = [
+    ((1000, 64, 2, 4, 4), Lists::PerRow, 0..3),
+    ((777, 128, 2, 4, 4), Lists::Flat, 0..3),
+    ((1000, 128, 1, 8, 2), Lists::PerRow, 0..1),
+    ((1000, 64, 1, 4, 4), Lists::Alike, 3..4),
+];
 
-/// The patterns the kernels cut per document.
-fn patterns() -> [(&'static str, GpuSpec); 3] {
+/// The patterns: those the kernels cut per document, then LongNet (ring pieces as mask
+/// tables, whole-sequence calls compact per document).
+fn patterns() -> [(&'static str, GpuSpec); 4] {
     [
         ("packed dense causal", GpuSpec::new(GpuPattern::Dense).causal(true)),
         ("packed dense", GpuSpec::new(GpuPattern::Dense)),
         ("packed window 100/0 causal", GpuSpec::new(GpuPattern::Window { left: 100, right: 0 }).causal(true)),
+        (
+            "packed LongNet (64,1)(256,2) causal",
+            GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2)]))).causal(true),
+        ),
     ]
 }
 
-/// The documents of size `i`: per-row lists of `batch` rows of `seq` tokens (`shared`:
-/// one list for all), or the flat list of the same documents.
-fn documents(i: usize, batch: usize, seq: usize, flat: bool, shared: bool) -> Documents {
+/// The documents of size `i`: lists of `batch` rows of `seq` tokens, given as `lists` says.
+fn documents(i: usize, batch: usize, seq: usize, lists: Lists) -> Documents {
     let mut rng = SplitMix64::new(0xD0C5 + i as u64);
-    let rows: Vec<Vec<usize>> = match shared {
-        true => vec![draw_boundaries(seq, &mut rng); batch],
-        false => (0..batch).map(|_| draw_boundaries(seq, &mut rng)).collect(),
+    let rows: Vec<Vec<usize>> = match lists {
+        Lists::Alike => vec![draw_boundaries(seq, &mut rng); batch],
+        _ => (0..batch).map(|_| draw_boundaries(seq, &mut rng)).collect(),
     };
-    match flat {
-        false => Documents::per_row(rows),
-        true => Documents::flat(
+    match lists {
+        Lists::PerRow | Lists::Alike => Documents::per_row(rows),
+        Lists::Flat => Documents::flat(
             rows.iter()
                 .enumerate()
                 .flat_map(|(b, r)| r[..r.len() - 1].iter().map(move |&c| c + b * seq))
@@ -88,12 +102,16 @@ fn layouts(documents: &Documents, batch: usize, seq: usize, p: usize) -> Vec<(St
 pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
     let mut out = Vec::new();
     for &p in ranks {
-        for (i, &((seq, head_dim, batch, heads, kv_heads), flat, count)) in SIZES.iter().enumerate() {
+        for (i, ((seq, head_dim, batch, heads, kv_heads), lists, which)) in SIZES.into_iter().enumerate() {
             let batch = batch + rings - 1;
-            let docs = documents(i, batch, seq, flat, false);
+            let docs = documents(i, batch, seq, lists);
+            let list = match lists {
+                Lists::PerRow => ", per-row lists",
+                Lists::Flat => ", flat list",
+                Lists::Alike => ", rows packed alike",
+            };
             for (layout_name, layout) in layouts(&docs, batch, seq, p) {
-                for (j, (name, spec)) in patterns().into_iter().take(count).enumerate() {
-                    let list = if flat { ", flat list" } else { ", per-row lists" };
+                for (j, (name, spec)) in patterns().into_iter().enumerate().filter(|(j, _)| which.contains(j)) {
                     out.push(Case {
                         ranks: p,
                         rings,
@@ -110,26 +128,6 @@ pub fn cases(ranks: &[usize], rings: usize) -> Vec<Case> {
                     });
                 }
             }
-        }
-        let (seq, head_dim, batch, heads, kv_heads) = TABLE_SIZE;
-        let batch = batch + rings - 1;
-        let docs = documents(SIZES.len(), batch, seq, false, true);
-        let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(64, 1), (256, 2)]))).causal(true);
-        for (layout_name, layout) in layouts(&docs, batch, seq, p) {
-            out.push(Case {
-                ranks: p,
-                rings,
-                layout,
-                layout_name: format!("{layout_name}, rows packed alike"),
-                pattern: ("packed LongNet (64,1)(256,2) causal", longnet.clone().documents(docs.clone())),
-                batch,
-                heads,
-                kv_heads,
-                head_dim,
-                value_dim: head_dim,
-                seq,
-                key: (KEY + SIZES.len(), 0),
-            });
         }
     }
     out

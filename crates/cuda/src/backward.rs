@@ -267,6 +267,9 @@ impl Gpu {
         for i in order {
             let (l, plan) = &prep.launches[i];
             let accumulate = accumulate && Some(i) != writer;
+            // A launch over one batch row reads and writes from that row on.
+            let r = l.row_elements(&prep.shape);
+            let at = |p: u64, bytes: u64, elements: usize| p + bytes * elements as u64;
             let (qp, _a) = q.data.device_ptr(st);
             let (kp, _b) = k.data.device_ptr(st);
             let (vp, _c) = v.data.device_ptr(st);
@@ -275,6 +278,10 @@ impl Gpu {
             let (l2p, _e) = prep.lse2.device_ptr(st);
             // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
             let (dqp, _h) = dq.device_ptr_mut(st);
+            let (qp, kp, vp, dop) = (at(qp, 2, r.q), at(kp, 2, r.k), at(vp, 2, r.v), at(dop, 2, r.out));
+            let (dlp, l2p, dqp) = (at(dlp, 4, r.lse), at(l2p, 4, r.lse), at(dqp, 4, r.q));
+            let kv_bytes = if half { 2 } else { 4 };
+            let (dkp, dvp) = (at(dkp, kv_bytes, r.k), at(dvp, kv_bytes, r.v));
             let base = Params {
                 q: qp,
                 k: kp,
@@ -286,7 +293,7 @@ impl Gpu {
                 dq: dqp,
                 dk: dkp,
                 dv: dvp,
-                key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
+                key_len: prep.key_len.as_ref().map_or(0, |x| at(x.device_ptr(st).0, 4, r.row)),
                 block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64),
                 doc_first: prep.doc_spans.as_ref().map_or(0, |x| x.0.device_ptr(st).0),
                 doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
@@ -302,9 +309,10 @@ impl Gpu {
                 ..base
             };
             let dims = l.backward_dims();
-            let maps = self.tile_maps(l.backward_family(), l, (qp, q.dims), (dop, dout.dims), crate::family::TILE)?;
+            let (qd, dod) = (r.dims(q.dims), r.dims(dout.dims));
+            let maps = self.tile_maps(l.backward_family(), l, (qp, qd), (dop, dod), crate::family::TILE)?;
             let dq_map = match maps {
-                Some(_) => Some(TensorMap::new(dqp, Elem::F32, q.dims, l.row_stride())?),
+                Some(_) => Some(TensorMap::new(dqp, Elem::F32, qd, l.row_stride())?),
                 None => None,
             };
             let mut launch = st.launch_builder(prep.kernels.get(dims.kernel));

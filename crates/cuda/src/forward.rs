@@ -85,9 +85,12 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<()> {
         let st = &self.stream;
+        // A launch over one batch row reads and writes from that row on.
+        let r = l.row_elements(&prep.shape);
         let (qp, _a) = q.data.device_ptr(st);
         let (kp, _b) = k.data.device_ptr(st);
         let (vp, _c) = v.data.device_ptr(st);
+        let (qp, kp, vp) = (qp + 2 * r.q as u64, kp + 2 * r.k as u64, vp + 2 * r.v as u64);
         // Written by the kernel: `_mut`, so that cudarc records a write that another stream
         // (a ring's NCCL stream) waits for before it reads the buffer.
         let half = matches!(out, Dest::Half(..));
@@ -95,6 +98,7 @@ impl Gpu {
             Dest::Partial(p) => (p.out.device_ptr_mut(st), p.lse.device_ptr_mut(st)),
             Dest::Half(o, lse) => (o.data.device_ptr_mut(st), lse.device_ptr_mut(st)),
         };
+        let (op, lp) = (op + if half { 2 } else { 4 } * r.out as u64, lp + 4 * r.lse as u64);
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let (pf, _h) = plan.fwd_full.device_ptr(st);
@@ -107,7 +111,7 @@ impl Gpu {
             plan_ptr: pp,
             plan_idx: pi,
             plan_full: pf,
-            key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0),
+            key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0 + 4 * r.row as u64),
             block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64),
             doc_first: prep.doc_spans.as_ref().map_or(0, |x| x.0.device_ptr(st).0),
             doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
@@ -120,11 +124,11 @@ impl Gpu {
         let kernel = prep.kernels.get(dims.kernel);
         let mut launch = st.launch_builder(kernel);
         launch.arg(&params);
-        let maps =
-            self.tile_maps(l.family, l, (kp, k.dims), (vp, v.dims), Family::forward_kv_box_rows(l.fwd_k_tile))?;
+        let (kd, vd) = (r.dims(k.dims), r.dims(v.dims));
+        let maps = self.tile_maps(l.family, l, (kp, kd), (vp, vd), Family::forward_kv_box_rows(l.fwd_k_tile))?;
         // wgmma: the query tiles come by TMA too, through a map of Q.
         let q_map = match maps {
-            Some(_) => Some(TensorMap::new(qp, Elem::U16, q.dims, l.row_stride())?),
+            Some(_) => Some(TensorMap::new(qp, Elem::U16, r.dims(q.dims), l.row_stride())?),
             None => None,
         };
         if let (Some(maps), Some(q_map)) = (&maps, &q_map) {

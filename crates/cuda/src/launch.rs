@@ -40,6 +40,37 @@ pub struct LaunchSpec {
     /// A table part's launch: where its mask table starts in the call's buffer
     /// (`Prepared::block_mask`), in bytes; 0 otherwise.
     pub table_offset: usize,
+    /// The one batch row this launch covers (its `params.batch` is 1, and the call's
+    /// buffers are passed from that row on: [`LaunchSpec::row_elements`]); None: every
+    /// row. Compact launches per document of rows packed differently.
+    pub batch_row: Option<usize>,
+}
+
+/// Elements before a launch's batch row in each of the call's per-row buffers (all zero
+/// for a launch over every row), and the tensors' dims as the launch sees them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RowElements {
+    /// q and dQ: `b * q_rows * heads * head_dim`.
+    pub q: usize,
+    /// k and dK: `b * k_rows * kv_heads * head_dim`.
+    pub k: usize,
+    /// v and dV: `b * k_rows * kv_heads * value_dim`.
+    pub v: usize,
+    /// The output and dO: `b * q_rows * heads * value_dim`.
+    pub out: usize,
+    /// LSE, delta, lse2: `b * heads * q_rows`.
+    pub lse: usize,
+    /// Key lengths: `b`.
+    pub row: usize,
+    /// Whether the launch covers one row (tensor maps then see a batch of 1).
+    pub single: bool,
+}
+
+impl RowElements {
+    /// `dims` (`[batch, rows, heads, dim]`) as the launch sees them.
+    pub fn dims(&self, dims: [usize; 4]) -> [usize; 4] {
+        if self.single { [1, dims[1], dims[2], dims[3]] } else { dims }
+    }
 }
 
 /// The attention kernels of a compiled module, by role.
@@ -141,6 +172,20 @@ impl LaunchSpec {
         match self.map {
             IndexMap::Compact { dilation, .. } => dilation,
             IndexMap::Identity { .. } => 1,
+        }
+    }
+
+    /// Where this launch's batch row starts in the buffers of a call of `shape`.
+    pub fn row_elements(&self, shape: &Shape) -> RowElements {
+        let Some(b) = self.batch_row else { return RowElements::default() };
+        RowElements {
+            q: b * shape.q_rows * shape.heads * shape.head_dim,
+            k: b * shape.k_rows * shape.kv_heads * shape.head_dim,
+            v: b * shape.k_rows * shape.kv_heads * shape.value_dim,
+            out: b * shape.q_rows * shape.heads * shape.value_dim,
+            lse: b * shape.heads * shape.q_rows,
+            row: b,
+            single: true,
         }
     }
 
@@ -339,6 +384,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             fwd,
             cols,
             table_offset: at,
+            batch_row: None,
         })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
@@ -373,11 +419,17 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     };
     // One compact launch of branch (w, r) over the `len` positions of one document from
     // `start` (`spec_documents`): positions count from `start`, so tensor row = position +
-    // start, and the launch sees that piece as its whole sequence.
-    let in_document = |(segment, dilation): (usize, usize), params: Params, (start, len): (usize, usize)| {
+    // start, and the launch sees that piece as its whole sequence; with `row`, over that
+    // batch row alone (rows packed differently).
+    let in_document = |(segment, dilation): (usize, usize),
+                       params: Params,
+                       (start, len): (usize, usize),
+                       row: Option<usize>|
+     -> Result<LaunchSpec> {
         let branch = Branch { segment: segment.min(len), dilation, offset: Offset::Fixed(0) };
         let start = fits_i32("document start", start)?;
         let params = Params {
+            batch: if row.is_some() { 1 } else { params.batch },
             pattern: PatternCode::Dilated as i32,
             compact: 1,
             dil_segment: branch.segment as i32,
@@ -389,13 +441,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             ..params
         };
         let local = Axis::contiguous(0, len);
-        build(
-            params,
-            Some(&branch),
-            None,
-            0,
-            IndexMap::Compact { segment: branch.segment, dilation, q: local, k: local },
-        )
+        let map = IndexMap::Compact { segment: branch.segment, dilation, q: local, k: local };
+        Ok(LaunchSpec { batch_row: row, ..build(params, Some(&branch), None, 0, map)? })
     };
     // Branches reading offset tables: one compact launch each.
     if let Some(t) = &offset_tables {
@@ -480,10 +527,15 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 };
                 let branch = (b.segment, b.dilation);
                 (!heads.is_empty()).then(|| match &spec.pattern {
-                    GpuPattern::DilatedInDocuments(_, boundaries) => document_pieces(boundaries, b.segment)
-                        .into_iter()
-                        .map(|piece| in_document(branch, params, piece))
-                        .collect(),
+                    // One list: launches over every row; else per row.
+                    GpuPattern::DilatedInDocuments(_, rows) => {
+                        let row = |r: usize| (rows.len() > 1).then_some(r);
+                        rows.iter()
+                            .enumerate()
+                            .flat_map(|(r, list)| document_pieces(list, b.segment).into_iter().map(move |p| (r, p)))
+                            .map(|(r, piece)| in_document(branch, params, piece, row(r)))
+                            .collect()
+                    }
                     _ => Ok(vec![dilated(branch, params, 0)?]),
                 })
             })

@@ -41,11 +41,12 @@ pub enum GpuPattern {
     /// launch per branch, offsets from a table ([`crate::dilated_expr`]). Build it with
     /// [`GpuPattern::dilated_expr`], which falls back to mask tables.
     DilatedExpr(ExprDilated),
-    /// A LongNet pattern inside the documents `boundaries` of rows packed alike, on a whole
-    /// sequence: per branch and document, compact launches whose positions count from the
-    /// document's start (`crate::spec_documents`). What [`GpuSpec::lowered`] makes of a
-    /// built-in dilated pattern with documents where it can.
-    DilatedInDocuments(Dilated, Vec<usize>),
+    /// A LongNet pattern inside documents on a whole sequence: per branch and document,
+    /// compact launches whose positions count from the document's start
+    /// (`crate::spec_documents`). The boundary lists: one that every batch row shares
+    /// (launches over every row), or one per batch row (launches per row). What
+    /// [`GpuSpec::lowered`] makes of a built-in dilated pattern with documents where it can.
+    DilatedInDocuments(Dilated, Vec<Vec<usize>>),
 }
 
 impl GpuPattern {
@@ -146,12 +147,15 @@ impl GpuSpec {
             GpuPattern::Expr(e) => Spec::new(e.clone()),
             GpuPattern::Table(t) => Spec { pattern: t.pattern.clone(), ..Spec::dense() },
             GpuPattern::DilatedExpr(e) => Spec::new(e.clone()),
-            GpuPattern::DilatedInDocuments(d, b) => Spec::new(InDocuments::new(d.clone(), b.clone())),
+            GpuPattern::DilatedInDocuments(d, rows) if rows.len() == 1 => {
+                Spec::new(InDocuments::new(d.clone(), rows[0].clone()))
+            }
+            GpuPattern::DilatedInDocuments(d, rows) => Spec::new(d.clone()).documents(Documents::per_row(rows.clone())),
         };
         spec.causal = self.causal;
         spec.key_lengths = self.key_lengths.clone();
         spec.scale = self.scale;
-        spec.documents = self.documents.clone();
+        spec.documents = self.documents.clone().or(spec.documents);
         spec
     }
 
@@ -184,8 +188,11 @@ impl GpuSpec {
         self.to_reference().validate(batch, heads, seq_len)?;
         self.output_scale(heads)?;
         // Documents with a pattern other than dense and window run as mask tables, which
-        // need one boundary list for every row (`spec_documents`).
-        self.table_documents(batch, seq_len)?;
+        // need one boundary list for every row, except LongNet's compact launches per
+        // document (`spec_documents`).
+        if !self.compact_documents() {
+            self.table_documents(batch, seq_len)?;
+        }
         Ok(())
     }
 

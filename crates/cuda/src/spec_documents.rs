@@ -14,7 +14,8 @@
 //!
 //! A table has no batch index: every batch row of the call must share one boundary list
 //! (one row, or a batch packed alike), else [`CudaError::DocumentTables`] names the first
-//! row that differs. A pattern whose keys may count twice (LongNet's softmax-denominator
+//! row that differs (compact launches, below, take rows packed differently: one set of
+//! launches per row). A pattern whose keys may count twice (LongNet's softmax-denominator
 //! branches) is split into parts as it is without documents, one per branch, each inside
 //! the documents: multiplicities add per document as they add per sequence.
 //!
@@ -27,7 +28,9 @@
 //! with query and key positions counted from its start (`Params::q_offset = -start`,
 //! so tensor row = position + start), which is the pattern inside the document
 //! (segments start at the document's start; causality compares positions of one
-//! document). The launches add into one result as a pattern's branches do.
+//! document). The launches add into one result as a pattern's branches do. Rows packed
+//! differently get launches per row: each covers one batch row (`params.batch = 1`, the
+//! call's buffers passed from that row: `LaunchSpec::row_elements`).
 //!
 //! Tables are built per boundary list (the host evaluates the pattern once per list,
 //! heads in parallel; about 0.2 s for one LongNet branch inside 24 documents of a 64K
@@ -53,18 +56,31 @@ impl GpuSpec {
     pub fn lowered(&self, shape: &Shape, chunk: &Chunk) -> Result<Option<GpuSpec>> {
         let built_in = self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() });
         let spec = built_in.as_ref().unwrap_or(self);
-        let Some(boundaries) = spec.table_documents(shape.batch, chunk.seq_len)? else { return Ok(built_in) };
         let whole = chunk.q_offset == 0
             && chunk.k_offset == 0
             && (chunk.q_stride, chunk.k_stride) == (1, 1)
             && (shape.q_rows, shape.k_rows) == (chunk.seq_len, chunk.seq_len);
-        let pattern = match &spec.pattern {
-            GpuPattern::Dilated(d) if whole && spec.key_lengths.is_none() => {
-                GpuPattern::DilatedInDocuments(d.clone(), boundaries)
+        if let (GpuPattern::Dilated(d), Some(documents)) = (&spec.pattern, &spec.documents)
+            && whole
+            && spec.compact_documents()
+            && shape.batch > 0
+        {
+            documents.validate(shape.batch, chunk.seq_len)?;
+            let mut rows: Vec<Vec<usize>> = (0..shape.batch).map(|b| documents.row(b, chunk.seq_len)).collect();
+            if rows.iter().all(|r| *r == rows[0]) {
+                rows.truncate(1);
             }
-            _ => spec.in_documents(boundaries),
-        };
-        Ok(Some(GpuSpec { pattern, documents: None, ..spec.clone() }))
+            let pattern = GpuPattern::DilatedInDocuments(d.clone(), rows);
+            return Ok(Some(GpuSpec { pattern, documents: None, ..spec.clone() }));
+        }
+        let Some(boundaries) = spec.table_documents(shape.batch, chunk.seq_len)? else { return Ok(built_in) };
+        Ok(Some(GpuSpec { pattern: spec.in_documents(boundaries), documents: None, ..spec.clone() }))
+    }
+
+    /// Documents that run as LongNet's compact launches per document on a whole sequence
+    /// (a built-in dilated pattern, no key padding), rows packed alike or not.
+    pub fn compact_documents(&self) -> bool {
+        self.documents.is_some() && self.key_lengths.is_none() && matches!(self.pattern, GpuPattern::Dilated(_))
     }
 
     /// The boundary list every batch row shares, where the documents run through mask

@@ -96,16 +96,26 @@ fn dense_and_window_keep_their_documents() {
     assert_eq!(lowered, GpuSpec::new(GpuPattern::Window { left: 3, right: 0 }).documents(docs));
 }
 
-/// Rows with different lists are a typed error naming the first row that differs and
-/// both lists; invalid documents are the reference's error, from `validate` and from
-/// the lowering itself.
+/// Rows with different lists are, where mask tables run, a typed error naming the first
+/// row that differs and both lists (LongNet's compact launches take them on a whole
+/// sequence, not on a ring piece); invalid documents are the reference's error, from
+/// `validate` and from the lowering itself.
 #[test]
-fn rows_packed_differently_are_refused_by_name() {
+fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(8, 1)])));
+    let blocks = GpuSpec::new(GpuPattern::BlockSparse(BlockSparse::local(4, 1)));
     let rows = Documents::per_row(vec![vec![0, 5, 30], vec![0, 5, 30], vec![0, 9, 30]]);
-    let spec = longnet.clone().documents(rows);
+    let spec = blocks.clone().documents(rows.clone());
     let (shape, chunk) = whole(3, 30, 2);
-    for e in [spec.validate(3, 2, 30).unwrap_err(), spec.lowered(&shape, &chunk).unwrap_err()] {
+    let piece = (Shape { q_rows: 10, k_rows: 10, ..shape }, Chunk::new(10, 20, 30));
+    let ring = longnet.clone().documents(rows.clone()).lowered(&piece.0, &piece.1).unwrap_err();
+    let padded = longnet.clone().documents(rows.clone()).key_lengths(vec![30; 3]);
+    for e in [
+        spec.validate(3, 2, 30).unwrap_err(),
+        spec.lowered(&shape, &chunk).unwrap_err(),
+        ring,
+        padded.validate(3, 2, 30).unwrap_err(),
+    ] {
         assert!(
             matches!(&e, CudaError::DocumentTables { row: 2, first, other } if first == &[0, 5, 30] && other == &[0, 9, 30]),
             "{e:?}"
@@ -113,8 +123,13 @@ fn rows_packed_differently_are_refused_by_name() {
         let text = e.to_string();
         assert!(text.contains("batch row 2 has boundaries [0, 9, 30] but row 0 has [0, 5, 30]"), "{text}");
     }
+    let compact = longnet.clone().documents(rows);
+    compact.validate(3, 2, 30).unwrap();
+    let lowered = compact.lowered(&shape, &chunk).unwrap().unwrap();
+    let lists = vec![vec![0, 5, 30], vec![0, 5, 30], vec![0, 9, 30]];
+    assert_eq!(lowered.pattern, GpuPattern::DilatedInDocuments(Dilated::longnet(&[(8, 1)]), lists));
     let long: Vec<usize> = (0..=30).collect();
-    let e = longnet.clone().documents(Documents::per_row(vec![vec![0, 30], long])).validate(2, 1, 30).unwrap_err();
+    let e = blocks.documents(Documents::per_row(vec![vec![0, 30], long])).validate(2, 1, 30).unwrap_err();
     assert!(e.to_string().contains("[0, 1, 2, 3, 4] ... [26, 27, 28, 29, 30] (31 entries)"), "{e}");
     let short = longnet.documents(Documents::per_row(vec![vec![0, 5, 29]]));
     let (shape, chunk) = whole(1, 30, 1);
@@ -132,7 +147,7 @@ fn longnet_documents_run_compact_on_whole_sequences_only() {
     let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).documents(Documents::per_row(vec![vec![0, 30, 64]; 2]));
     let (shape, chunk) = whole(2, 64, 2);
     let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
-    assert_eq!(lowered, GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![0, 30, 64])));
+    assert_eq!(lowered, GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![vec![0, 30, 64]])));
     let padded = spec.clone().key_lengths(vec![60, 64]).lowered(&shape, &chunk).unwrap().unwrap();
     assert!(matches!(padded.pattern, GpuPattern::Table(_)));
     let piece = Shape { q_rows: 32, k_rows: 32, ..shape };
@@ -148,28 +163,43 @@ fn longnet_documents_run_compact_on_whole_sequences_only() {
 /// position minus `q_offset`), pairs of one segment, causal by position, on tiles the
 /// plan visits, counted over launches, against `Spec::key_counts` of the original spec
 /// (documents: empty, shorter than a dilation, than a segment, several segments with a
-/// tail).
+/// tail), per batch row: rows packed alike (launches over both rows) and differently
+/// (launches per row, each over its row alone).
 #[test]
 fn compact_document_launches_keep_the_references_pairs() {
     use crate::launch::launches;
     use crate::params::OffsetRule;
     let (n, heads) = (150, 5);
     let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
+    // The same list for both rows, flat over the batch; then two different rows.
+    let alike = Documents::flat(boundaries.iter().chain(&[152, 152, 163, 195, 196, 280, 300]).copied().collect());
+    let apart = Documents::per_row(vec![boundaries.to_vec(), vec![0, 70, 71, 71, 150]]);
     let mut groups = Dilated::head_groups(&[(8, 1), (32, 2), (64, 4)]);
     groups.branches[2].offset = ringdil_reference::pattern::Offset::HeadBlock;
-    for (d, causal) in [(Dilated::longnet(&[(8, 1), (16, 2), (64, 4), (256, 8)]), true), (groups, false)] {
-        let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(Documents::flat(
-            boundaries.iter().chain(&boundaries[1..].iter().map(|b| b + n).collect::<Vec<_>>()).copied().collect(),
-        ));
+    let longnet = Dilated::longnet(&[(8, 1), (16, 2), (64, 4), (256, 8)]);
+    for (d, causal, docs) in [(longnet.clone(), true, alike.clone()), (groups, false, alike), (longnet, true, apart)] {
+        let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(docs);
         let (shape, chunk) = whole(2, n, heads);
         let launches = launches(&shape, &spec, &chunk).unwrap();
-        let mut counts = vec![vec![vec![0u32; n]; n]; heads];
+        let mut counts = vec![vec![vec![vec![0u32; n]; n]; heads]; 2];
         for l in &launches {
             let p = l.params;
             assert_eq!((p.compact, p.q_offset, p.q_rows), (1, p.k_offset, n as i32));
+            // A launch over one row sees a batch of 1, reads its buffers from its row on,
+            // and counts for its row only.
+            assert_eq!(p.batch, if l.batch_row.is_some() { 1 } else { 2 });
+            let b = l.batch_row.unwrap_or(0);
+            let r = l.row_elements(&shape);
+            assert_eq!(
+                [r.q, r.k, r.v, r.out, r.lse, r.row],
+                [b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * heads * n, b]
+            );
+            assert_eq!(r.dims([2, n, heads, 64])[0], p.batch as usize);
+            let rows = l.batch_row.map_or(0..2, |b| b..b + 1);
             let (w, r, m, start) = (p.dil_segment as usize, p.dil_rate as usize, p.dil_per_seg as usize, -p.q_offset);
             let heads_of_launch = p.head_first as usize..(p.head_first + p.head_count) as usize;
-            for (h, counts) in counts.iter_mut().enumerate().filter(|(h, _)| heads_of_launch.contains(h)) {
+            for (h, b) in heads_of_launch.flat_map(|h| rows.clone().map(move |b| (h, b))) {
+                let counts = &mut counts[b][h];
                 let o = match p.dil_rule {
                     x if x == OffsetRule::HeadMod as i32 => h % r,
                     x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
@@ -193,8 +223,14 @@ fn compact_document_launches_keep_the_references_pairs() {
                 }
             }
         }
+        assert_eq!(
+            launches.iter().any(|l| l.batch_row.is_some()),
+            !spec.lowered(&shape, &chunk).is_ok_and(|s| {
+                matches!(s, Some(GpuSpec { pattern: GpuPattern::DilatedInDocuments(_, rows), .. }) if rows.len() == 1)
+            })
+        );
         let reference = spec.to_reference();
-        for b in 0..2 {
+        for (b, counts) in counts.iter().enumerate() {
             for (h, rows) in counts.iter().enumerate() {
                 for (q, got) in rows.iter().enumerate() {
                     assert_eq!(*got, reference.key_counts(b, q, h, heads, n), "row {b} head {h} query {q}");

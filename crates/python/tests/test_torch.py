@@ -62,6 +62,9 @@ CASES = [
     ("packed longnet, rows packed alike (mask tables)",
      {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}, "causal": True,
       "documents": [[0, 100, 101, 101, 300], [0, 100, 101, 101, 300]]}, [2, 300, 4, 2, 64]),
+    ("packed longnet, rows packed differently (compact launches per row)",
+     {"pattern": {"kind": "dilated", "segment_lengths": [64, 128], "dilation_rates": [1, 2]}, "causal": True,
+      "documents": [[0, 100, 101, 101, 300], [0, 30, 300]]}, [2, 300, 4, 2, 64]),
     ("packed expression, flat list (a mask table)",
      {"pattern": {"kind": "expr", "mask": "q / 16 == k / 16 || (q - k) % 5 == 0"}, "documents": [0, 77, 300]},
      [1, 300, 2, 2, 128]),
@@ -229,7 +232,7 @@ def test_bad_arguments_are_errors_naming_them():
         ringdil.attention(q, q, q, documents=[[0, 40, 30, 64]])
     with pytest.raises(ValueError, match=r"batch row 1 has boundaries \[0, 50, 64\] but row 0 has \[0, 40, 64\]"):
         x = torch.zeros(2, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
-        longnet = {"kind": "dilated", "segment_lengths": [32], "dilation_rates": [2]}
-        ringdil.attention(x, x, x, pattern=longnet, documents=[[0, 40, 64], [0, 50, 64]])
+        blocks = {"kind": "block_sparse", "block": 16, "local_radius": 1}
+        ringdil.attention(x, x, x, pattern=blocks, documents=[[0, 40, 64], [0, 50, 64]])
     with pytest.raises(ValueError, match="softmax scale NaN must be finite and positive"):
         ringdil.attention(q, q, q, scale=float("nan"))

@@ -6,7 +6,8 @@
 //! reference evaluating the original spec, documents and all (`docs/semantics.md`
 //! section 16: the pattern restarts at each document's start).
 //!
-//! Every batch row shares one boundary list (a table has no batch index), drawn
+//! Every batch row shares one boundary list (a table has no batch index; two LongNet
+//! cases pack their two rows differently, which compact launches per row take), drawn
 //! long-tailed as the other packed cases draw theirs ([`draw_boundaries`]), per row or
 //! flat over the batch. Per element type and head dim two cases (bf16 at d = 128 four), the pattern kinds
 //! rotating over the combinations: forwards, backwards (one grouped-query), a ring step
@@ -40,7 +41,7 @@ fn shared_documents(flat: bool, batch: usize, seq: usize, rng: &mut SplitMix64) 
 fn pattern(what: &str) -> GpuPattern {
     let c = Constants::new();
     match what {
-        "longnet" => GpuPattern::Dilated(Dilated::longnet(&[(16, 1), (64, 2), (256, 4)])),
+        "longnet" | "longnet, rows apart" => GpuPattern::Dilated(Dilated::longnet(&[(16, 1), (64, 2), (256, 4)])),
         "head groups" => GpuPattern::Dilated(Dilated::head_groups(&[(32, 1), (128, 4)])),
         "block sparse" => GpuPattern::BlockSparse(BlockSparse { global_tokens: 8, ..BlockSparse::local(16, 1) }),
         "expression" => {
@@ -71,16 +72,26 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
         [(Kind::Forward, "rotating offsets", false, 1), (Kind::Backward, "head groups", false, 1)],
         [(Kind::RingStep, "strided", true, 1), (Kind::Forward, "longnet", false, 1)],
         [(Kind::Backward, "dilated_expr", false, 1), (Kind::Backward, "head groups", true, 1)],
+        [(Kind::Forward, "longnet, rows apart", false, 1), (Kind::Backward, "longnet, rows apart", false, 2)],
     ];
-    let combos =
-        [Dtype::Bf16, Dtype::F16].into_iter().flat_map(|t| [64, 128].map(|d| (t, d))).chain([(Dtype::Bf16, 128)]);
+    let combos = [Dtype::Bf16, Dtype::F16]
+        .into_iter()
+        .flat_map(|t| [64, 128].map(|d| (t, d)))
+        .chain([(Dtype::Bf16, 128), (Dtype::F16, 64)]);
     let mut out = Vec::new();
     for (combo, cases) in combos.zip(plan) {
         for (kind, what, padded, kv_group) in cases {
             let (seq, batch, heads) = sizes(quick, rng);
+            // Rows packed differently: two rows, each its own list (LongNet runs compact
+            // launches per row).
+            let apart = what.ends_with("rows apart");
+            let batch = if apart { 2 } else { batch };
             // The head-group combine needs a head per branch.
             let heads = if what == "head groups" { heads.max(2) } else { heads } * kv_group;
-            let documents = shared_documents(rng.uniform() < 0.5, batch, seq, rng);
+            let documents = match apart {
+                true => Documents::per_row((0..batch).map(|_| draw_boundaries(seq, rng)).collect()),
+                false => shared_documents(rng.uniform() < 0.5, batch, seq, rng),
+            };
             let mut spec = GpuSpec::new(pattern(what)).causal(rng.uniform() < 0.5).documents(documents);
             if padded {
                 spec = spec.key_lengths(vec![]);
@@ -111,7 +122,7 @@ mod tests {
     fn every_case_runs_as_named_over_one_shared_list() {
         let mut rng = SplitMix64::new(11);
         let c = cases(&mut rng, false);
-        assert_eq!(c.len(), 10);
+        assert_eq!(c.len(), 12);
         for x in &c {
             x.spec.validate(x.batch, x.heads, x.seq).unwrap();
             let shape = Shape::square(x.batch, x.seq, x.heads, 64);
@@ -121,13 +132,13 @@ mod tests {
             assert_eq!(compact && x.kind != Kind::RingStep, x.name.contains("compact per document"), "{}", x.name);
             assert!(lowered.documents.is_none(), "{}", x.name);
             let rows = x.spec.documents.as_ref().expect("packed").split(x.seq);
-            assert!(rows.windows(2).all(|w| w[0] == w[1]), "{}", x.name);
+            assert_eq!(rows.windows(2).all(|w| w[0] == w[1]), !x.name.contains("rows apart"), "{}", x.name);
         }
         let flat = c.iter().filter(|x| matches!(x.spec.documents, Some(Documents::Flat(_)))).count();
         assert!(flat > 0 && flat < c.len());
         assert!(c.iter().any(|x| x.kv_heads < x.heads && x.kind == Kind::Backward));
         assert!(c.iter().any(|x| x.spec.key_lengths.is_some()));
         let compact = c.iter().filter(|x| x.name.contains("compact per document")).count();
-        assert!((2..=4).contains(&compact), "{compact}");
+        assert!((4..=6).contains(&compact), "{compact}");
     }
 }

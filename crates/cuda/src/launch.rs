@@ -41,36 +41,9 @@ pub struct LaunchSpec {
     /// (`Prepared::block_mask`), in bytes; 0 otherwise.
     pub table_offset: usize,
     /// The one batch row this launch covers (its `params.batch` is 1, and the call's
-    /// buffers are passed from that row on: [`LaunchSpec::row_elements`]); None: every
+    /// buffers are passed from that row on: [`crate::batch_row`]); None: every
     /// row. Compact launches per document of rows packed differently.
     pub batch_row: Option<usize>,
-}
-
-/// Elements before a launch's batch row in each of the call's per-row buffers (all zero
-/// for a launch over every row), and the tensors' dims as the launch sees them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RowElements {
-    /// q and dQ: `b * q_rows * heads * head_dim`.
-    pub q: usize,
-    /// k and dK: `b * k_rows * kv_heads * head_dim`.
-    pub k: usize,
-    /// v and dV: `b * k_rows * kv_heads * value_dim`.
-    pub v: usize,
-    /// The output and dO: `b * q_rows * heads * value_dim`.
-    pub out: usize,
-    /// LSE, delta, lse2: `b * heads * q_rows`.
-    pub lse: usize,
-    /// Key lengths: `b`.
-    pub row: usize,
-    /// Whether the launch covers one row (tensor maps then see a batch of 1).
-    pub single: bool,
-}
-
-impl RowElements {
-    /// `dims` (`[batch, rows, heads, dim]`) as the launch sees them.
-    pub fn dims(&self, dims: [usize; 4]) -> [usize; 4] {
-        if self.single { [1, dims[1], dims[2], dims[3]] } else { dims }
-    }
 }
 
 /// The attention kernels of a compiled module, by role.
@@ -172,20 +145,6 @@ impl LaunchSpec {
         match self.map {
             IndexMap::Compact { dilation, .. } => dilation,
             IndexMap::Identity { .. } => 1,
-        }
-    }
-
-    /// Where this launch's batch row starts in the buffers of a call of `shape`.
-    pub fn row_elements(&self, shape: &Shape) -> RowElements {
-        let Some(b) = self.batch_row else { return RowElements::default() };
-        RowElements {
-            q: b * shape.q_rows * shape.heads * shape.head_dim,
-            k: b * shape.k_rows * shape.kv_heads * shape.head_dim,
-            v: b * shape.k_rows * shape.kv_heads * shape.value_dim,
-            out: b * shape.q_rows * shape.heads * shape.value_dim,
-            lse: b * shape.heads * shape.q_rows,
-            row: b,
-            single: true,
         }
     }
 

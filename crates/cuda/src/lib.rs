@@ -37,6 +37,7 @@
 //! Design notes: `docs/gpu.md` (kernels) and `docs/gpu-patterns.md` (masks and patterns).
 
 pub mod backward;
+pub mod batch_row;
 pub mod check;
 pub mod compile;
 pub mod convert;

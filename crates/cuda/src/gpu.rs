@@ -264,9 +264,10 @@ impl Gpu {
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         // The pattern the kernels run: a built-in in place of an expression equal to it,
         // mask tables for documents the kernels cannot cut (`spec_documents`).
-        let lowered = spec.lowered(shape, chunk)?;
+        let family = self.family_for(shape.head_dim, shape.value_dim)?;
+        let lowered = spec.lowered(shape, chunk, family)?;
         let spec = lowered.as_ref().unwrap_or(spec);
-        let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim, shape.value_dim)?)?;
+        let specs = launch::launches_for(shape, spec, chunk, family)?;
         // A mask expression runs compiled into the kernels, unless it is one LongNet
         // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {

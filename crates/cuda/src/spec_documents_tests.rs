@@ -250,3 +250,42 @@ fn compact_document_launches_keep_the_references_pairs() {
         }
     }
 }
+
+/// `document_pieces` against the rule written out: every position of every document lies
+/// in exactly one piece of its own document, in order; a document's first piece starts at
+/// its start and holds its whole segments (a multiple of `w`), a second one only its tail
+/// (shorter than `w`); empty documents have none.
+#[test]
+fn document_pieces_cover_each_document_once() {
+    let mut rng = ringdil_reference::random::SplitMix64::new(5);
+    for _ in 0..500 {
+        let (n, w) = (rng.range(0, 120), rng.range(1, 40));
+        let mut list = vec![0];
+        while *list.last().unwrap() < n {
+            let next = (list.last().unwrap() + rng.range(0, 50)).min(n);
+            list.push(next);
+        }
+        let pieces = document_pieces(&list, w);
+        let mut at = 0;
+        for d in list.windows(2) {
+            let (s, e) = (d[0], d[1]);
+            // The pieces that start inside this document (pieces are never empty).
+            let mine: Vec<(usize, usize)> =
+                pieces[at..].iter().copied().take_while(|&(p, _)| (s..e).contains(&p)).collect();
+            at += mine.len();
+            // Back to back from the start to the end, none empty, at most two: whole
+            // segments (a multiple of w), then a tail shorter than w.
+            let mut next = s;
+            for &(p, len) in &mine {
+                assert!(p == next && len > 0, "{list:?} w {w}: {mine:?}");
+                next += len;
+            }
+            assert_eq!(next, e, "{list:?} w {w}: {mine:?}");
+            let short = mine.iter().filter(|&&(_, len)| len < w).count();
+            assert!(mine.len() <= 2 && short <= 1, "{list:?} w {w}: {mine:?}");
+            assert!(mine.iter().rev().skip(short).all(|&(_, len)| len % w == 0), "{list:?} w {w}: {mine:?}");
+            assert!(short == 0 || mine.last().is_some_and(|&(_, len)| len < w), "{list:?} w {w}: {mine:?}");
+        }
+        assert_eq!(at, pieces.len());
+    }
+}

@@ -348,18 +348,23 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
     let clamp = |x: usize| x.min(chunk.seq_len) as i32;
-    // One launch of dilated branch (w, r) with `params`' offset rule, its table at `at`.
-    let dilated = |(segment, dilation): (usize, usize), params: Params, at: usize| {
-        // A segment longer than the sequence is the whole sequence (same segment starts),
-        // so clamping changes no mask and keeps compact rows tight.
-        let branch = Branch { segment: segment.min(chunk.seq_len), dilation, offset: Offset::Fixed(0) };
+    // Branch (w, r) over a sequence of `len` positions, and `params` with its fields. A
+    // segment longer than the sequence is the whole sequence (same segment starts), so
+    // clamping changes no mask and keeps compact rows tight.
+    let branch_params = |(segment, dilation): (usize, usize), params: Params, len: usize| -> Result<_> {
+        let branch = Branch { segment: segment.min(len), dilation, offset: Offset::Fixed(0) };
         let params = Params {
             pattern: PatternCode::Dilated as i32,
             dil_segment: branch.segment as i32,
-            dil_rate: fits_i32("dilation", branch.dilation)?,
-            dil_per_seg: branch.segment.div_ceil(branch.dilation) as i32,
+            dil_rate: fits_i32("dilation", dilation)?,
+            dil_per_seg: branch.segment.div_ceil(dilation) as i32,
             ..params
         };
+        Ok((branch, params))
+    };
+    // One launch of dilated branch (w, r) with `params`' offset rule, its table at `at`.
+    let dilated = |wr: (usize, usize), params: Params, at: usize| {
+        let (branch, params) = branch_params(wr, params, chunk.seq_len)?;
         // Compaction needs contiguous rows (kept positions are found from segment starts);
         // a strided (striped-layout) axis evaluates the branch mask in place. A branch of
         // dilation 1 (built-in, or of a compact `dilated_expr` pattern) keeps every
@@ -380,29 +385,22 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     // `start` (`spec_documents`): positions count from `start`, so tensor row = position +
     // start, and the launch sees that piece as its whole sequence; with `row`, over that
     // batch row alone (rows packed differently).
-    let in_document = |(segment, dilation): (usize, usize),
-                       params: Params,
-                       (start, len): (usize, usize),
-                       row: Option<usize>|
-     -> Result<LaunchSpec> {
-        let branch = Branch { segment: segment.min(len), dilation, offset: Offset::Fixed(0) };
-        let start = fits_i32("document start", start)?;
-        let params = Params {
-            batch: if row.is_some() { 1 } else { params.batch },
-            pattern: PatternCode::Dilated as i32,
-            compact: 1,
-            dil_segment: branch.segment as i32,
-            dil_rate: fits_i32("dilation", dilation)?,
-            dil_per_seg: branch.segment.div_ceil(dilation) as i32,
-            q_offset: -start,
-            k_offset: -start,
-            seq_len: len as i32,
-            ..params
+    let in_document =
+        |wr: (usize, usize), params: Params, (start, len): (usize, usize), row: Option<usize>| -> Result<LaunchSpec> {
+            let (branch, params) = branch_params(wr, params, len)?;
+            let start = fits_i32("document start", start)?;
+            let params = Params {
+                batch: if row.is_some() { 1 } else { params.batch },
+                compact: 1,
+                q_offset: -start,
+                k_offset: -start,
+                seq_len: len as i32,
+                ..params
+            };
+            let local = Axis::contiguous(0, len);
+            let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: local, k: local };
+            Ok(LaunchSpec { batch_row: row, ..build(params, Some(&branch), None, 0, map)? })
         };
-        let local = Axis::contiguous(0, len);
-        let map = IndexMap::Compact { segment: branch.segment, dilation, q: local, k: local };
-        Ok(LaunchSpec { batch_row: row, ..build(params, Some(&branch), None, 0, map)? })
-    };
     // Branches reading offset tables: one compact launch each.
     if let Some(t) = &offset_tables {
         return t

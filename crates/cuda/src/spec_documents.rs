@@ -43,6 +43,7 @@ use crate::family::Family;
 use crate::mask_table::TablePattern;
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
+use ringdil_reference::Documents;
 use ringdil_reference::pattern::{Combine, InDocuments, Pattern};
 use std::sync::Arc;
 
@@ -70,8 +71,7 @@ impl GpuSpec {
             && spec.compact_documents()
             && shape.batch > 0
         {
-            documents.validate(shape.batch, chunk.seq_len)?;
-            let mut rows: Vec<Vec<usize>> = (0..shape.batch).map(|b| documents.row(b, chunk.seq_len)).collect();
+            let mut rows = document_rows(documents, shape.batch, chunk.seq_len)?;
             if rows.iter().all(|r| *r == rows[0]) {
                 rows.truncate(1);
             }
@@ -97,9 +97,9 @@ impl GpuSpec {
         if batch == 0 || matches!(self.pattern, GpuPattern::Dense | GpuPattern::Window { .. }) {
             return Ok(None);
         }
-        documents.validate(batch, seq_len)?;
-        let first = documents.row(0, seq_len);
-        match (1..batch).map(|b| (b, documents.row(b, seq_len))).find(|(_, other)| *other != first) {
+        let mut rows = document_rows(documents, batch, seq_len)?.into_iter().enumerate();
+        let (_, first) = rows.next().expect("batch >= 1");
+        match rows.find(|(_, other)| *other != first) {
             Some((row, other)) => Err(CudaError::DocumentTables { row, first, other }),
             None => Ok(Some(first)),
         }
@@ -129,6 +129,13 @@ impl GpuSpec {
         let key = format!("{identity} in documents {boundaries:?}");
         GpuPattern::Table(TablePattern::keyed(inside(whole), key).with_parts(parts.into_iter().map(inside).collect()))
     }
+}
+
+/// Every batch row's boundary list, once the documents are valid for `batch` rows of
+/// `seq_len` tokens (else the reference's error, naming the value).
+fn document_rows(documents: &Documents, batch: usize, seq_len: usize) -> Result<Vec<Vec<usize>>> {
+    documents.validate(batch, seq_len)?;
+    Ok((0..batch).map(|b| documents.row(b, seq_len)).collect())
 }
 
 /// The pieces `(start, len)` that launches of a branch of segment `w` run over inside the

@@ -35,6 +35,12 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
     const int qt = bc.tile, h = bc.h, b = bc.b;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qt * FBM, wq0 = q0 + warp * WM * 16;  // first index of the block / warp
+    // The warp's indices inside the launch (at least one: a warp wholly past it stores
+    // nothing). Indices past the launch have no row and are never stored, so they must not
+    // keep a tile from being full: counted, they would put the last block of a compact
+    // launch, straddling the next (absent) segment, under the per-element mask on every key
+    // tile.
+    const int wrows = max(1, min(WM * 16, p.nq - wq0));
     const int klimit = key_limit(p, b);
     const int prow = plan_row(p, b, qt), kbeg = p.plan_ptr[prow], kend = plan_end(p, prow, klimit);
 
@@ -122,8 +128,8 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) attn_fwd(const Params 
         }
 
         // Mask, only where this warp's rows x the tile are not provably all visible.
-        const bool full = (plan_marked(p, it) && marked_tile_full(p, b, wq0, WM * 16, k0, klimit)) ||
-                          tile_full(p, b, h, wq0, WM * 16, k0, klimit);
+        const bool full = (plan_marked(p, it) && marked_tile_full(p, b, wq0, wrows, k0, klimit)) ||
+                          tile_full(p, b, h, wq0, wrows, k0, klimit);
         mask_scores<WM>(p, b, h, mask_kind(p, full), klimit, s, wq0 + g, k0, t);
         float alpha[WM][2];
         if (softmax_step<WM>(p, s, m, l, alpha)) rescale<WM>(o, alpha);

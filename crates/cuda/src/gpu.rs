@@ -264,10 +264,9 @@ impl Gpu {
     pub fn prepare(&self, shape: &Shape, dtype: Dtype, spec: &GpuSpec, chunk: &Chunk) -> Result<Prepared> {
         // The pattern the kernels run: a built-in in place of an expression equal to it,
         // mask tables for documents the kernels cannot cut (`spec_documents`).
-        let family = self.family_for(shape.head_dim, shape.value_dim)?;
-        let lowered = spec.lowered(shape, chunk, family)?;
+        let lowered = spec.lowered(shape, chunk)?;
         let spec = lowered.as_ref().unwrap_or(spec);
-        let specs = launch::launches_for(shape, spec, chunk, family)?;
+        let specs = launch::launches_for(shape, spec, chunk, self.family_for(shape.head_dim, shape.value_dim)?)?;
         // A mask expression runs compiled into the kernels, unless it is one LongNet
         // branch (then it runs as compact launches: `dilated_expr::compact_form`).
         let expr = match &spec.pattern {

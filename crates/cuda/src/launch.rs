@@ -241,7 +241,7 @@ pub fn launches(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Result<Vec<Laun
 /// [`launches`] for a kernel family: its head dims, its forward query tiles
 /// ([`Family::forward_q_tile_for`], per launch) and key tiles, and its launch dimensions.
 pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family) -> Result<Vec<LaunchSpec>> {
-    let lowered = spec.lowered(shape, chunk, family)?;
+    let lowered = spec.lowered(shape, chunk)?;
     let spec = lowered.as_ref().unwrap_or(spec);
     validate(shape, spec, chunk, family)?;
     let scale = spec.scale_for(shape.head_dim);

@@ -39,7 +39,6 @@
 //! step.
 
 use crate::error::{CudaError, Result};
-use crate::family::Family;
 use crate::mask_table::TablePattern;
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
@@ -52,22 +51,18 @@ impl GpuSpec {
     /// to a built-in as the built-in ([`GpuPattern::lowered`]), and documents with a
     /// pattern the kernels cannot cut per document as that pattern inside them (module
     /// docs): a built-in LongNet pattern on a whole sequence without key padding as
-    /// [`GpuPattern::DilatedInDocuments`] (compact launches per document) where `family`
-    /// runs both passes of the head dim on wgmma kernels (the kernels these launches have
-    /// been checked with on a GPU: d = 64, 128 on H100 / H200), any other as mask tables.
-    /// None where the kernels run the spec itself. Errors: the documents' own (the
-    /// reference's, naming the value) and [`CudaError::DocumentTables`].
-    pub fn lowered(&self, shape: &Shape, chunk: &Chunk, family: Family) -> Result<Option<GpuSpec>> {
+    /// [`GpuPattern::DilatedInDocuments`] (compact launches per document), any other as
+    /// mask tables. None where the kernels run the spec itself. Errors: the documents'
+    /// own (the reference's, naming the value) and [`CudaError::DocumentTables`].
+    pub fn lowered(&self, shape: &Shape, chunk: &Chunk) -> Result<Option<GpuSpec>> {
         let built_in = self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() });
         let spec = built_in.as_ref().unwrap_or(self);
         let whole = chunk.q_offset == 0
             && chunk.k_offset == 0
             && (chunk.q_stride, chunk.k_stride) == (1, 1)
             && (shape.q_rows, shape.k_rows) == (chunk.seq_len, chunk.seq_len);
-        let checked = family == Family::Wgmma && family.backward_family(shape.head_dim) == Family::Wgmma;
         if let (GpuPattern::Dilated(d), Some(documents)) = (&spec.pattern, &spec.documents)
             && whole
-            && checked
             && spec.compact_documents()
             && shape.batch > 0
         {

@@ -1,6 +1,5 @@
 use super::*;
 use crate::check::tables::{Strided, rotating_softmax};
-use crate::family::Family;
 use crate::mask_table::MaskTable;
 use crate::shape::{Chunk, Shape};
 use ringdil_reference::Documents;
@@ -53,7 +52,7 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
             // Key padding: every pattern runs as tables (LongNet's compact launches per
             // document take none).
             let (shape, chunk) = whole(batch, n, heads);
-            let lowered = spec.lowered(&shape, &chunk, Family::Wgmma).unwrap().expect("lowered to tables");
+            let lowered = spec.lowered(&shape, &chunk).unwrap().expect("lowered to tables");
             assert_eq!(lowered.documents, None, "{name}");
             let GpuPattern::Table(t) = &lowered.pattern else { panic!("{name}: {:?}", lowered.pattern) };
             let tables: Vec<MaskTable> =
@@ -75,9 +74,9 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
             }
             assert_eq!(lowered.output_scale(heads).unwrap(), spec.output_scale(heads).unwrap(), "{name}");
             // Lowered once: the tables are the pattern the kernels run.
-            assert_eq!(lowered.lowered(&shape, &chunk, Family::Wgmma).unwrap(), None, "{name}");
+            assert_eq!(lowered.lowered(&shape, &chunk).unwrap(), None, "{name}");
             // Equal specs lower to equal tables (kept and shared by the table cache).
-            assert_eq!(spec.lowered(&shape, &chunk, Family::Wgmma).unwrap(), Some(lowered.clone()), "{name}");
+            assert_eq!(spec.lowered(&shape, &chunk).unwrap(), Some(lowered.clone()), "{name}");
         }
     }
 }
@@ -89,14 +88,11 @@ fn dense_and_window_keep_their_documents() {
     let docs = Documents::per_row(vec![vec![0, 5, 30], vec![0, 30]]);
     let dense = GpuSpec::new(GpuPattern::Dense).documents(docs.clone());
     let (shape, chunk) = whole(2, 30, 1);
-    assert_eq!(dense.lowered(&shape, &chunk, Family::Wgmma).unwrap(), None);
+    assert_eq!(dense.lowered(&shape, &chunk).unwrap(), None);
     assert_eq!(dense.table_documents(2, 30).unwrap(), None);
     let window = ExprPattern::new("k <= q && q - k < 4", &Constants::new()).unwrap();
-    let lowered = GpuSpec::new(GpuPattern::Expr(window))
-        .documents(docs.clone())
-        .lowered(&shape, &chunk, Family::Wgmma)
-        .unwrap()
-        .unwrap();
+    let lowered =
+        GpuSpec::new(GpuPattern::Expr(window)).documents(docs.clone()).lowered(&shape, &chunk).unwrap().unwrap();
     assert_eq!(lowered, GpuSpec::new(GpuPattern::Window { left: 3, right: 0 }).documents(docs));
 }
 
@@ -112,11 +108,11 @@ fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     let spec = blocks.clone().documents(rows.clone());
     let (shape, chunk) = whole(3, 30, 2);
     let piece = (Shape { q_rows: 10, k_rows: 10, ..shape }, Chunk::new(10, 20, 30));
-    let ring = longnet.clone().documents(rows.clone()).lowered(&piece.0, &piece.1, Family::Wgmma).unwrap_err();
+    let ring = longnet.clone().documents(rows.clone()).lowered(&piece.0, &piece.1).unwrap_err();
     let padded = longnet.clone().documents(rows.clone()).key_lengths(vec![30; 3]);
     for e in [
         spec.validate(3, 2, 30).unwrap_err(),
-        spec.lowered(&shape, &chunk, Family::Wgmma).unwrap_err(),
+        spec.lowered(&shape, &chunk).unwrap_err(),
         ring,
         padded.validate(3, 2, 30).unwrap_err(),
     ] {
@@ -129,7 +125,7 @@ fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     }
     let compact = longnet.clone().documents(rows);
     compact.validate(3, 2, 30).unwrap();
-    let lowered = compact.lowered(&shape, &chunk, Family::Wgmma).unwrap().unwrap();
+    let lowered = compact.lowered(&shape, &chunk).unwrap().unwrap();
     let lists = vec![vec![0, 5, 30], vec![0, 5, 30], vec![0, 9, 30]];
     assert_eq!(lowered.pattern, GpuPattern::DilatedInDocuments(Dilated::longnet(&[(8, 1)]), lists));
     let long: Vec<usize> = (0..=30).collect();
@@ -137,33 +133,26 @@ fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     assert!(e.to_string().contains("[0, 1, 2, 3, 4] ... [26, 27, 28, 29, 30] (31 entries)"), "{e}");
     let short = longnet.documents(Documents::per_row(vec![vec![0, 5, 29]]));
     let (shape, chunk) = whole(1, 30, 1);
-    for e in [short.validate(1, 1, 30).unwrap_err(), short.lowered(&shape, &chunk, Family::Wgmma).unwrap_err()] {
+    for e in [short.validate(1, 1, 30).unwrap_err(), short.lowered(&shape, &chunk).unwrap_err()] {
         assert!(matches!(e, CudaError::Spec(_)), "{e:?}");
         assert!(e.to_string().contains("29"), "{e}");
     }
 }
 
 /// A built-in LongNet pattern with documents on a whole sequence runs compact per
-/// document; with key padding, on a ring piece, or on kernels these launches were not
-/// checked with, as mask tables.
+/// document; with key padding, or on a ring piece, as mask tables.
 #[test]
 fn longnet_documents_run_compact_on_whole_sequences_only() {
     let d = Dilated::longnet(&[(8, 1), (16, 4)]);
     let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).documents(Documents::per_row(vec![vec![0, 30, 64]; 2]));
     let (shape, chunk) = whole(2, 64, 2);
-    let lowered = spec.lowered(&shape, &chunk, Family::Wgmma).unwrap().unwrap();
+    let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
     assert_eq!(lowered, GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![vec![0, 30, 64]])));
-    let padded = spec.clone().key_lengths(vec![60, 64]).lowered(&shape, &chunk, Family::Wgmma).unwrap().unwrap();
+    let padded = spec.clone().key_lengths(vec![60, 64]).lowered(&shape, &chunk).unwrap().unwrap();
     assert!(matches!(padded.pattern, GpuPattern::Table(_)));
     let piece = Shape { q_rows: 32, k_rows: 32, ..shape };
-    let ring = spec.lowered(&piece, &Chunk::new(32, 0, 64), Family::Wgmma).unwrap().unwrap();
+    let ring = spec.lowered(&piece, &Chunk::new(32, 0, 64)).unwrap().unwrap();
     assert!(matches!(ring.pattern, GpuPattern::Table(_)));
-    // Only where both passes run wgmma kernels (what the GPU checks ran): not on the mma
-    // family, nor at d = 192 (its backward is mma.sync's).
-    let mma = spec.lowered(&shape, &chunk, Family::Mma).unwrap().unwrap();
-    let wide = Shape { head_dim: 192, value_dim: 192, ..shape };
-    let wide = spec.lowered(&wide, &Chunk::whole(&wide), Family::Wgmma).unwrap().unwrap();
-    assert!(matches!((mma.pattern, wide.pattern), (GpuPattern::Table(_), GpuPattern::Table(_))));
     assert_eq!(document_pieces(&[0, 30, 30, 37, 64], 8), [(0, 24), (24, 6), (30, 7), (37, 24), (61, 3)]);
 }
 
@@ -178,7 +167,7 @@ fn longnet_documents_run_compact_on_whole_sequences_only() {
 /// (launches per row, each over its row alone).
 #[test]
 fn compact_document_launches_keep_the_references_pairs() {
-    use crate::launch::launches_for;
+    use crate::launch::launches;
     use crate::params::OffsetRule;
     let (n, heads) = (150, 5);
     let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
@@ -191,7 +180,7 @@ fn compact_document_launches_keep_the_references_pairs() {
     for (d, causal, docs) in [(longnet.clone(), true, alike.clone()), (groups, false, alike), (longnet, true, apart)] {
         let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(docs);
         let (shape, chunk) = whole(2, n, heads);
-        let launches = launches_for(&shape, &spec, &chunk, Family::Wgmma).unwrap();
+        let launches = launches(&shape, &spec, &chunk).unwrap();
         let mut counts = vec![vec![vec![vec![0u32; n]; n]; heads]; 2];
         for l in &launches {
             let p = l.params;
@@ -236,7 +225,7 @@ fn compact_document_launches_keep_the_references_pairs() {
         }
         assert_eq!(
             launches.iter().any(|l| l.batch_row.is_some()),
-            !spec.lowered(&shape, &chunk, Family::Wgmma).is_ok_and(|s| {
+            !spec.lowered(&shape, &chunk).is_ok_and(|s| {
                 matches!(s, Some(GpuSpec { pattern: GpuPattern::DilatedInDocuments(_, rows), .. }) if rows.len() == 1)
             })
         );

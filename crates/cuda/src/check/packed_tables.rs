@@ -2,8 +2,7 @@
 //! LongNet, expressions, `dilated_expr` files, Rust `Pattern` impls): the GPU runs them
 //! as mask tables of the pattern inside the documents, or (built-in LongNet on a whole
 //! sequence without key padding) as compact launches per document
-//! (`crate::spec_documents`; where both passes run wgmma kernels); the case name says
-//! which for the wgmma family (the mma family runs them as tables). The check compares against the
+//! (`crate::spec_documents`); the case name says which. The check compares against the
 //! reference evaluating the original spec, documents and all (`docs/semantics.md`
 //! section 16: the pattern restarts at each document's start).
 //!
@@ -17,7 +16,6 @@
 use super::cases::{Case, Kind, fit_spec, sizes};
 use super::packed::draw_boundaries;
 use super::tables::{Strided, rotating_softmax};
-use crate::family::Family;
 use crate::shape::{Chunk, Dtype, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
@@ -100,7 +98,7 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
             }
             let spec = fit_spec(spec, batch, seq, rng);
             let shape = Shape::square(batch, seq, heads, 64);
-            let how = match spec.lowered(&shape, &Chunk::whole(&shape), Family::Wgmma) {
+            let how = match spec.lowered(&shape, &Chunk::whole(&shape)) {
                 Ok(Some(GpuSpec { pattern: GpuPattern::DilatedInDocuments(..), .. })) if kind != Kind::RingStep => {
                     "compact per document"
                 }
@@ -128,7 +126,7 @@ mod tests {
         for x in &c {
             x.spec.validate(x.batch, x.heads, x.seq).unwrap();
             let shape = Shape::square(x.batch, x.seq, x.heads, 64);
-            let lowered = x.spec.lowered(&shape, &Chunk::whole(&shape), Family::Wgmma).unwrap().expect("lowered");
+            let lowered = x.spec.lowered(&shape, &Chunk::whole(&shape)).unwrap().expect("lowered");
             let compact = matches!(lowered.pattern, GpuPattern::DilatedInDocuments(..));
             assert!(compact || matches!(lowered.pattern, GpuPattern::Table(_)), "{}", x.name);
             assert_eq!(compact && x.kind != Kind::RingStep, x.name.contains("compact per document"), "{}", x.name);

@@ -3,6 +3,14 @@
 // c + cbase, i.e. kept position t of segment s (row_of). The padding limit and the ends
 // of compact tiles are here too; docs/gpu-patterns.md ("Dilated attention") has the math.
 
+// First position of compact segment s: s w, or (a launch over packed documents, whose
+// segments restart at each document's start and end at its end) the segment table's
+// entry. Segment s ends where s + 1 starts, so seg_first(p, s + 1) is its end (the table
+// has one entry past the last segment).
+__device__ __forceinline__ int seg_first(const Params& p, int s) {
+    return p.seg_start ? __ldg(p.seg_start + s) : s * p.dil_segment;
+}
+
 // A dilated branch's offsets for launch head h, as one int: the offset itself (>= 0) where
 // the rule gives every segment the same (OFFSET_HEAD_MOD, _HEAD_BLOCK, _FIXED: o(h), from
 // the head's index in the whole pattern, head_base + h), else -(global head + 1): the head's
@@ -42,15 +50,17 @@ __device__ __forceinline__ Axis k_axis(const Params& p) {
 
 // Tensor row of launch index c on axis a, or -1. In compact mode (contiguous axes) global
 // compact index G = c + cbase is kept position t = G mod m of segment s = G div m
-// (m = dil_per_seg): position s*w + o(h, s) + t*r, a hole (-1) past the segment's end or
-// outside the axis's rows (a ring chunk that starts or ends inside a segment).
+// (m = dil_per_seg): position seg_first(s) + o(h, s) + t*r, a hole (-1) past the segment's
+// end or outside the axis's rows (a ring chunk that starts or ends inside a segment).
+// Segments shorter than w (a document's tail, a short document) keep fewer than m
+// positions: the rest of their m indices are holes.
 __device__ __forceinline__ int row_of(const Params& p, const Axis& a, int c, int h) {
     if (c >= a.n) return -1;
     if (!p.compact) return c;
     const int g = c + a.cbase, s = g / p.dil_per_seg, t = g - s * p.dil_per_seg;
-    const int pos = s * p.dil_segment + dil_offset(p, h, s) + t * p.dil_rate;
+    const int pos = seg_first(p, s) + dil_offset(p, h, s) + t * p.dil_rate;
     const int row = pos - a.offset;
-    return pos < (s + 1) * p.dil_segment && row >= 0 && row < a.rows ? row : -1;
+    return pos < seg_first(p, s + 1) && row >= 0 && row < a.rows ? row : -1;
 }
 
 // Global position of tensor row `row` (-1 stays -1).
@@ -79,14 +89,20 @@ __device__ __forceinline__ TileEnds compact_tile_ends(const Params& p, const Axi
         s1 = (g0 + ROWS - 1) / m;
         t1 = g0 + ROWS - 1 - s1 * m;
     }
+    // (An index past the launch may name a segment past a segment table: not read.)
     auto row = [&](int c, int s, int t) {
-        const int pos = s * p.dil_segment + seg_offset(p, code, s) + t * p.dil_rate, r = pos - a.offset;
-        return c < a.n && pos < (s + 1) * p.dil_segment && r >= 0 && r < a.rows ? r : -1;
+        if (c >= a.n) return -1;
+        const int pos = seg_first(p, s) + seg_offset(p, code, s) + t * p.dil_rate, r = pos - a.offset;
+        return pos < seg_first(p, s + 1) && r >= 0 && r < a.rows ? r : -1;
     };
     // With offsets per segment (code < 0) a tile over three or more segments can have ends
     // ROWS - 1 steps apart while its inner rows are not (uneven jumps that sum to even
     // ones): its last row reads as -1, so it is gathered row by row and masked. One or two
-    // segments, and a per-head offset (every jump alike), are told by the ends alone.
+    // segments, and a per-head offset (every jump alike), are told by the ends alone. So
+    // are segments of a table: with a per-head offset o, the ends are
+    // sum(len_s) - (s1 - s0) m r + (ROWS - 1) r apart, and as no segment is longer than
+    // m r, that is (ROWS - 1) r only where every segment the tile leaves is m r long, which
+    // makes every step r and leaves no hole.
     const int last = code < 0 && s1 > s0 + 1 ? -1 : row(c0 + ROWS - 1, s1, t1);
     return {row(c0, s0, t0), last, s0, s1};
 }

@@ -23,6 +23,8 @@ struct Params {
                                       // offsets (int, OFFSET_TABLE); or null
     const int* doc_first;      // packed sequences: per (batch row, position), the first and
     const int* doc_last;       // last position of its document; null: no documents
+    const int* seg_start;      // compact over documents: segment s is positions seg_start[s] .. seg_start[s + 1] - 1;
+                               // null: s * dil_segment .. (s + 1) * dil_segment - 1
     int batch, heads;
     int kv_heads, kv_group;    // K/V heads; query head h reads K/V head h / kv_group (GQA)
     int nq, nk;                // launch index space (compact rows for a dilated branch)

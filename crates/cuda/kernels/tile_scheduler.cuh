@@ -53,7 +53,7 @@ __device__ __forceinline__ Coords block_coords(const Params& p, bool heavy_last)
 // (row tile), shared by the batch; padding is per batch row, so it is skipped here.
 __device__ __forceinline__ bool keys_past_limit(const Params& p, int k0, int klimit) {
     const Axis ka = k_axis(p);
-    const int first = p.compact ? max(seg_of(p, ka, k0) * p.dil_segment, ka.offset) : ka.offset + k0 * ka.stride;
+    const int first = p.compact ? max(seg_first(p, seg_of(p, ka, k0)), ka.offset) : ka.offset + k0 * ka.stride;
     return first >= klimit;
 }
 // A block's key tiles (of KROWS keys): plan row `row` (plan_row), without the tail past the

@@ -282,6 +282,8 @@ impl Gpu {
             let (dlp, l2p, dqp) = (at(dlp, 4, r.lse), at(l2p, 4, r.lse), at(dqp, 4, r.q));
             let kv_bytes = if half { 2 } else { 4 };
             let (dkp, dvp) = (at(dkp, kv_bytes, r.k), at(dvp, kv_bytes, r.v));
+            let mask = prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64);
+            let (doc_first, doc_last) = prep.doc_spans(l, mask, st);
             let base = Params {
                 q: qp,
                 k: kp,
@@ -294,9 +296,10 @@ impl Gpu {
                 dk: dkp,
                 dv: dvp,
                 key_len: prep.key_len.as_ref().map_or(0, |x| at(x.device_ptr(st).0, 4, r.row)),
-                block_mask: prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64),
-                doc_first: prep.doc_spans.as_ref().map_or(0, |x| x.0.device_ptr(st).0),
-                doc_last: prep.doc_spans.as_ref().map_or(0, |x| x.1.device_ptr(st).0),
+                block_mask: mask,
+                seg_start: if l.reads_segments() { mask } else { 0 },
+                doc_first,
+                doc_last,
                 plan_rows: l.cols.rows_per_batch(),
                 accumulate: accumulate as i32,
                 half_out: half as i32,

@@ -1,5 +1,5 @@
-//! A launch over one batch row of a call: compact launches per document of rows packed
-//! differently (`crate::spec_documents`) each cover one row, so the kernels see a batch
+//! A launch over one batch row of a call: compact launches over the documents of rows
+//! packed differently (`crate::spec_documents`) each cover one row, so the kernels see a batch
 //! of 1 and every per-row buffer of the call is passed from that row on. The kernels
 //! index a tensor `[batch, rows, heads, dim]` as `((b * rows + i) * heads + h) * dim` and
 //! the row statistics `[batch, heads, rows]` as `(b * heads + h) * rows + i`, so with

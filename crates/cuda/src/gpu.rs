@@ -277,7 +277,7 @@ impl Gpu {
         };
         let variant = Variant::new(dtype, shape.head_dim)
             .with_value_dim(shape.value_dim)
-            .with_documents(spec.documents.is_some())
+            .with_documents(spec.documents.is_some() || specs.iter().any(|l| l.spans_in_buffer))
             .with_expr(expr)
             .with_table(matches!(spec.pattern, GpuPattern::Table(_)));
         let kernels = self.kernels(variant)?;

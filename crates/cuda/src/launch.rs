@@ -9,11 +9,13 @@ use crate::family::{Family, TILE};
 use crate::mask_table::{self, MaskTable};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{Axis, IndexMap, TilePlan, documents, plan, table};
+use crate::plan::{IndexMap, TilePlan, documents, plan, table};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
-use crate::spec_documents::document_pieces;
+use crate::spec_documents::SegmentTables;
+use ringdil_reference::Documents;
 use ringdil_reference::pattern::{Branch, Combine, Offset};
+use std::sync::Arc;
 
 // The call description and the family table, where launch construction takes them.
 
@@ -38,12 +40,17 @@ pub struct LaunchSpec {
     /// produces dK, dV and dQ from it).
     pub cols: TilePlan,
     /// A table part's launch: where its mask table starts in the call's buffer
-    /// (`Prepared::block_mask`), in bytes; 0 otherwise.
+    /// (`Prepared::block_mask`), in bytes; a compact launch over documents: its segment
+    /// table ([`LaunchSpec::reads_segments`]); 0 otherwise.
     pub table_offset: usize,
     /// The one batch row this launch covers (its `params.batch` is 1, and the call's
     /// buffers are passed from that row on: [`crate::batch_row`]); None: every
-    /// row. Compact launches per document of rows packed differently.
+    /// row. Compact launches over the documents of rows packed differently.
     pub batch_row: Option<usize>,
+    /// The launch's document spans (`Params::doc_first`, `doc_last`) are its own, in the
+    /// call's buffer at `table_offset` ([`LaunchSpec::buffer_spans`]): a dilation-1
+    /// branch inside documents, run as dense attention inside its segments.
+    pub spans_in_buffer: bool,
 }
 
 /// The attention kernels of a compiled module, by role.
@@ -148,11 +155,25 @@ impl LaunchSpec {
         }
     }
 
+    /// Does the launch read a segment table (`Params::seg_start`, at `table_offset` in the
+    /// call's buffer): a compact launch over packed documents?
+    pub fn reads_segments(&self) -> bool {
+        matches!(self.map, IndexMap::Compact { starts: Some(_), .. })
+    }
+
+    /// Where the launch's document spans lie when they are its own
+    /// ([`LaunchSpec::spans_in_buffer`]): from `at`, the call's buffer plus `table_offset`,
+    /// the first positions, then the last, `[batch, seq_len]` `i32`s each.
+    pub fn buffer_spans(&self, at: u64) -> Option<(u64, u64)> {
+        self.spans_in_buffer.then(|| (at, at + 4 * (self.params.batch as u64 * self.params.seq_len as u64)))
+    }
+
     /// Does the forward write every query row of every head (a plain launch over all the
-    /// tensors' heads)? Each query tile's block writes its rows, an empty result (`lse =
+    /// tensors' heads and batch rows)? Each query tile's block writes its rows, an empty result (`lse =
     /// -inf`) where they see no key, so such a launch needs no merge identity beneath it.
     pub fn writes_every_row(&self) -> bool {
         matches!(self.map, IndexMap::Identity { .. })
+            && self.batch_row.is_none()
             && self.params.head_first == 0
             && self.params.head_count == self.params.heads
     }
@@ -307,14 +328,14 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         );
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
         let tile_plan = |tiles| match (&spec.pattern, part) {
-            (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, map, tiles),
-            (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, map, tiles),
-            (pattern, _) => plan(pattern, branch, spec.causal, map, tiles),
+            (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, &map, tiles),
+            (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, &map, tiles),
+            (pattern, _) => plan(pattern, branch, spec.causal, &map, tiles),
         };
         let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
-            fwd = documents::per_row(&fwd, map, fwd_tiles, docs, shape.batch, chunk.seq_len);
-            cols = documents::per_row(&cols, map, (TILE, TILE), docs, shape.batch, chunk.seq_len);
+            fwd = documents::per_row(&fwd, &map, fwd_tiles, docs, shape.batch, chunk.seq_len);
+            cols = documents::per_row(&cols, &map, (TILE, TILE), docs, shape.batch, chunk.seq_len);
         }
         let cols = cols.transpose();
         // The kernels' block order (`block_coords`) indexes (tile, head, batch) linearly.
@@ -344,6 +365,7 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             cols,
             table_offset: at,
             batch_row: None,
+            spans_in_buffer: false,
         })
     };
     // Clamp to the sequence: a window wider than it changes nothing and must not overflow.
@@ -375,32 +397,42 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         let every_position =
             branch.dilation == 1 && matches!(spec.pattern, GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_));
         if qa.stride == 1 && ka.stride == 1 && !every_position {
-            let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka };
+            let map =
+                IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka, starts: None };
             build(Params { compact: 1, ..params }, Some(&branch), None, at, map)
         } else {
-            build(params, Some(&branch), None, at, identity)
+            build(params, Some(&branch), None, at, identity.clone())
         }
     };
-    // One compact launch of branch (w, r) over the `len` positions of one document from
-    // `start` (`spec_documents`): positions count from `start`, so tensor row = position +
-    // start, and the launch sees that piece as its whole sequence; with `row`, over that
-    // batch row alone (rows packed differently).
-    let in_document =
-        |wr: (usize, usize), params: Params, (start, len): (usize, usize), row: Option<usize>| -> Result<LaunchSpec> {
-            let (branch, params) = branch_params(wr, params, len)?;
-            let start = fits_i32("document start", start)?;
-            let params = Params {
-                batch: if row.is_some() { 1 } else { params.batch },
-                compact: 1,
-                q_offset: -start,
-                k_offset: -start,
-                seq_len: len as i32,
-                ..params
-            };
-            let local = Axis::contiguous(0, len);
-            let map = IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: local, k: local };
-            Ok(LaunchSpec { batch_row: row, ..build(params, Some(&branch), None, 0, map)? })
+    // One compact launch of branch (w, r) over the documents of every batch row, or with
+    // `row` over that row alone (rows packed differently), whose segments restart at each
+    // document's start (`spec_documents`): `starts`, the segment table at `at` in the call's
+    // buffer.
+    let in_documents =
+        |wr: (usize, usize), params: Params, (at, starts): &(usize, Arc<[usize]>), row: Option<usize>| {
+            let (branch, params) = branch_params(wr, params, chunk.seq_len)?;
+            let params = Params { batch: if row.is_some() { 1 } else { params.batch }, compact: 1, ..params };
+            let (segment, dilation, starts) = (branch.segment, branch.dilation, Some(starts.clone()));
+            let map = IndexMap::Compact { segment, dilation, q: qa, k: ka, starts };
+            Ok(LaunchSpec { batch_row: row, ..build(params, Some(&branch), None, *at, map)? })
         };
+    // A dilation-1 branch inside documents keeps every position of its segments: dense
+    // attention inside documents that are its segments, which the kernels cut per query
+    // row (`documents.cuh`) at the packed-dense rate instead of gathering compact tiles;
+    // the segments' spans are at `at` in the call's buffer. Planned as any packed dense
+    // call is, over the launch's rows.
+    let dense_in_segments = |params: Params, (at, starts): &(usize, Arc<[usize]>), row: Option<usize>| {
+        let shape = Shape { batch: if row.is_some() { 1 } else { shape.batch }, ..*shape };
+        let documents = Documents::per_row(vec![starts.to_vec(); shape.batch]);
+        let segments = GpuSpec { pattern: GpuPattern::Dense, documents: Some(documents), ..spec.clone() };
+        let l = launches_for(&shape, &segments, chunk, family)?.pop().expect("a dense call is one launch");
+        let params = Params { head_first: params.head_first, head_count: params.head_count, ..l.params };
+        Ok(LaunchSpec { params, batch_row: row, table_offset: *at, spans_in_buffer: true, ..l })
+    };
+    let segment_tables = match &spec.pattern {
+        GpuPattern::DilatedInDocuments(d, rows) => Some(SegmentTables::new(d, rows, shape.batch, chunk.seq_len)),
+        _ => None,
+    };
     // Branches reading offset tables: one compact launch each.
     if let Some(t) = &offset_tables {
         return t
@@ -418,13 +450,13 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             .collect();
     }
     match &spec.pattern {
-        GpuPattern::Dense => Ok(vec![build(base, None, None, 0, identity)?]),
+        GpuPattern::Dense => Ok(vec![build(base, None, None, 0, identity.clone())?]),
         GpuPattern::Window { left, right } => Ok(vec![build(
             Params { pattern: PatternCode::Window as i32, win_left: clamp(*left), win_right: clamp(*right), ..base },
             None,
             None,
             0,
-            identity,
+            identity.clone(),
         )?]),
         GpuPattern::BlockSparse(bs) => {
             let params = Params {
@@ -436,10 +468,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                 bs_mask_blocks: bs.block_mask.as_ref().map_or(0, |m| m.len() as i32),
                 ..base
             };
-            Ok(vec![build(params, None, None, 0, identity)?])
+            Ok(vec![build(params, None, None, 0, identity.clone())?])
         }
         GpuPattern::Expr(_) => {
-            Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, 0, identity)?])
+            Ok(vec![build(Params { pattern: PatternCode::Expr as i32, ..base }, None, None, 0, identity.clone())?])
         }
         // One launch per part; several merge as a dilated pattern's branches do.
         GpuPattern::Table(_) => tables
@@ -451,10 +483,10 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                     bs_mask_blocks: fits_i32("mask table tiles", t.tiles)?,
                     ..base
                 };
-                build(params, None, Some(t.as_ref()), at, identity)
+                build(params, None, Some(t.as_ref()), at, identity.clone())
             })
             .collect(),
-        // One launch per branch (inside documents, per branch and document piece); under
+        // One launch per branch (inside documents, per branch and boundary list); under
         // the head-group combine over its group's heads only (those of the launch's heads:
         // a head slice may hold part of a group, or none).
         GpuPattern::Dilated(d) | GpuPattern::DilatedInDocuments(d, _) => d
@@ -483,17 +515,17 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
                     ..base
                 };
                 let branch = (b.segment, b.dilation);
-                (!heads.is_empty()).then(|| match &spec.pattern {
-                    // One list: launches over every row; else per row.
-                    GpuPattern::DilatedInDocuments(_, rows) => {
-                        let row = |r: usize| (rows.len() > 1).then_some(r);
-                        rows.iter()
-                            .enumerate()
-                            .flat_map(|(r, list)| document_pieces(list, b.segment).into_iter().map(move |p| (r, p)))
-                            .map(|(r, piece)| in_document(branch, params, piece, row(r)))
-                            .collect()
+                (!heads.is_empty()).then(|| match &segment_tables {
+                    // One list: a launch over every row; else one per row.
+                    Some(t) => {
+                        let row = |r: usize| (t.tables[i].len() > 1).then_some(r);
+                        let launch = |(r, table)| match b.dilation {
+                            1 => dense_in_segments(params, table, row(r)),
+                            _ => in_documents(branch, params, table, row(r)),
+                        };
+                        t.tables[i].iter().enumerate().map(launch).collect()
                     }
-                    _ => Ok(vec![dilated(branch, params, 0)?]),
+                    None => Ok(vec![dilated(branch, params, 0)?]),
                 })
             })
             .collect::<Result<Vec<Vec<LaunchSpec>>>>()
@@ -515,6 +547,7 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?
                 .map(|t| t.bytes)
         }
+        GpuPattern::DilatedInDocuments(d, rows) => Some(SegmentTables::new(d, rows, shape.batch, chunk.seq_len).bytes),
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
         }

@@ -55,6 +55,10 @@ params! {
     /// its document (`[batch, seq_len]` i32 each); 0: no documents.
     doc_first: u64,
     doc_last: u64,
+    /// A compact launch over packed documents (`crate::spec_documents`): compact segment
+    /// `s` covers global positions `seg_start[s] .. seg_start[s + 1]` (i32, one more entry
+    /// than segments); 0: segment `s` covers `s dil_segment .. (s + 1) dil_segment`.
+    seg_start: u64,
     batch: i32,
     heads: i32,
     /// K/V heads (`heads` is a multiple); query head `h` reads K/V head `h / kv_group`.
@@ -186,13 +190,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 18 pointers, 38 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 19 pointers, 38 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (18 * 8 + 38 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 18 + 38 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 38 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 19 + 38 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
-        assert_eq!(Params::LAYOUT[18], ("batch", 144));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 144 + 39 * 4)));
+        assert_eq!(Params::LAYOUT[19], ("batch", 152));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 152 + 39 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

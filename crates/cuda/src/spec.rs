@@ -41,10 +41,11 @@ pub enum GpuPattern {
     /// launch per branch, offsets from a table ([`crate::dilated_expr`]). Build it with
     /// [`GpuPattern::dilated_expr`], which falls back to mask tables.
     DilatedExpr(ExprDilated),
-    /// A LongNet pattern inside documents on a whole sequence: per branch and document,
-    /// compact launches whose positions count from the document's start
-    /// (`crate::spec_documents`). The boundary lists: one that every batch row shares
-    /// (launches over every row), or one per batch row (launches per row). What
+    /// A LongNet pattern inside documents on a whole sequence: per branch, one launch
+    /// whose segments restart at each document's start (`crate::spec_documents`): a
+    /// compact launch reading a segment table, or for dilation 1 dense attention inside
+    /// the segments. The boundary lists: one that every batch row shares (launches over
+    /// every row), or one per batch row (launches per row). What
     /// [`GpuSpec::lowered`] makes of a built-in dilated pattern with documents where it can.
     DilatedInDocuments(Dilated, Vec<Vec<usize>>),
 }

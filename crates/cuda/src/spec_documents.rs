@@ -22,15 +22,22 @@
 //! A built-in LongNet pattern on a whole sequence (no ring piece, no key padding) runs
 //! compact instead ([`GpuPattern::DilatedInDocuments`]): a table visits every tile its
 //! lattice touches, `n w` pairs per branch and head, where compact launches visit the
-//! kept rows only, `n w / r^2`. Per branch `(w, r)` and document `[s, e)` of `L = e - s`
-//! tokens, one launch covers the `k = floor(L / w)` whole segments and one the tail of
-//! `L - k w` tokens (a segment of its own length): each is the kernels' compact launch
-//! with query and key positions counted from its start (`Params::q_offset = -start`,
-//! so tensor row = position + start), which is the pattern inside the document
-//! (segments start at the document's start; causality compares positions of one
-//! document). The launches add into one result as a pattern's branches do. Rows packed
-//! differently get launches per row: each covers one batch row (`params.batch = 1`, the
-//! call's buffers passed from that row: `LaunchSpec::row_elements`).
+//! kept rows only, `n w / r^2`. Inside a document `[s, e)` branch `(w, r)` has segments
+//! `[s + k w, min(s + (k + 1) w, e))`, which is the pattern inside the document: LongNet
+//! over `e - s` tokens cuts them so, its last segment short where `w` does not divide
+//! `e - s`, and keeps position `o(h) + t r` of each. One launch per branch covers every
+//! document: the kernels' compact launch, whose segment `s` is read from a segment table
+//! ([`segment_starts`], `Params::seg_start`) instead of being `s w .. (s + 1) w`. Every
+//! segment keeps its `m = ceil(w / r)` launch indices; a short one's last are holes, so
+//! the launch index still gives the segment by one division. Causality compares
+//! positions of one segment, hence of one document. A branch of dilation 1 keeps every
+//! position of its segments: it runs as dense attention with its segments as the
+//! documents (the kernels cut each query row to its document: `kernels/documents.cuh`),
+//! whose spans ([`SegmentTables`]) the launch reads from the call's buffer, with full
+//! tiles unmasked and the per-row plans of packed dense calls, where a compact launch
+//! would gather and mask its tiles. Rows packed differently get a
+//! launch per branch and row: each covers one batch row (`params.batch = 1`, the call's
+//! buffers passed from that row: `LaunchSpec::row_elements`).
 //!
 //! Tables are built per boundary list (the host evaluates the pattern once per list,
 //! heads in parallel; about 0.2 s for one LongNet branch inside 24 documents of a 64K
@@ -40,10 +47,11 @@
 
 use crate::error::{CudaError, Result};
 use crate::mask_table::TablePattern;
+use crate::plan::documents::position_spans;
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
-use ringdil_reference::pattern::{Combine, InDocuments, Pattern};
+use ringdil_reference::pattern::{Combine, Dilated, InDocuments, Pattern};
 use std::sync::Arc;
 
 impl GpuSpec {
@@ -133,23 +141,63 @@ fn document_rows(documents: &Documents, batch: usize, seq_len: usize) -> Result<
     Ok((0..batch).map(|b| documents.row(b, seq_len)).collect())
 }
 
-/// The pieces `(start, len)` that launches of a branch of segment `w` run over inside the
-/// documents `boundaries` (module docs): per non-empty document, its whole segments as one
-/// piece and its tail (shorter than `w`) as another, each where non-empty.
-pub fn document_pieces(boundaries: &[usize], w: usize) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for d in boundaries.windows(2) {
-        let (start, len) = (d[0], d[1] - d[0]);
-        let whole = len / w * w;
-        out.extend([(start, whole), (start + whole, len - whole)].into_iter().filter(|&(_, n)| n > 0));
-    }
+/// The segment table of a branch of segment `w` inside the documents `boundaries` (module
+/// docs): the first position of every segment, then the row's end (`Params::seg_start`).
+/// A non-empty document `[s, e)` has segments from `s, s + w, s + 2w, ...`, the last one
+/// shorter where `w` does not divide `e - s`; an empty document has none.
+pub fn segment_starts(boundaries: &[usize], w: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = boundaries.windows(2).flat_map(|d| (d[0]..d[1]).step_by(w)).collect();
+    out.extend(boundaries.last());
     out
+}
+
+/// The segments of a LongNet pattern's launches inside documents, in one buffer (the
+/// call's `block_mask`): per branch `i` and boundary list `j` (one list for every batch
+/// row, or one per row), [`segment_starts`] of the branch's segment (cut to the row, as
+/// the launch cuts it), `tables[i][j].1`, and from byte `tables[i][j].0` what the
+/// launch reads of them: a compact launch the starts as `i32`s (`Params::seg_start`); a
+/// dilation-1 branch, dense attention inside its segments, the spans of its segments
+/// taken as documents (`Params::doc_first`, then `doc_last`, `[rows, seq_len]` `i32`s each,
+/// over the launch's rows: every batch row for one list, its own row for one per row).
+pub struct SegmentTables {
+    pub bytes: Vec<u8>,
+    pub tables: Vec<Vec<(usize, Arc<[usize]>)>>,
+}
+
+impl SegmentTables {
+    /// The tables of `d`'s branches inside `rows` (valid boundary lists of `batch` rows
+    /// of `seq_len` positions; a call's `seq_len` fits an `i32`: `launch::validate`).
+    pub fn new(d: &Dilated, rows: &[Vec<usize>], batch: usize, seq_len: usize) -> Self {
+        let launch_rows = if rows.len() == 1 { batch } else { 1 };
+        let mut bytes = Vec::new();
+        let tables = d
+            .branches
+            .iter()
+            .map(|b| {
+                rows.iter()
+                    .map(|list| {
+                        let starts = segment_starts(list, b.segment.min(seq_len));
+                        let at = bytes.len();
+                        if b.dilation == 1 {
+                            let segments = Documents::per_row(vec![starts.clone(); launch_rows]);
+                            let (first, last) = position_spans(&segments, launch_rows, seq_len);
+                            bytes.extend(first.iter().chain(&last).flat_map(|s| s.to_ne_bytes()));
+                        } else {
+                            bytes.extend(starts.iter().flat_map(|&s| (s as i32).to_ne_bytes()));
+                        }
+                        (at, starts.into())
+                    })
+                    .collect()
+            })
+            .collect();
+        SegmentTables { bytes, tables }
+    }
 }
 
 /// Parts of a LongNet pattern whose key counts add up to its own, each keeping a key at
 /// most once: one per branch under the softmax-denominator combine (branches may share
 /// keys), the pattern itself under head groups (a head sees one branch).
-fn dilated_parts(d: &ringdil_reference::pattern::Dilated) -> Vec<Arc<dyn Pattern>> {
+fn dilated_parts(d: &Dilated) -> Vec<Arc<dyn Pattern>> {
     match d.combine {
         Combine::SoftmaxDenominator => {
             (0..d.branches.len()).map(|i| Arc::new(d.single_branch(i)) as Arc<dyn Pattern>).collect()

@@ -153,21 +153,22 @@ fn longnet_documents_run_compact_on_whole_sequences_only() {
     let piece = Shape { q_rows: 32, k_rows: 32, ..shape };
     let ring = spec.lowered(&piece, &Chunk::new(32, 0, 64)).unwrap().unwrap();
     assert!(matches!(ring.pattern, GpuPattern::Table(_)));
-    assert_eq!(document_pieces(&[0, 30, 30, 37, 64], 8), [(0, 24), (24, 6), (30, 7), (37, 24), (61, 3)]);
+    assert_eq!(segment_starts(&[0, 30, 30, 37, 64], 8), [0, 8, 16, 24, 30, 37, 45, 53, 61, 64]);
 }
 
-/// The compact launches per document keep exactly the reference's pairs: every launch's
+/// The compact launches over documents keep exactly the reference's pairs: every launch's
 /// rows transcribed from the kernels' compact rule (`index_map.cuh`, `row_of`: compact
 /// index `c` is kept position `t = c mod m` of segment `s = c div m`, at position
-/// `s w + o(h) + t r` of the launch, a hole past the segment's end; tensor row is the
-/// position minus `q_offset`), pairs of one segment, causal by position, on tiles the
-/// plan visits, counted over launches, against `Spec::key_counts` of the original spec
+/// `seg_start[s] + o(h) + t r`, a hole at or past `seg_start[s + 1]`; the table read from
+/// the call's buffer where the launch's `table_offset` says), pairs of one segment, causal
+/// by position, on tiles the plan visits, counted over launches, against
+/// `Spec::key_counts` of the original spec
 /// (documents: empty, shorter than a dilation, than a segment, several segments with a
 /// tail), per batch row: rows packed alike (launches over both rows) and differently
 /// (launches per row, each over its row alone).
 #[test]
 fn compact_document_launches_keep_the_references_pairs() {
-    use crate::launch::launches;
+    use crate::launch::{block_mask_bytes, launches};
     use crate::params::OffsetRule;
     let (n, heads) = (150, 5);
     let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
@@ -181,10 +182,11 @@ fn compact_document_launches_keep_the_references_pairs() {
         let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(docs);
         let (shape, chunk) = whole(2, n, heads);
         let launches = launches(&shape, &spec, &chunk).unwrap();
+        let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
+        let buffer = block_mask_bytes(&lowered, &shape, &chunk).unwrap().unwrap();
         let mut counts = vec![vec![vec![vec![0u32; n]; n]; heads]; 2];
         for l in &launches {
             let p = l.params;
-            assert_eq!((p.compact, p.q_offset, p.q_rows), (1, p.k_offset, n as i32));
             // A launch over one row sees a batch of 1, reads its buffers from its row on,
             // and counts for its row only.
             assert_eq!(p.batch, if l.batch_row.is_some() { 1 } else { 2 });
@@ -195,9 +197,49 @@ fn compact_document_launches_keep_the_references_pairs() {
                 [b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * heads * n, b]
             );
             assert_eq!(r.dims([2, n, heads, 64])[0], p.batch as usize);
-            let rows = l.batch_row.map_or(0..2, |b| b..b + 1);
-            let (w, r, m, start) = (p.dil_segment as usize, p.dil_rate as usize, p.dil_per_seg as usize, -p.q_offset);
+            assert_eq!((p.q_offset, p.k_offset, p.q_rows), (0, 0, n as i32));
+            // The launch's table in the call's buffer, as i32s from its offset.
+            let table = |len: usize| -> Vec<i32> {
+                buffer[l.table_offset..][..4 * len]
+                    .chunks(4)
+                    .map(|x| i32::from_ne_bytes(x.try_into().unwrap()))
+                    .collect()
+            };
             let heads_of_launch = p.head_first as usize..(p.head_first + p.head_count) as usize;
+            if l.spans_in_buffer {
+                // A dilation-1 branch: dense, its segments as documents (documents.cuh:
+                // query i of launch row lb sees keys doc_first..=doc_last), causal, on
+                // tiles its per-row plan visits.
+                assert_eq!((p.compact, p.pattern), (0, crate::params::PatternCode::Dense as i32));
+                let spans = table(2 * p.batch as usize * n);
+                let (first, last) = spans.split_at(p.batch as usize * n);
+                for (h, lb) in heads_of_launch.flat_map(|h| (0..p.batch as usize).map(move |lb| (h, lb))) {
+                    let counts = &mut counts[l.batch_row.unwrap_or(lb)][h];
+                    let plan_row = |t: usize| t + lb * l.fwd.rows_per_batch() as usize;
+                    for (q, row) in counts.iter_mut().enumerate() {
+                        let (lo, hi) = (first[lb * n + q] as usize, last[lb * n + q] as usize);
+                        for (k, c) in row.iter_mut().enumerate().take(hi + 1).skip(lo) {
+                            if (!causal || k <= q) && l.fwd.contains(plan_row(q / l.fwd_q_tile), k / l.fwd_k_tile) {
+                                *c += 1;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            assert_eq!((p.compact, l.reads_segments()), (1, true));
+            let table: Vec<usize> = table((buffer.len() - l.table_offset) / 4)
+                .into_iter()
+                .map(|x| x as usize)
+                .scan(true, |more, x| {
+                    more.then(|| {
+                        *more = x < n;
+                        x
+                    })
+                })
+                .collect();
+            let rows = l.batch_row.map_or(0..2, |b| b..b + 1);
+            let (r, m) = (p.dil_rate as usize, p.dil_per_seg as usize);
             for (h, b) in heads_of_launch.flat_map(|h| rows.clone().map(move |b| (h, b))) {
                 let counts = &mut counts[b][h];
                 let o = match p.dil_rule {
@@ -209,15 +251,15 @@ fn compact_document_launches_keep_the_references_pairs() {
                 // (segment, position) of compact index c, if it is a row.
                 let row = |c: usize| {
                     let (s, t) = (c / m, c % m);
-                    let pos = s * w + o + t * r;
-                    (c < p.nq as usize && pos < (s + 1) * w).then_some((s, pos))
+                    let pos = table[s] + o + t * r;
+                    (c < p.nq as usize && pos < table[s + 1]).then_some((s, pos))
                 };
                 for qc in 0..p.nq as usize {
                     let Some((qs, qp)) = row(qc) else { continue };
                     for kc in 0..p.nk as usize {
                         let Some((ks, kp)) = row(kc) else { continue };
                         if qs == ks && (!causal || kp <= qp) && l.fwd.contains(qc / l.fwd_q_tile, kc / l.fwd_k_tile) {
-                            counts[(qp as i32 + start) as usize][(kp as i32 + start) as usize] += 1;
+                            counts[qp][kp] += 1;
                         }
                     }
                 }
@@ -240,12 +282,11 @@ fn compact_document_launches_keep_the_references_pairs() {
     }
 }
 
-/// `document_pieces` against the rule written out: every position of every document lies
-/// in exactly one piece of its own document, in order; a document's first piece starts at
-/// its start and holds its whole segments (a multiple of `w`), a second one only its tail
-/// (shorter than `w`); empty documents have none.
+/// `segment_starts` against the rule written out per position: position `p` of the
+/// document `[s, e)` lies in the segment `[s + k w, min(s + (k + 1) w, e))` with
+/// `k = (p - s) div w`; the table's segments are those, in order, and end at the row's end.
 #[test]
-fn document_pieces_cover_each_document_once() {
+fn segment_starts_cut_each_document_from_its_start() {
     let mut rng = ringdil_reference::random::SplitMix64::new(5);
     for _ in 0..500 {
         let (n, w) = (rng.range(0, 120), rng.range(1, 40));
@@ -254,27 +295,14 @@ fn document_pieces_cover_each_document_once() {
             let next = (list.last().unwrap() + rng.range(0, 50)).min(n);
             list.push(next);
         }
-        let pieces = document_pieces(&list, w);
-        let mut at = 0;
+        let starts = segment_starts(&list, w);
+        assert!(starts.windows(2).all(|x| x[0] < x[1]) && starts.last() == Some(&n), "{list:?} w {w}: {starts:?}");
         for d in list.windows(2) {
-            let (s, e) = (d[0], d[1]);
-            // The pieces that start inside this document (pieces are never empty).
-            let mine: Vec<(usize, usize)> =
-                pieces[at..].iter().copied().take_while(|&(p, _)| (s..e).contains(&p)).collect();
-            at += mine.len();
-            // Back to back from the start to the end, none empty, at most two: whole
-            // segments (a multiple of w), then a tail shorter than w.
-            let mut next = s;
-            for &(p, len) in &mine {
-                assert!(p == next && len > 0, "{list:?} w {w}: {mine:?}");
-                next += len;
+            for p in d[0]..d[1] {
+                let first = d[0] + (p - d[0]) / w * w;
+                let s = starts.partition_point(|&x| x <= p) - 1;
+                assert_eq!((starts[s], starts[s + 1]), (first, (first + w).min(d[1])), "{list:?} w {w}: position {p}");
             }
-            assert_eq!(next, e, "{list:?} w {w}: {mine:?}");
-            let short = mine.iter().filter(|&&(_, len)| len < w).count();
-            assert!(mine.len() <= 2 && short <= 1, "{list:?} w {w}: {mine:?}");
-            assert!(mine.iter().rev().skip(short).all(|&(_, len)| len % w == 0), "{list:?} w {w}: {mine:?}");
-            assert!(short == 0 || mine.last().is_some_and(|&(_, len)| len < w), "{list:?} w {w}: {mine:?}");
         }
-        assert_eq!(at, pieces.len());
     }
 }

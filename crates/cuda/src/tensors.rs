@@ -4,7 +4,7 @@
 use crate::gpu::Kernels;
 use crate::launch::LaunchSpec;
 use crate::shape::{Dtype, Shape};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use std::sync::Arc;
 
 /// A `[batch, rows, heads, head_dim]` tensor of 16-bit floats (bf16 or f16 bits).
@@ -99,6 +99,15 @@ impl Prepared {
     /// [`LaunchSpec::writes_every_row`]): it lays the ground the others merge or add into.
     pub(crate) fn ground_launch(&self) -> Option<usize> {
         self.launches.iter().position(|(l, _)| l.writes_every_row())
+    }
+
+    /// The document spans launch `l` reads (`Params::doc_first`, `doc_last`; 0 without):
+    /// its own in the call's buffer, from `mask` (the buffer's address plus its
+    /// `table_offset`: [`LaunchSpec::buffer_spans`]), else the call's documents'.
+    pub(crate) fn doc_spans(&self, l: &LaunchSpec, mask: u64, st: &Arc<CudaStream>) -> (u64, u64) {
+        l.buffer_spans(mask).unwrap_or_else(|| {
+            self.doc_spans.as_ref().map_or((0, 0), |(f, e)| (f.device_ptr(st).0, e.device_ptr(st).0))
+        })
     }
 
     /// Launch indices with [`Prepared::ground_launch`] first, then the others in order.

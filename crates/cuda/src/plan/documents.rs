@@ -21,8 +21,8 @@ use ringdil_reference::Documents;
 /// `[s, e)` holds a query position and a key position of the two tiles
 /// ([`share_document`]): exact on every axis, so a rank whose documents all lie in its
 /// own tokens (striped ranks with one-token documents included) needs no other rank.
-pub fn restrict(plan: &TilePlan, map: IndexMap, (q_tile, k_tile): (usize, usize), row: &[usize]) -> TilePlan {
-    let IndexMap::Identity { q, k } = map else {
+pub fn restrict(plan: &TilePlan, map: &IndexMap, (q_tile, k_tile): (usize, usize), row: &[usize]) -> TilePlan {
+    let &IndexMap::Identity { q, k } = map else {
         panic!("documents restrict identity launches only (compact branches are refused by GpuSpec::validate)");
     };
     let span = |tile: usize, size: usize, axis: super::Axis| {
@@ -85,7 +85,7 @@ fn share_document(row: &[usize], q: Lattice, k: Lattice) -> bool {
 /// documents, stacked ([`TilePlan::stack`]).
 pub fn per_row(
     plan: &TilePlan,
-    map: IndexMap,
+    map: &IndexMap,
     tiles: (usize, usize),
     documents: &Documents,
     batch: usize,
@@ -146,7 +146,7 @@ mod tests {
             spec.validate(batch, 1, n).unwrap();
             let map = IndexMap::whole(n);
             let tiles = (64, 64);
-            let p = per_row(&plan(&gpu, None, causal, map, tiles), map, tiles, &docs, batch, n);
+            let p = per_row(&plan(&gpu, None, causal, &map, tiles), &map, tiles, &docs, batch, n);
             assert_eq!(p.batches, batch);
             for b in 0..batch {
                 let mut allowed = vec![vec![false; p.col_tiles]; p.row_tiles];
@@ -218,7 +218,7 @@ mod tests {
             let (qa, ka) = (axis(&mut rng), axis(&mut rng));
             let map = IndexMap::Identity { q: qa, k: ka };
             let tiles = (64, 64);
-            let p = restrict(&plan(&GpuPattern::Dense, None, false, map, tiles), map, tiles, &row);
+            let p = restrict(&plan(&GpuPattern::Dense, None, false, &map, tiles), &map, tiles, &row);
             let doc = |t: usize| row.partition_point(|&x| x <= t);
             let rows =
                 |a: Axis, tile: usize| (tile * 64..((tile + 1) * 64).min(a.rows)).map(move |i| a.offset + i * a.stride);

@@ -38,7 +38,7 @@ fn reads(node: &Node, var: Var) -> bool {
 /// compacted), query and key indices in tiles of `tiles`. Key tiles are classified as
 /// runs ([`TilePlan::build_runs`]): the interval classification decides a window's or a
 /// block band's inside and outside for a whole run at once.
-pub fn plan(pattern: &ExprPattern, scope: ExprScope, causal: bool, map: IndexMap, tiles: (usize, usize)) -> TilePlan {
+pub fn plan(pattern: &ExprPattern, scope: ExprScope, causal: bool, map: &IndexMap, tiles: (usize, usize)) -> TilePlan {
     let root = pattern.mask().root();
     let heads: Vec<usize> =
         if reads(root, Var::Head) { (scope.first..scope.first + scope.count).collect() } else { vec![scope.first] };

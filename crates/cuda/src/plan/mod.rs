@@ -17,6 +17,7 @@
 //! tiles are full, and a mask expression's per-element test is its most expensive part.
 
 use crate::spec::GpuPattern;
+use std::sync::Arc;
 
 pub mod documents;
 pub mod expression;
@@ -47,7 +48,7 @@ impl Axis {
 }
 
 /// How a launch index becomes a row of the tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexMap {
     /// Index `c` is row `c`, at global position `offset + c * stride` of its axis.
     Identity { q: Axis, k: Axis },
@@ -58,7 +59,13 @@ pub enum IndexMap {
     /// axis (a chunk that starts or ends inside a segment). Only kept rows are visited, so
     /// a branch costs `rows_q * w / r^2` per head on a whole sequence *and* on a ring
     /// step, instead of the `rows_q * w` of evaluating its mask in place.
-    Compact { segment: usize, dilation: usize, q: Axis, k: Axis },
+    ///
+    /// With `starts` (a launch over packed documents, whole sequences only: both axes
+    /// from position 0), segment `s` is positions `starts[s] .. starts[s + 1]` instead of
+    /// `s*w .. (s+1)*w`: segments of at most `w` positions that restart at each
+    /// document's start (`crate::spec_documents::segment_starts`). Each still has `m`
+    /// indices, the ones past its kept positions holes.
+    Compact { segment: usize, dilation: usize, q: Axis, k: Axis, starts: Option<Arc<[usize]>> },
 }
 
 impl IndexMap {
@@ -83,7 +90,11 @@ impl IndexMap {
     pub fn extents(&self) -> (usize, usize) {
         match *self {
             IndexMap::Identity { q, k } => (q.rows, k.rows),
-            IndexMap::Compact { segment, dilation, q, k } => {
+            IndexMap::Compact { segment, dilation, starts: Some(ref s), .. } => {
+                let n = (s.len() - 1) * segment.div_ceil(dilation);
+                (n, n)
+            }
+            IndexMap::Compact { segment, dilation, q, k, starts: None } => {
                 let ext = |a: Axis| {
                     let (m, first) = Self::compact_seg(segment, dilation, a);
                     (a.last() / segment - first + 1) * m
@@ -96,8 +107,8 @@ impl IndexMap {
     /// Global compact index of launch index 0 on the query and key side (0 for identity).
     pub fn bases(&self) -> (usize, usize) {
         match *self {
-            IndexMap::Identity { .. } => (0, 0),
-            IndexMap::Compact { segment, dilation, q, k } => {
+            IndexMap::Identity { .. } | IndexMap::Compact { starts: Some(_), .. } => (0, 0),
+            IndexMap::Compact { segment, dilation, q, k, starts: None } => {
                 let base = |a: Axis| {
                     let (m, first) = Self::compact_seg(segment, dilation, a);
                     first * m
@@ -124,9 +135,29 @@ impl IndexMap {
         match *self {
             IndexMap::Identity { .. } => Some(i / axis.stride),
             IndexMap::Compact { segment, dilation, .. } => {
-                let t = (pos % segment).checked_sub(o)?;
-                (t % dilation == 0).then(|| (pos / segment) * segment.div_ceil(dilation) + t / dilation - base)
+                let s = self.segment_of(pos);
+                let t = (pos - self.segment_bounds(s).0).checked_sub(o)?;
+                (t % dilation == 0).then(|| s * segment.div_ceil(dilation) + t / dilation - base)
             }
+        }
+    }
+
+    /// The compact segment holding position `pos` (compact maps).
+    fn segment_of(&self, pos: usize) -> usize {
+        match self {
+            IndexMap::Compact { starts: Some(s), .. } => s.partition_point(|&x| x <= pos) - 1,
+            IndexMap::Compact { segment, .. } => pos / segment,
+            IndexMap::Identity { .. } => 0,
+        }
+    }
+
+    /// The positions `first..end` of compact segment `s` (compact maps): `s*w..(s+1)*w`,
+    /// or the segment table's.
+    fn segment_bounds(&self, s: usize) -> (usize, usize) {
+        match self {
+            IndexMap::Compact { starts: Some(t), .. } => (t[s], t[s + 1]),
+            IndexMap::Compact { segment, .. } => (s * segment, (s + 1) * segment),
+            IndexMap::Identity { .. } => (0, 0),
         }
     }
 }
@@ -186,7 +217,7 @@ impl TilePlan {
     /// global positions of each tile pair's rows ([`positions`]); a tile past its axis is
     /// not visited.
     pub(crate) fn build_spans<V: Into<Visit>>(
-        map: IndexMap,
+        map: &IndexMap,
         (q_tile, k_tile): (usize, usize),
         visit: impl Fn((usize, usize), (usize, usize)) -> V + Sync,
     ) -> Self {
@@ -206,7 +237,7 @@ impl TilePlan {
     /// `visit` decides a whole span at once (a window or a block band over `c` key tiles)
     /// a query tile costs about `2 log2 c` calls instead of `c`.
     pub(crate) fn build_runs(
-        map: IndexMap,
+        map: &IndexMap,
         (q_tile, k_tile): (usize, usize),
         visit: impl Fn((usize, usize), (usize, usize)) -> Visit + Sync,
     ) -> Self {
@@ -341,21 +372,21 @@ pub(crate) fn positions(a: usize, b: usize, axis: Axis) -> Option<(usize, usize)
 }
 
 /// The positions that compact indices `g0..=g1` (global compact indices) can take inside
-/// segment `s`, over every head offset `o in 0..r`, clipped to the segment and the axis:
-/// `[s*w + t0*r, s*w + (r-1) + t1*r]`. None when the indices miss `s` or are all holes.
+/// segment `s` (positions `first..end`, `m` indices), over every head offset `o in 0..r`,
+/// clipped to the segment and the axis: `[first + t0*r, first + (r-1) + t1*r]`. None when
+/// the indices miss `s` or are all holes.
 fn compact_span(
-    (segment, dilation): (usize, usize),
-    s: usize,
+    (m, dilation): (usize, usize),
+    (s, (first, end)): (usize, (usize, usize)),
     (g0, g1): (usize, usize),
     axis: Axis,
 ) -> Option<(usize, usize)> {
-    let m = segment.div_ceil(dilation);
     let (t0, t1) = (g0.max(s * m).checked_sub(s * m)?, g1.min(s * m + m - 1).checked_sub(s * m)?);
     if t0 > t1 {
         return None;
     }
-    let lo = (s * segment + t0 * dilation).max(axis.offset);
-    let hi = (s * segment + dilation - 1 + t1 * dilation).min(s * segment + segment - 1).min(axis.last());
+    let lo = (first + t0 * dilation).max(axis.offset);
+    let hi = (first + dilation - 1 + t1 * dilation).min(end.checked_sub(1)?).min(axis.last());
     (lo <= hi).then_some((lo, hi))
 }
 
@@ -366,13 +397,13 @@ pub fn plan(
     pattern: &GpuPattern,
     branch: Option<&Branch>,
     causal: bool,
-    map: IndexMap,
+    map: &IndexMap,
     (q_tile, k_tile): (usize, usize),
 ) -> TilePlan {
     let (nq, nk) = map.extents();
     let (qa, ka) = map.axes();
     let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(k_tile));
-    match map {
+    match *map {
         IndexMap::Compact { segment, dilation, .. } => {
             // A tile pair can hold a kept pair only inside a segment both tiles reach,
             // with (causal) some key position at or before some query position there.
@@ -382,7 +413,8 @@ pub fn plan(
                 let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
                 let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
                 ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
-                    match (compact_span((segment, dilation), s, q, qa), compact_span((segment, dilation), s, k, ka)) {
+                    let seg = (s, map.segment_bounds(s));
+                    match (compact_span((m, dilation), seg, q, qa), compact_span((m, dilation), seg, k, ka)) {
                         (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
                         _ => false,
                     }

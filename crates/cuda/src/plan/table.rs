@@ -13,6 +13,6 @@ use std::ops::Range;
 /// The tile plan of `table` for pattern heads `heads` under `map` (identity: table
 /// launches are never compacted), query and key indices in tiles of
 /// `tiles`.
-pub fn plan(table: &MaskTable, heads: Range<usize>, causal: bool, map: IndexMap, tiles: (usize, usize)) -> TilePlan {
+pub fn plan(table: &MaskTable, heads: Range<usize>, causal: bool, map: &IndexMap, tiles: (usize, usize)) -> TilePlan {
     TilePlan::build_spans(map, tiles, |q, k| !(causal && k.0 > q.1) && table.may_attend(heads.clone(), q, k))
 }

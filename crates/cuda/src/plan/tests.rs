@@ -30,7 +30,7 @@ fn needed_tiles_of(spec: &GpuSpec, heads: usize, n: usize, (q_tile, k_tile): (us
 }
 
 fn identity_plan(spec: &GpuSpec, n: usize) -> TilePlan {
-    plan(&spec.pattern, None, spec.causal, IndexMap::whole(n), (TILE, TILE))
+    plan(&spec.pattern, None, spec.causal, &IndexMap::whole(n), (TILE, TILE))
 }
 
 /// Tile shapes the kernels plan over: the backward's, the mma forward's and the wgmma
@@ -78,7 +78,7 @@ fn dense_causal_and_window_plans_are_exactly_the_needed_tiles() {
             ] {
                 let spec = GpuSpec::new(pattern).causal(causal);
                 for shape in SHAPES {
-                    let p = plan(&spec.pattern, None, causal, IndexMap::whole(n), shape);
+                    let p = plan(&spec.pattern, None, causal, &IndexMap::whole(n), shape);
                     assert_eq!(planned(&p), needed_tiles_of(&spec, 1, n, shape), "{spec:?} n={n} {shape:?}");
                     assert_eq!(marked_full(&p), full_tiles_of(&spec, 1, n, shape), "{spec:?} n={n} {shape:?}: marks");
                 }
@@ -128,7 +128,7 @@ fn block_sparse_marks_are_exact_on_whole_blocks() {
     ] {
         let spec = GpuSpec::new(GpuPattern::BlockSparse(bs)).causal(causal);
         for shape in SHAPES {
-            let p = plan(&spec.pattern, None, causal, IndexMap::whole(n), shape);
+            let p = plan(&spec.pattern, None, causal, &IndexMap::whole(n), shape);
             let full = full_tiles_of(&spec, 1, n, shape);
             assert_eq!(marked_full(&p), full, "{spec:?} {shape:?}");
             assert!(!full.is_empty());
@@ -143,7 +143,7 @@ fn dilated_identity_plan_is_sound_per_branch() {
     for (i, branch) in d.branches.iter().enumerate() {
         for causal in [false, true] {
             let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(i))).causal(causal);
-            let p = plan(&spec.pattern, Some(branch), causal, IndexMap::whole(n), (TILE, TILE));
+            let p = plan(&spec.pattern, Some(branch), causal, &IndexMap::whole(n), (TILE, TILE));
             for (r, c) in needed_tiles(&spec, 8, n) {
                 assert!(p.contains(r, c), "branch {i} causal={causal}: tile ({r}, {c}) not planned");
             }
@@ -151,7 +151,7 @@ fn dilated_identity_plan_is_sound_per_branch() {
     }
     // A 64-token segment: only the diagonal tiles.
     let spec = GpuSpec::new(GpuPattern::Dilated(d.single_branch(0)));
-    let p = plan(&spec.pattern, Some(&d.branches[0]), false, IndexMap::whole(640), (TILE, TILE));
+    let p = plan(&spec.pattern, Some(&d.branches[0]), false, &IndexMap::whole(640), (TILE, TILE));
     assert_eq!(p.visits(), 10);
 }
 
@@ -168,7 +168,7 @@ fn dilation_one_plans_and_marks_are_exact() {
         for causal in [false, true] {
             let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).causal(causal);
             for shape in SHAPES {
-                let p = plan(&spec.pattern, Some(&d.branches[0]), causal, IndexMap::whole(n), shape);
+                let p = plan(&spec.pattern, Some(&d.branches[0]), causal, &IndexMap::whole(n), shape);
                 let what = format!("w {w} causal {causal} {shape:?}");
                 assert_eq!(planned(&p), needed_tiles_of(&spec, 4, n, shape), "{what}");
                 assert_eq!(marked_full(&p), full_tiles_of(&spec, 4, n, shape), "{what}: marks");
@@ -177,7 +177,7 @@ fn dilation_one_plans_and_marks_are_exact() {
     }
     // Dilation 2 keeps half the positions: never marked.
     let d = Dilated::longnet(&[(128, 2)]);
-    let p = plan(&GpuPattern::Dilated(d.clone()), Some(&d.branches[0]), false, IndexMap::whole(n), (TILE, TILE));
+    let p = plan(&GpuPattern::Dilated(d.clone()), Some(&d.branches[0]), false, &IndexMap::whole(n), (TILE, TILE));
     assert!(marked_full(&p).is_empty());
 }
 
@@ -186,9 +186,9 @@ fn ring_chunk_plan_uses_global_positions() {
     // Queries 128..256 against keys 0..128 under causality: every tile is below the
     // diagonal; the reverse chunk pair is empty.
     let spec = GpuSpec::new(GpuPattern::Dense).causal(true);
-    let below = plan(&spec.pattern, None, true, chunk(128, 0, 128), (TILE, TILE));
+    let below = plan(&spec.pattern, None, true, &chunk(128, 0, 128), (TILE, TILE));
     assert_eq!(below.visits(), 4);
-    let above = plan(&spec.pattern, None, true, chunk(0, 128, 128), (TILE, TILE));
+    let above = plan(&spec.pattern, None, true, &chunk(0, 128, 128), (TILE, TILE));
     assert_eq!(above.visits(), 0);
 }
 
@@ -197,16 +197,22 @@ fn compact_plan_covers_segments_and_costs_the_branch_share() {
     // n = 4096, w = 1024, r = 4: 4 segments of 256 compact rows = 4 tiles each, so
     // 4 * 4 * 4 = 64 tiles of 64x64, i.e. n*w/r^2 / 64^2 = 64: the branch's share.
     let (n, w, r) = (4096, 1024, 4);
-    let map = IndexMap::Compact { segment: w, dilation: r, q: Axis::contiguous(0, n), k: Axis::contiguous(0, n) };
+    let map = IndexMap::Compact {
+        segment: w,
+        dilation: r,
+        q: Axis::contiguous(0, n),
+        k: Axis::contiguous(0, n),
+        starts: None,
+    };
     assert_eq!(map.extents(), (1024, 1024));
-    let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
+    let p = plan(&GpuPattern::Dense, None, false, &map, (TILE, TILE));
     assert_eq!(p.visits(), n * w / (r * r) / (TILE * TILE));
-    let causal = plan(&GpuPattern::Dense, None, true, map, (TILE, TILE));
+    let causal = plan(&GpuPattern::Dense, None, true, &map, (TILE, TILE));
     assert_eq!(causal.visits(), 4 * (4 * 5 / 2));
     // Segments that do not fill tiles (w = 100, r = 3: 34 compact rows per segment).
     let whole = Axis::contiguous(0, 1000);
-    let map = IndexMap::Compact { segment: 100, dilation: 3, q: whole, k: whole };
-    let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
+    let map = IndexMap::Compact { segment: 100, dilation: 3, q: whole, k: whole, starts: None };
+    let p = plan(&GpuPattern::Dense, None, false, &map, (TILE, TILE));
     for s in 0..10 {
         let (a, b) = (s * 34 / TILE, (s * 34 + 33) / TILE);
         assert!(p.contains(a, b) && p.contains(b, a));
@@ -217,13 +223,13 @@ fn compact_plan_covers_segments_and_costs_the_branch_share() {
 fn forward_plan_with_128_row_query_tiles() {
     // Causal, 300 tokens: query tiles [0,128), [128,256), [256,300) see key tiles up
     // to their last row: 2, 4 and 5 tiles.
-    let p = plan(&GpuPattern::Dense, None, true, IndexMap::whole(300), (FWD_Q_TILE, TILE));
+    let p = plan(&GpuPattern::Dense, None, true, &IndexMap::whole(300), (FWD_Q_TILE, TILE));
     assert_eq!((p.row_tiles, p.col_tiles), (3, 5));
     assert_eq!((p.row(0).len(), p.row(1).len(), p.row(2).len()), (2, 4, 5));
     let spec = GpuSpec::new(GpuPattern::Window { left: 10, right: 0 }).causal(true);
     for (r, c) in needed_tiles(&spec, 1, 300) {
         let q_tile = r * TILE / FWD_Q_TILE;
-        let p = plan(&spec.pattern, None, true, IndexMap::whole(300), (FWD_Q_TILE, TILE));
+        let p = plan(&spec.pattern, None, true, &IndexMap::whole(300), (FWD_Q_TILE, TILE));
         assert!(p.contains(q_tile, c));
     }
 }
@@ -248,7 +254,7 @@ fn chunk(q_offset: usize, k_offset: usize, rows: usize) -> IndexMap {
 }
 
 /// Every allowed pair between two axes lies in a planned tile (forward and backward tiles).
-fn assert_sound(spec: &GpuSpec, d: Option<&Dilated>, map: IndexMap, n: usize, heads: usize) {
+fn assert_sound(spec: &GpuSpec, d: Option<&Dilated>, map: &IndexMap, n: usize, heads: usize) {
     let branch = d.map(|d| &d.branches[0]);
     assert_sound_with(spec, d, map, n, heads, |tiles| plan(&spec.pattern, branch, spec.causal, map, tiles));
 }
@@ -257,7 +263,7 @@ fn assert_sound(spec: &GpuSpec, d: Option<&Dilated>, map: IndexMap, n: usize, he
 fn assert_sound_with(
     spec: &GpuSpec,
     d: Option<&Dilated>,
-    map: IndexMap,
+    map: &IndexMap,
     n: usize,
     heads: usize,
     plan_of: impl Fn((usize, usize)) -> TilePlan,
@@ -308,9 +314,14 @@ fn compact_ring_chunks_are_sound_and_cost_the_branch_share() {
         for causal in [false, true] {
             let spec = GpuSpec::new(GpuPattern::Dilated(one.clone())).causal(causal);
             for &(qo, qr, ko, kr) in &chunks {
-                let map =
-                    IndexMap::Compact { segment, dilation, q: Axis::contiguous(qo, qr), k: Axis::contiguous(ko, kr) };
-                assert_sound(&spec, Some(&one), map, n, 5);
+                let map = IndexMap::Compact {
+                    segment,
+                    dilation,
+                    q: Axis::contiguous(qo, qr),
+                    k: Axis::contiguous(ko, kr),
+                    starts: None,
+                };
+                assert_sound(&spec, Some(&one), &map, n, 5);
             }
         }
     }
@@ -321,8 +332,9 @@ fn compact_ring_chunks_are_sound_and_cost_the_branch_share() {
         dilation: 8,
         q: Axis::contiguous(2048, 1024),
         k: Axis::contiguous(1024, 1024),
+        starts: None,
     };
-    let p = plan(&GpuPattern::Dense, None, false, map, (TILE, TILE));
+    let p = plan(&GpuPattern::Dense, None, false, &map, (TILE, TILE));
     assert_eq!(map.extents(), (512, 512));
     assert_eq!(map.bases(), (0, 0));
     assert_eq!(p.visits(), 4);
@@ -332,8 +344,9 @@ fn compact_ring_chunks_are_sound_and_cost_the_branch_share() {
         dilation: 8,
         q: Axis::contiguous(1024, 1024),
         k: Axis::contiguous(2048, 1024),
+        starts: None,
     };
-    assert_eq!(plan(&GpuPattern::Dense, None, true, after, (TILE, TILE)).visits(), 0);
+    assert_eq!(plan(&GpuPattern::Dense, None, true, &after, (TILE, TILE)).visits(), 0);
 }
 
 #[test]
@@ -352,13 +365,13 @@ fn strided_axes_are_sound_for_every_mask() {
             for src in 0..ranks {
                 let axis = |x: usize| Axis { offset: x, stride: ranks, rows: (n - x).div_ceil(ranks) };
                 let map = IndexMap::Identity { q: axis(r), k: axis(src) };
-                assert_sound(spec, *dil, map, n, 2);
+                assert_sound(spec, *dil, &map, n, 2);
             }
         }
     }
     // Causal striped: the plan is the lower triangle of local indices (exact).
     let axis = |x: usize| Axis { offset: x, stride: ranks, rows: 64 * 4 };
-    let p = plan(&GpuPattern::Dense, None, true, IndexMap::Identity { q: axis(0), k: axis(1) }, (TILE, TILE));
+    let p = plan(&GpuPattern::Dense, None, true, &IndexMap::Identity { q: axis(0), k: axis(1) }, (TILE, TILE));
     assert_eq!(p.visits(), 4 * 5 / 2);
 }
 
@@ -386,7 +399,7 @@ fn expression_plans_are_sound_and_exact_where_one_evaluation_decides() {
             for n in [1, 100, 257] {
                 let scope = ExprScope { first: 0, count: heads, total: heads, seq_len: n };
                 for shape in SHAPES {
-                    let p = expression::plan(e, scope, causal, IndexMap::whole(n), shape);
+                    let p = expression::plan(e, scope, causal, &IndexMap::whole(n), shape);
                     let needed = needed_tiles_of(&spec, heads, n, shape);
                     let got = planned(&p);
                     assert!(needed.iter().all(|t| got.contains(t)), "{text} causal {causal} n {n} {shape:?}: unsound");
@@ -411,7 +424,7 @@ fn expression_plans_are_sound_and_exact_where_one_evaluation_decides() {
                 },
             ];
             for map in maps {
-                assert_sound_with(&spec, None, map, n, heads, |tiles| expression::plan(e, scope, causal, map, tiles));
+                assert_sound_with(&spec, None, &map, n, heads, |tiles| expression::plan(e, scope, causal, &map, tiles));
             }
         }
     }

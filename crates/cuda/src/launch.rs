@@ -424,7 +424,9 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     let dense_in_segments = |params: Params, (at, starts): &(usize, Arc<[usize]>), row: Option<usize>| {
         let shape = Shape { batch: if row.is_some() { 1 } else { shape.batch }, ..*shape };
         let documents = Documents::per_row(vec![starts.to_vec(); shape.batch]);
-        let segments = GpuSpec { pattern: GpuPattern::Dense, documents: Some(documents), ..spec.clone() };
+        // A launch over one row pads its keys as that row does.
+        let key_lengths = spec.key_lengths.as_ref().map(|l| row.map_or(l.clone(), |r| vec![l[r]]));
+        let segments = GpuSpec { pattern: GpuPattern::Dense, documents: Some(documents), key_lengths, ..spec.clone() };
         let l = launches_for(&shape, &segments, chunk, family)?.pop().expect("a dense call is one launch");
         let params = Params { head_first: params.head_first, head_count: params.head_count, ..l.params };
         Ok(LaunchSpec { params, batch_row: row, table_offset: *at, spans_in_buffer: true, ..l })

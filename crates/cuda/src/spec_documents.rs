@@ -58,19 +58,17 @@ impl GpuSpec {
     /// The spec the kernels run for a call of `shape` over `chunk`: a mask expression equal
     /// to a built-in as the built-in ([`GpuPattern::lowered`]), and documents with a
     /// pattern the kernels cannot cut per document as that pattern inside them (module
-    /// docs): a built-in LongNet pattern on a whole sequence without key padding as
-    /// [`GpuPattern::DilatedInDocuments`] (compact launches per document), any other as
-    /// mask tables. None where the kernels run the spec itself. Errors: the documents'
+    /// docs): a built-in LongNet pattern on contiguous rows (a whole sequence or a ring
+    /// piece of a contiguous or zigzag layout) as [`GpuPattern::DilatedInDocuments`] (one
+    /// launch per branch over every document), any other as mask tables. None where the
+    /// kernels run the spec itself. Errors: the documents'
     /// own (the reference's, naming the value) and [`CudaError::DocumentTables`].
     pub fn lowered(&self, shape: &Shape, chunk: &Chunk) -> Result<Option<GpuSpec>> {
         let built_in = self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() });
         let spec = built_in.as_ref().unwrap_or(self);
-        let whole = chunk.q_offset == 0
-            && chunk.k_offset == 0
-            && (chunk.q_stride, chunk.k_stride) == (1, 1)
-            && (shape.q_rows, shape.k_rows) == (chunk.seq_len, chunk.seq_len);
+        // Compaction needs contiguous rows (kept positions are found from segment starts).
         if let (GpuPattern::Dilated(d), Some(documents)) = (&spec.pattern, &spec.documents)
-            && whole
+            && (chunk.q_stride, chunk.k_stride) == (1, 1)
             && spec.compact_documents()
             && shape.batch > 0
         {
@@ -85,10 +83,10 @@ impl GpuSpec {
         Ok(Some(GpuSpec { pattern: spec.in_documents(boundaries), documents: None, ..spec.clone() }))
     }
 
-    /// Documents that run as LongNet's compact launches per document on a whole sequence
-    /// (a built-in dilated pattern, no key padding), rows packed alike or not.
+    /// Documents that run as LongNet's launches over every document on contiguous rows (a
+    /// built-in dilated pattern), rows packed alike or not.
     pub fn compact_documents(&self) -> bool {
-        self.documents.is_some() && self.key_lengths.is_none() && matches!(self.pattern, GpuPattern::Dilated(_))
+        self.documents.is_some() && matches!(self.pattern, GpuPattern::Dilated(_))
     }
 
     /// The boundary list every batch row shares, where the documents run through mask

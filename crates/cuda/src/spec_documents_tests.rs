@@ -49,10 +49,17 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
         {
             let spec = GpuSpec::new(pattern.clone()).causal(causal).key_lengths(vec![40; batch]).documents(documents);
             spec.validate(batch, heads, n).unwrap();
-            // Key padding: every pattern runs as tables (LongNet's compact launches per
-            // document take none).
+            // Every pattern but LongNet lowers to tables; LongNet's (what a striped ring
+            // piece runs: it lowers to launches over the documents on contiguous rows)
+            // are made directly.
             let (shape, chunk) = whole(batch, n, heads);
-            let lowered = spec.lowered(&shape, &chunk).unwrap().expect("lowered to tables");
+            let first = spec.lowered(&shape, &chunk).unwrap().expect("lowered");
+            let lowered = match first.clone() {
+                l if matches!(l.pattern, GpuPattern::DilatedInDocuments(..)) => {
+                    GpuSpec { pattern: spec.in_documents(boundaries.clone()), documents: None, ..spec.clone() }
+                }
+                l => l,
+            };
             assert_eq!(lowered.documents, None, "{name}");
             let GpuPattern::Table(t) = &lowered.pattern else { panic!("{name}: {:?}", lowered.pattern) };
             let tables: Vec<MaskTable> =
@@ -75,8 +82,8 @@ fn tables_inside_documents_keep_what_the_reference_keeps() {
             assert_eq!(lowered.output_scale(heads).unwrap(), spec.output_scale(heads).unwrap(), "{name}");
             // Lowered once: the tables are the pattern the kernels run.
             assert_eq!(lowered.lowered(&shape, &chunk).unwrap(), None, "{name}");
-            // Equal specs lower to equal tables (kept and shared by the table cache).
-            assert_eq!(spec.lowered(&shape, &chunk).unwrap(), Some(lowered.clone()), "{name}");
+            // Equal specs lower alike (tables: equal ones, kept and shared by the cache).
+            assert_eq!(spec.lowered(&shape, &chunk).unwrap(), Some(first), "{name}");
         }
     }
 }
@@ -97,9 +104,9 @@ fn dense_and_window_keep_their_documents() {
 }
 
 /// Rows with different lists are, where mask tables run, a typed error naming the first
-/// row that differs and both lists (LongNet's compact launches take them on a whole
-/// sequence, not on a ring piece); invalid documents are the reference's error, from
-/// `validate` and from the lowering itself.
+/// row that differs and both lists (LongNet's launches over the documents take them on
+/// contiguous rows, with key padding or not, not on a striped ring piece); invalid
+/// documents are the reference's error, from `validate` and from the lowering itself.
 #[test]
 fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     let longnet = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(8, 1)])));
@@ -107,15 +114,16 @@ fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     let rows = Documents::per_row(vec![vec![0, 5, 30], vec![0, 5, 30], vec![0, 9, 30]]);
     let spec = blocks.clone().documents(rows.clone());
     let (shape, chunk) = whole(3, 30, 2);
-    let piece = (Shape { q_rows: 10, k_rows: 10, ..shape }, Chunk::new(10, 20, 30));
-    let ring = longnet.clone().documents(rows.clone()).lowered(&piece.0, &piece.1).unwrap_err();
+    let piece = Shape { q_rows: 10, k_rows: 10, ..shape };
+    let striped = Chunk { q_stride: 3, k_stride: 3, ..Chunk::new(1, 2, 30) };
+    let ring = longnet.clone().documents(rows.clone()).lowered(&piece, &striped).unwrap_err();
     let padded = longnet.clone().documents(rows.clone()).key_lengths(vec![30; 3]);
-    for e in [
-        spec.validate(3, 2, 30).unwrap_err(),
-        spec.lowered(&shape, &chunk).unwrap_err(),
-        ring,
-        padded.validate(3, 2, 30).unwrap_err(),
-    ] {
+    padded.validate(3, 2, 30).unwrap();
+    for (piece, chunk) in [(shape, chunk), (piece, Chunk::new(10, 20, 30))] {
+        let lowered = padded.lowered(&piece, &chunk).unwrap().unwrap();
+        assert!(matches!(lowered.pattern, GpuPattern::DilatedInDocuments(_, ref r) if r.len() == 3));
+    }
+    for e in [spec.validate(3, 2, 30).unwrap_err(), spec.lowered(&shape, &chunk).unwrap_err(), ring] {
         assert!(
             matches!(&e, CudaError::DocumentTables { row: 2, first, other } if first == &[0, 5, 30] && other == &[0, 9, 30]),
             "{e:?}"
@@ -139,37 +147,46 @@ fn rows_packed_differently_are_refused_by_name_where_tables_run() {
     }
 }
 
-/// A built-in LongNet pattern with documents on a whole sequence runs compact per
-/// document; with key padding, or on a ring piece, as mask tables.
+/// A built-in LongNet pattern with documents runs as launches over the documents on
+/// contiguous rows (a whole sequence, a ring piece; key padding kept for the kernels),
+/// and on strided rows (a striped layout's) as mask tables.
 #[test]
-fn longnet_documents_run_compact_on_whole_sequences_only() {
+fn longnet_documents_run_compact_on_contiguous_rows() {
     let d = Dilated::longnet(&[(8, 1), (16, 4)]);
     let spec = GpuSpec::new(GpuPattern::Dilated(d.clone())).documents(Documents::per_row(vec![vec![0, 30, 64]; 2]));
     let (shape, chunk) = whole(2, 64, 2);
-    let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
-    assert_eq!(lowered, GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![vec![0, 30, 64]])));
+    let compact = GpuSpec::new(GpuPattern::DilatedInDocuments(d, vec![vec![0, 30, 64]]));
+    assert_eq!(spec.lowered(&shape, &chunk).unwrap().unwrap(), compact);
     let padded = spec.clone().key_lengths(vec![60, 64]).lowered(&shape, &chunk).unwrap().unwrap();
-    assert!(matches!(padded.pattern, GpuPattern::Table(_)));
+    assert_eq!(padded, compact.clone().key_lengths(vec![60, 64]));
     let piece = Shape { q_rows: 32, k_rows: 32, ..shape };
-    let ring = spec.lowered(&piece, &Chunk::new(32, 0, 64)).unwrap().unwrap();
-    assert!(matches!(ring.pattern, GpuPattern::Table(_)));
+    assert_eq!(spec.lowered(&piece, &Chunk::new(32, 0, 64)).unwrap().unwrap(), compact);
+    let striped = Chunk { q_stride: 2, k_stride: 2, ..Chunk::new(1, 0, 64) };
+    assert!(matches!(spec.lowered(&piece, &striped).unwrap().unwrap().pattern, GpuPattern::Table(_)));
     assert_eq!(segment_starts(&[0, 30, 30, 37, 64], 8), [0, 8, 16, 24, 30, 37, 45, 53, 61, 64]);
 }
 
-/// The compact launches over documents keep exactly the reference's pairs: every launch's
-/// rows transcribed from the kernels' compact rule (`index_map.cuh`, `row_of`: compact
-/// index `c` is kept position `t = c mod m` of segment `s = c div m`, at position
-/// `seg_start[s] + o(h) + t r`, a hole at or past `seg_start[s + 1]`; the table read from
-/// the call's buffer where the launch's `table_offset` says), pairs of one segment, causal
-/// by position, on tiles the plan visits, counted over launches, against
-/// `Spec::key_counts` of the original spec
-/// (documents: empty, shorter than a dilation, than a segment, several segments with a
-/// tail), per batch row: rows packed alike (launches over both rows) and differently
-/// (launches per row, each over its row alone).
+/// The launches of LongNet inside documents keep exactly the reference's pairs, on a whole
+/// sequence and over the pieces of a ring (every pair of a query piece and a key piece,
+/// added), with and without key padding. Every launch's pairs are transcribed from the
+/// kernels' rules, reading the call's buffer where the launch's `table_offset` says:
+/// * compact (`index_map.cuh`, `row_of`): launch index `c` is global compact index
+///   `G = c + cbase`, kept position `t = G mod m` of segment `s = G div m`, at position
+///   `seg_start[s] + o(h) + t r`; a hole at or past `seg_start[s + 1]` or outside the
+///   piece; pairs of one segment;
+/// * dilation 1, dense inside its segments (`documents.cuh`): row `i` of the piece at
+///   position `offset + i` sees the keys `doc_first[b, pos] ..= doc_last[b, pos]`;
+///
+/// then causal by position, before the padding limit, on tiles the plan visits (per
+/// batch row where the plan has rows per batch), counted over launches and pieces,
+/// against `Spec::key_counts` of the original spec (documents: empty, shorter than a
+/// dilation, than a segment, several segments with a tail), per batch row: rows packed
+/// alike (launches over both rows) and differently (launches per row, each over its row
+/// alone).
 #[test]
-fn compact_document_launches_keep_the_references_pairs() {
-    use crate::launch::{block_mask_bytes, launches};
-    use crate::params::OffsetRule;
+fn document_launches_keep_the_references_pairs() {
+    use crate::launch::{LaunchSpec, block_mask_bytes, launches};
+    use crate::params::{OffsetRule, PatternCode};
     let (n, heads) = (150, 5);
     let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
     // The same list for both rows, flat over the batch; then two different rows.
@@ -178,107 +195,131 @@ fn compact_document_launches_keep_the_references_pairs() {
     let mut groups = Dilated::head_groups(&[(8, 1), (32, 2), (64, 4)]);
     groups.branches[2].offset = ringdil_reference::pattern::Offset::HeadBlock;
     let longnet = Dilated::longnet(&[(8, 1), (16, 2), (64, 4), (256, 8)]);
-    for (d, causal, docs) in [(longnet.clone(), true, alike.clone()), (groups, false, alike), (longnet, true, apart)] {
-        let spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(docs);
-        let (shape, chunk) = whole(2, n, heads);
-        let launches = launches(&shape, &spec, &chunk).unwrap();
-        let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
-        let buffer = block_mask_bytes(&lowered, &shape, &chunk).unwrap().unwrap();
-        let mut counts = vec![vec![vec![vec![0u32; n]; n]; heads]; 2];
-        for l in &launches {
-            let p = l.params;
-            // A launch over one row sees a batch of 1, reads its buffers from its row on,
-            // and counts for its row only.
-            assert_eq!(p.batch, if l.batch_row.is_some() { 1 } else { 2 });
-            let b = l.batch_row.unwrap_or(0);
-            let r = l.row_elements(&shape);
-            assert_eq!(
-                [r.q, r.k, r.v, r.out, r.lse, r.row],
-                [b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * n * heads * 64, b * heads * n, b]
-            );
-            assert_eq!(r.dims([2, n, heads, 64])[0], p.batch as usize);
-            assert_eq!((p.q_offset, p.k_offset, p.q_rows), (0, 0, n as i32));
-            // The launch's table in the call's buffer, as i32s from its offset.
-            let table = |len: usize| -> Vec<i32> {
-                buffer[l.table_offset..][..4 * len]
-                    .chunks(4)
-                    .map(|x| i32::from_ne_bytes(x.try_into().unwrap()))
-                    .collect()
-            };
-            let heads_of_launch = p.head_first as usize..(p.head_first + p.head_count) as usize;
-            if l.spans_in_buffer {
-                // A dilation-1 branch: dense, its segments as documents (documents.cuh:
-                // query i of launch row lb sees keys doc_first..=doc_last), causal, on
-                // tiles its per-row plan visits.
-                assert_eq!((p.compact, p.pattern), (0, crate::params::PatternCode::Dense as i32));
-                let spans = table(2 * p.batch as usize * n);
-                let (first, last) = spans.split_at(p.batch as usize * n);
-                for (h, lb) in heads_of_launch.flat_map(|h| (0..p.batch as usize).map(move |lb| (h, lb))) {
-                    let counts = &mut counts[l.batch_row.unwrap_or(lb)][h];
-                    let plan_row = |t: usize| t + lb * l.fwd.rows_per_batch() as usize;
-                    for (q, row) in counts.iter_mut().enumerate() {
-                        let (lo, hi) = (first[lb * n + q] as usize, last[lb * n + q] as usize);
-                        for (k, c) in row.iter_mut().enumerate().take(hi + 1).skip(lo) {
-                            if (!causal || k <= q) && l.fwd.contains(plan_row(q / l.fwd_q_tile), k / l.fwd_k_tile) {
-                                *c += 1;
+    let specs = [
+        (longnet.clone(), true, alike.clone(), None),
+        (groups, false, alike.clone(), None),
+        (longnet.clone(), true, apart.clone(), None),
+        (longnet.clone(), true, alike, Some(vec![141, 97])),
+        (longnet, false, apart, Some(vec![60, 133])),
+    ];
+    // Pieces of the ring: the whole sequence; two pieces cut inside documents.
+    let chunkings: [&[(usize, usize)]; 2] = [&[(0, n)], &[(0, 61), (61, n - 61)]];
+    for (d, causal, docs, padding) in specs {
+        let mut spec = GpuSpec::new(GpuPattern::Dilated(d)).causal(causal).documents(docs);
+        if let Some(l) = &padding {
+            spec = spec.key_lengths(l.clone());
+        }
+        for pieces in chunkings {
+            let mut counts = vec![vec![vec![vec![0u32; n]; n]; heads]; 2];
+            for (&(qo, qr), &(ko, kr)) in pieces.iter().flat_map(|q| pieces.iter().map(move |k| (q, k))) {
+                let shape = Shape { q_rows: qr, k_rows: kr, ..Shape::square(2, n, heads, 64) };
+                let chunk = Chunk::new(qo, ko, n);
+                let lowered = spec.lowered(&shape, &chunk).unwrap().unwrap();
+                assert!(matches!(lowered.pattern, GpuPattern::DilatedInDocuments(..)), "pieces {pieces:?}");
+                let buffer = block_mask_bytes(&lowered, &shape, &chunk).unwrap().unwrap();
+                for l in &launches(&shape, &spec, &chunk).unwrap() {
+                    let p = l.params;
+                    // A launch over one row sees a batch of 1, reads its buffers from its
+                    // row on, and counts for its row only.
+                    assert_eq!(p.batch, if l.batch_row.is_some() { 1 } else { 2 });
+                    let b = l.batch_row.unwrap_or(0);
+                    let r = l.row_elements(&shape);
+                    let (qe, ke) = (b * qr * heads * 64, b * kr * heads * 64);
+                    assert_eq!([r.q, r.k, r.v, r.out, r.lse, r.row], [qe, ke, ke, qe, b * heads * qr, b]);
+                    assert_eq!(r.dims([2, qr, heads, 64])[0], p.batch as usize);
+                    assert_eq!(
+                        (p.q_offset, p.k_offset, p.q_rows, p.k_rows),
+                        (qo as i32, ko as i32, qr as i32, kr as i32)
+                    );
+                    for lb in 0..p.batch as usize {
+                        let row = l.batch_row.unwrap_or(lb);
+                        let limit = padding.as_ref().map_or(n, |l| l[row]);
+                        let launch_heads = p.head_first as usize..(p.head_first + p.head_count) as usize;
+                        for (h, counts) in counts[row].iter_mut().enumerate().filter(|(h, _)| launch_heads.contains(h))
+                        {
+                            for (qp, kp) in launch_pairs(l, &buffer, lb, h, heads, n) {
+                                if (!causal || kp <= qp) && kp < limit {
+                                    counts[qp][kp] += 1;
+                                }
                             }
                         }
                     }
                 }
-                continue;
             }
-            assert_eq!((p.compact, l.reads_segments()), (1, true));
-            let table: Vec<usize> = table((buffer.len() - l.table_offset) / 4)
-                .into_iter()
-                .map(|x| x as usize)
-                .scan(true, |more, x| {
-                    more.then(|| {
-                        *more = x < n;
-                        x
-                    })
-                })
-                .collect();
-            let rows = l.batch_row.map_or(0..2, |b| b..b + 1);
-            let (r, m) = (p.dil_rate as usize, p.dil_per_seg as usize);
-            for (h, b) in heads_of_launch.flat_map(|h| rows.clone().map(move |b| (h, b))) {
-                let counts = &mut counts[b][h];
-                let o = match p.dil_rule {
-                    x if x == OffsetRule::HeadMod as i32 => h % r,
-                    x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
-                    x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
-                    x => panic!("offset rule {x}"),
-                };
-                // (segment, position) of compact index c, if it is a row.
-                let row = |c: usize| {
-                    let (s, t) = (c / m, c % m);
-                    let pos = table[s] + o + t * r;
-                    (c < p.nq as usize && pos < table[s + 1]).then_some((s, pos))
-                };
-                for qc in 0..p.nq as usize {
-                    let Some((qs, qp)) = row(qc) else { continue };
-                    for kc in 0..p.nk as usize {
-                        let Some((ks, kp)) = row(kc) else { continue };
-                        if qs == ks && (!causal || kp <= qp) && l.fwd.contains(qc / l.fwd_q_tile, kc / l.fwd_k_tile) {
-                            counts[qp][kp] += 1;
-                        }
+            let reference = spec.to_reference();
+            for (b, counts) in counts.iter().enumerate() {
+                for (h, rows) in counts.iter().enumerate() {
+                    for (q, got) in rows.iter().enumerate() {
+                        let want = reference.key_counts(b, q, h, heads, n);
+                        assert_eq!(*got, want, "pieces {pieces:?} padding {padding:?} row {b} head {h} query {q}");
                     }
                 }
             }
         }
-        assert_eq!(
-            launches.iter().any(|l| l.batch_row.is_some()),
-            !spec.lowered(&shape, &chunk).is_ok_and(|s| {
-                matches!(s, Some(GpuSpec { pattern: GpuPattern::DilatedInDocuments(_, rows), .. }) if rows.len() == 1)
+    }
+
+    /// The (query position, key position) pairs launch `l` computes for head `h` in its
+    /// batch row `lb` (before causality and padding), on tiles its forward plan visits.
+    fn launch_pairs(l: &LaunchSpec, buffer: &[u8], lb: usize, h: usize, heads: usize, n: usize) -> Vec<(usize, usize)> {
+        let p = l.params;
+        let ints = |at: usize, len: usize| -> Vec<usize> {
+            let bytes = &buffer[l.table_offset + 4 * at..][..4 * len];
+            bytes.chunks(4).map(|x| i32::from_ne_bytes(x.try_into().unwrap()) as usize).collect()
+        };
+        let plan_row = |t: usize| t + lb * l.fwd.rows_per_batch() as usize;
+        let visits = |qc: usize, kc: usize| l.fwd.contains(plan_row(qc / l.fwd_q_tile), kc / l.fwd_k_tile);
+        let (qo, ko) = (p.q_offset as usize, p.k_offset as usize);
+        let mut out = Vec::new();
+        if l.spans_in_buffer {
+            assert_eq!((p.compact, p.pattern), (0, PatternCode::Dense as i32));
+            let rows = p.batch as usize * n;
+            let (first, last) = (ints(0, rows), ints(rows, rows));
+            for qc in 0..p.nq as usize {
+                let qp = qo + qc;
+                let span = first[lb * n + qp]..=last[lb * n + qp];
+                out.extend(
+                    (0..p.nk as usize)
+                        .filter(|&kc| span.contains(&(ko + kc)) && visits(qc, kc))
+                        .map(|kc| (qp, ko + kc)),
+                );
+            }
+            return out;
+        }
+        assert_eq!((p.compact, l.reads_segments()), (1, true));
+        // The table: segment starts, up to the row's end.
+        let table: Vec<usize> = ints(0, (buffer.len() - l.table_offset) / 4)
+            .into_iter()
+            .scan(true, |more, x| {
+                more.then(|| {
+                    *more = x < n;
+                    x
+                })
             })
-        );
-        let reference = spec.to_reference();
-        for (b, counts) in counts.iter().enumerate() {
-            for (h, rows) in counts.iter().enumerate() {
-                for (q, got) in rows.iter().enumerate() {
-                    assert_eq!(*got, reference.key_counts(b, q, h, heads, n), "row {b} head {h} query {q}");
+            .collect();
+        let (r, m) = (p.dil_rate as usize, p.dil_per_seg as usize);
+        let o = match p.dil_rule {
+            x if x == OffsetRule::HeadMod as i32 => h % r,
+            x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
+            x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
+            x => panic!("offset rule {x}"),
+        };
+        // (segment, position) of launch index c on a side, if it is a row there.
+        let row = |c: usize, cbase: i32, offset: usize, rows: i32| {
+            let g = c + cbase as usize;
+            let (s, t) = (g / m, g % m);
+            let pos = table[s] + o + t * r;
+            (pos < table[s + 1] && pos >= offset && pos < offset + rows as usize).then_some((s, pos))
+        };
+        for qc in 0..p.nq as usize {
+            let Some((qs, qp)) = row(qc, p.q_cbase, qo, p.q_rows) else { continue };
+            for kc in 0..p.nk as usize {
+                match row(kc, p.k_cbase, ko, p.k_rows) {
+                    Some((ks, kp)) if ks == qs && visits(qc, kc) => out.push((qp, kp)),
+                    _ => {}
                 }
             }
         }
+        out
     }
 }
 

@@ -13,8 +13,9 @@
 //! (`cu_seqlens` over the batch, `d = 128`, uneven length), and grouped-query attention
 //! (8 query heads over 2 K/V heads, which travel at K/V heads). One more size runs
 //! LongNet (64, 1), (256, 2) causal inside the documents of rows packed alike
-//! (`crate::spec_documents`): ring pieces as mask tables indexed by global positions,
-//! Ulysses' whole-sequence calls as compact launches per document.
+//! (`crate::spec_documents`): launches over the documents on contiguous pieces and
+//! Ulysses' whole-sequence calls, mask tables indexed by global positions on striped
+//! pieces.
 
 use super::packed::draw_boundaries;
 use super::ring::Case;
@@ -49,8 +50,8 @@ const SIZES: [Size; 4] = [
     ((1000, 64, 1, 4, 4), Lists::Alike, 3..4),
 ];
 
-/// The patterns: those the kernels cut per document, then LongNet (ring pieces as mask
-/// tables, whole-sequence calls compact per document).
+/// The patterns: those the kernels cut per document, then LongNet (launches over the
+/// documents on contiguous pieces, mask tables on striped ones).
 fn patterns() -> [(&'static str, GpuSpec); 4] {
     [
         ("packed dense causal", GpuSpec::new(GpuPattern::Dense).causal(true)),

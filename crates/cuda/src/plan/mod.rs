@@ -81,24 +81,14 @@ impl IndexMap {
         }
     }
 
-    /// Compact rows per segment and the first segment an axis touches.
-    fn compact_seg(segment: usize, dilation: usize, a: Axis) -> (usize, usize) {
-        (segment.div_ceil(dilation), a.offset / segment)
-    }
-
     /// Launch indices on the query and key side.
     pub fn extents(&self) -> (usize, usize) {
         match *self {
             IndexMap::Identity { q, k } => (q.rows, k.rows),
-            IndexMap::Compact { segment, dilation, starts: Some(ref s), .. } => {
-                let n = (s.len() - 1) * segment.div_ceil(dilation);
-                (n, n)
-            }
-            IndexMap::Compact { segment, dilation, q, k, starts: None } => {
-                let ext = |a: Axis| {
-                    let (m, first) = Self::compact_seg(segment, dilation, a);
-                    (a.last() / segment - first + 1) * m
-                };
+            // The segments from the axis's first position's to its last's, m indices each.
+            IndexMap::Compact { segment, dilation, q, k, .. } => {
+                let ext =
+                    |a: Axis| (self.segment_of(a.last()) - self.segment_of(a.offset) + 1) * segment.div_ceil(dilation);
                 (ext(q), ext(k))
             }
         }
@@ -107,12 +97,9 @@ impl IndexMap {
     /// Global compact index of launch index 0 on the query and key side (0 for identity).
     pub fn bases(&self) -> (usize, usize) {
         match *self {
-            IndexMap::Identity { .. } | IndexMap::Compact { starts: Some(_), .. } => (0, 0),
-            IndexMap::Compact { segment, dilation, q, k, starts: None } => {
-                let base = |a: Axis| {
-                    let (m, first) = Self::compact_seg(segment, dilation, a);
-                    first * m
-                };
+            IndexMap::Identity { .. } => (0, 0),
+            IndexMap::Compact { segment, dilation, q, k, .. } => {
+                let base = |a: Axis| self.segment_of(a.offset) * segment.div_ceil(dilation);
                 (base(q), base(k))
             }
         }

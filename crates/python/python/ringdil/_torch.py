@@ -130,8 +130,8 @@ def attention(q, k, v, *, pattern=None, causal=False, scale=None, key_lengths=No
     ``1 / sqrt(head_dim)``; ``key_lengths`` masks keys ``j >= key_lengths[b]``;
     ``documents`` packs documents into each row (``cu_seqlens`` per row, or one flat list);
     the pattern applies inside each document. Dense and sliding-window patterns take any
-    rows; so does a built-in dilated pattern without ``key_lengths`` (compact launches per
-    document); every other pattern runs as mask tables of the pattern inside the documents,
+    rows; so does a built-in dilated pattern (one launch per branch over every document);
+    every other pattern runs as mask tables of the pattern inside the documents,
     which need one list for every batch row (one row, or rows packed alike: else
     ``ValueError``).
 

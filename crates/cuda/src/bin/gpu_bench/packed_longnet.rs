@@ -3,12 +3,12 @@
 //! 24 documents of 142 to 13410 tokens in one row of 65536), 16 heads of d = 128, bf16,
 //! forward and forward + backward, run two ways in the same process:
 //!
-//! * one launch per branch over every document (what `GpuSpec::lowered` picks on a whole
-//!   sequence without key padding; segments restart at each document's start): the
+//! * one launch per branch over every document (what `GpuSpec::lowered` picks on
+//!   contiguous rows; segments restart at each document's start): the
 //!   dilation-1 branch as dense attention inside its segments, the others compact,
 //!   visiting the branch's kept rows only;
 //! * mask tables of the pattern inside the documents (`GpuSpec::in_documents`: what runs
-//!   on ring pieces and with key padding; each branch visits every tile its lattice
+//!   on a striped layout's ring pieces; each branch visits every tile its lattice
 //!   touches), tables built before timing.
 //!
 //! Work: the causal pairs the pattern keeps, per head on average, counted with their

@@ -31,12 +31,14 @@ pub const DENSE: &str = "dense causal";
 pub const LONGNET: &str = "longnet dilated causal";
 pub const GQA: &str = "gqa 8:1 dense causal";
 pub const PACKED: &str = "packed dense causal";
+pub const PACKED_LONGNET: &str = "packed longnet dilated causal";
 
 /// The spec of a row's pattern over `n` tokens.
 pub fn pattern(name: &str, n: usize) -> GpuSpec {
     match name {
         DENSE | GQA => GpuSpec::new(GpuPattern::Dense).causal(true),
         PACKED => GpuSpec::new(GpuPattern::Dense).causal(true).documents(packed_documents(n)),
+        PACKED_LONGNET => pattern(LONGNET, n).documents(packed_documents(n)),
         _ => GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(4096, 1), (16384, 2), (65536, 4), (262_144, 8)])))
             .causal(true),
     }

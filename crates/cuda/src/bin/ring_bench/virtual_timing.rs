@@ -9,9 +9,10 @@
 //! dense causal on zigzag ranks, and dense causal over long-tailed packed documents
 //! (`packed_documents`) on contiguous ranks and on the work-balanced split
 //! (`dist::balanced_layout`: every rank's causal work within `W / P +- w_max`, where an
-//! even split of packed documents is not), at 128K tokens, 8 heads of d = 128, bf16, P
-//! given. Times are medians of 3 after a warm-up; the single-GPU time of the packed rows
-//! is the whole packed sequence's.
+//! even split of packed documents is not), and that LongNet inside the same documents
+//! on both (launches over the documents on every piece pair, `crate::spec_documents`),
+//! at 128K tokens, 8 heads of d = 128, bf16, P given. Times are medians of 3 after a
+//! warm-up; the single-GPU time of the packed rows is the whole packed sequence's.
 
 use crate::configs::{packed_documents, pattern};
 use crate::measure::{median, random_bits};
@@ -55,11 +56,13 @@ fn virtual_ring(gpu: &Gpu, pat: &str, layout: &Layout, n: usize, p: usize) -> (f
 }
 
 /// The rows: (pattern, layout).
-const ROWS: [(&str, &str); 4] = [
+const ROWS: [(&str, &str); 6] = [
     ("longnet dilated causal", "contiguous"),
     ("dense causal", "zigzag"),
     ("packed dense causal", "contiguous"),
     ("packed dense causal", "balanced"),
+    ("packed longnet dilated causal", "contiguous"),
+    ("packed longnet dilated causal", "balanced"),
 ];
 
 /// The rows `--only TEXT` picks: those whose "pattern layout" contains TEXT (all without
@@ -130,10 +133,11 @@ mod tests {
 
     #[test]
     fn only_picks_the_rows_whose_name_contains_it() {
-        assert_eq!(selected(None).unwrap().len(), 4);
-        assert_eq!(selected(Some("packed")).unwrap(), [ROWS[2], ROWS[3]]);
+        assert_eq!(selected(None).unwrap().len(), 6);
+        assert_eq!(selected(Some("packed")).unwrap(), ROWS[2..]);
         assert_eq!(selected(Some("dense causal zigzag")).unwrap(), [ROWS[1]]);
-        assert_eq!(selected(Some("causal balanced")).unwrap(), [ROWS[3]]);
+        assert_eq!(selected(Some("causal balanced")).unwrap(), [ROWS[3], ROWS[5]]);
+        assert_eq!(selected(Some("packed longnet")).unwrap(), ROWS[4..]);
         let e = selected(Some("ulysses")).unwrap_err();
         assert!(e.contains("\"ulysses\"") && e.contains("packed dense causal balanced"), "{e}");
     }

@@ -3,23 +3,15 @@
 //! and a contiguous query piece and key piece of the row (a whole sequence or a ring
 //! step), the launches `GpuSpec::lowered` picks compute every (query, key, head) pair of
 //! the pieces exactly as often as the reference counts it, and no other. Each launch's
-//! pairs are transcribed here from the kernels' rules, reading the call's buffer
-//! (`block_mask_bytes`) where the launch's `table_offset` says:
-//! * compact (`index_map.cuh`): launch index `c` is global compact index `G = c + cbase`,
-//!   slot `t = G mod m` of segment `s = G div m`, at position `seg_start[s] + o(h) + t r`,
-//!   a hole at or past `seg_start[s + 1]` or outside the piece; pairs of one segment;
-//! * dense inside segments (`documents.cuh`): the query at position `p` of launch row
-//!   `b` sees the keys `doc_first[b, p] ..= doc_last[b, p]`;
-//!
-//! then causality by position and the key limit, on tiles the forward plan visits (per
-//! batch row where the plan has rows per batch). The reference is `Spec::key_counts` of the
-//! spec with its documents.
+//! pairs come from the kernels' rules transcribed in `check::document_pairs` (compact:
+//! segment tables; dilation 1: dense inside the segments), then causality by position
+//! and the key limit. The reference is `Spec::key_counts` of the spec with its documents.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use ringdil_cuda::launch::{LaunchSpec, block_mask_bytes, launches};
-use ringdil_cuda::params::{OffsetRule, PatternCode};
+use ringdil_cuda::check::document_pairs::pairs;
+use ringdil_cuda::launch::{block_mask_bytes, launches};
 use ringdil_cuda::shape::{Chunk, Shape};
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_reference::Documents;
@@ -43,65 +35,6 @@ fn row(cuts: &[u8], n: usize) -> Vec<usize> {
     let mut inner: Vec<usize> = cuts.iter().take(10).map(|&c| c as usize % (n + 1)).collect();
     inner.sort_unstable();
     [vec![0], inner, vec![n]].concat()
-}
-
-/// The i32s of `buffer` from byte `at`, `len` of them.
-fn ints(buffer: &[u8], at: usize, len: usize) -> Vec<usize> {
-    buffer[at..at + 4 * len].chunks(4).map(|x| i32::from_ne_bytes(x.try_into().unwrap()) as usize).collect()
-}
-
-/// The (query position, key position) pairs launch `l` computes for head `h` in its batch
-/// row `lb`, on tiles its forward plan visits (before causality and the key limit).
-fn pairs(l: &LaunchSpec, buffer: &[u8], lb: usize, h: usize, heads: usize, n: usize) -> Vec<(usize, usize)> {
-    let p = l.params;
-    let visits = |qc: usize, kc: usize| {
-        l.fwd.contains(qc / l.fwd_q_tile + lb * l.fwd.rows_per_batch() as usize, kc / l.fwd_k_tile)
-    };
-    let (qo, ko, qr, kr) = (p.q_offset as usize, p.k_offset as usize, p.q_rows as usize, p.k_rows as usize);
-    let mut out = Vec::new();
-    if l.spans_in_buffer {
-        assert_eq!((p.compact, p.pattern), (0, PatternCode::Dense as i32));
-        let rows = p.batch as usize * n;
-        let (first, last) = (ints(buffer, l.table_offset, rows), ints(buffer, l.table_offset + 4 * rows, rows));
-        for qc in 0..qr {
-            let span = first[lb * n + qo + qc]..=last[lb * n + qo + qc];
-            out.extend((0..kr).filter(|&kc| span.contains(&(ko + kc)) && visits(qc, kc)).map(|kc| (qo + qc, ko + kc)));
-        }
-        return out;
-    }
-    assert_eq!(p.compact, 1);
-    // The segment starts: up to and including the row's end.
-    let mut table = Vec::new();
-    for s in ints(buffer, l.table_offset, (buffer.len() - l.table_offset) / 4) {
-        table.push(s);
-        if s >= n {
-            break;
-        }
-    }
-    let (r, m) = (p.dil_rate as usize, p.dil_per_seg as usize);
-    let o = match p.dil_rule {
-        x if x == OffsetRule::HeadMod as i32 => h % r,
-        x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
-        x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
-        x => panic!("offset rule {x}"),
-    };
-    let slot = |c: usize, cbase: i32, offset: usize, rows: usize| {
-        let g = c + cbase as usize;
-        let (s, t) = (g / m, g % m);
-        let pos = table[s] + o + t * r;
-        (pos < table[s + 1] && (offset..offset + rows).contains(&pos)).then_some((s, pos))
-    };
-    for qc in 0..p.nq as usize {
-        let Some((qs, qp)) = slot(qc, p.q_cbase, qo, qr) else { continue };
-        for kc in 0..p.nk as usize {
-            if let Some((ks, kp)) = slot(kc, p.k_cbase, ko, kr) {
-                if ks == qs && visits(qc, kc) {
-                    out.push((qp, kp));
-                }
-            }
-        }
-    }
-    out
 }
 
 fuzz_target!(|input: Input| {

@@ -168,25 +168,18 @@ fn longnet_documents_run_compact_on_contiguous_rows() {
 
 /// The launches of LongNet inside documents keep exactly the reference's pairs, on a whole
 /// sequence and over the pieces of a ring (every pair of a query piece and a key piece,
-/// added), with and without key padding. Every launch's pairs are transcribed from the
-/// kernels' rules, reading the call's buffer where the launch's `table_offset` says:
-/// * compact (`index_map.cuh`, `row_of`): launch index `c` is global compact index
-///   `G = c + cbase`, kept position `t = G mod m` of segment `s = G div m`, at position
-///   `seg_start[s] + o(h) + t r`; a hole at or past `seg_start[s + 1]` or outside the
-///   piece; pairs of one segment;
-/// * dilation 1, dense inside its segments (`documents.cuh`): row `i` of the piece at
-///   position `offset + i` sees the keys `doc_first[b, pos] ..= doc_last[b, pos]`;
-///
-/// then causal by position, before the padding limit, on tiles the plan visits (per
-/// batch row where the plan has rows per batch), counted over launches and pieces,
+/// added), with and without key padding. Every launch's pairs come from the kernels'
+/// rules transcribed in `check::document_pairs` (compact: segment tables; dilation 1:
+/// dense inside the segments), on tiles the forward plan visits, then causal by position
+/// and before the padding limit, counted over launches and pieces,
 /// against `Spec::key_counts` of the original spec (documents: empty, shorter than a
 /// dilation, than a segment, several segments with a tail), per batch row: rows packed
 /// alike (launches over both rows) and differently (launches per row, each over its row
 /// alone).
 #[test]
 fn document_launches_keep_the_references_pairs() {
-    use crate::launch::{LaunchSpec, block_mask_bytes, launches};
-    use crate::params::{OffsetRule, PatternCode};
+    use crate::check::document_pairs::pairs;
+    use crate::launch::{block_mask_bytes, launches};
     let (n, heads) = (150, 5);
     let boundaries = [0, 2, 2, 13, 45, 46, 130, 150];
     // The same list for both rows, flat over the batch; then two different rows.
@@ -237,7 +230,7 @@ fn document_launches_keep_the_references_pairs() {
                         let launch_heads = p.head_first as usize..(p.head_first + p.head_count) as usize;
                         for (h, counts) in counts[row].iter_mut().enumerate().filter(|(h, _)| launch_heads.contains(h))
                         {
-                            for (qp, kp) in launch_pairs(l, &buffer, lb, h, heads, n) {
+                            for (qp, kp) in pairs(l, &buffer, lb, h, heads, n) {
                                 if (!causal || kp <= qp) && kp < limit {
                                     counts[qp][kp] += 1;
                                 }
@@ -256,70 +249,6 @@ fn document_launches_keep_the_references_pairs() {
                 }
             }
         }
-    }
-
-    /// The (query position, key position) pairs launch `l` computes for head `h` in its
-    /// batch row `lb` (before causality and padding), on tiles its forward plan visits.
-    fn launch_pairs(l: &LaunchSpec, buffer: &[u8], lb: usize, h: usize, heads: usize, n: usize) -> Vec<(usize, usize)> {
-        let p = l.params;
-        let ints = |at: usize, len: usize| -> Vec<usize> {
-            let bytes = &buffer[l.table_offset + 4 * at..][..4 * len];
-            bytes.chunks(4).map(|x| i32::from_ne_bytes(x.try_into().unwrap()) as usize).collect()
-        };
-        let plan_row = |t: usize| t + lb * l.fwd.rows_per_batch() as usize;
-        let visits = |qc: usize, kc: usize| l.fwd.contains(plan_row(qc / l.fwd_q_tile), kc / l.fwd_k_tile);
-        let (qo, ko) = (p.q_offset as usize, p.k_offset as usize);
-        let mut out = Vec::new();
-        if l.spans_in_buffer {
-            assert_eq!((p.compact, p.pattern), (0, PatternCode::Dense as i32));
-            let rows = p.batch as usize * n;
-            let (first, last) = (ints(0, rows), ints(rows, rows));
-            for qc in 0..p.nq as usize {
-                let qp = qo + qc;
-                let span = first[lb * n + qp]..=last[lb * n + qp];
-                out.extend(
-                    (0..p.nk as usize)
-                        .filter(|&kc| span.contains(&(ko + kc)) && visits(qc, kc))
-                        .map(|kc| (qp, ko + kc)),
-                );
-            }
-            return out;
-        }
-        assert_eq!((p.compact, l.reads_segments()), (1, true));
-        // The table: segment starts, up to the row's end.
-        let table: Vec<usize> = ints(0, (buffer.len() - l.table_offset) / 4)
-            .into_iter()
-            .scan(true, |more, x| {
-                more.then(|| {
-                    *more = x < n;
-                    x
-                })
-            })
-            .collect();
-        let (r, m) = (p.dil_rate as usize, p.dil_per_seg as usize);
-        let o = match p.dil_rule {
-            x if x == OffsetRule::HeadMod as i32 => h % r,
-            x if x == OffsetRule::HeadBlock as i32 => h / heads.div_ceil(r),
-            x if x == OffsetRule::Fixed as i32 => p.dil_fixed as usize,
-            x => panic!("offset rule {x}"),
-        };
-        // (segment, position) of launch index c on a side, if it is a row there.
-        let row = |c: usize, cbase: i32, offset: usize, rows: i32| {
-            let g = c + cbase as usize;
-            let (s, t) = (g / m, g % m);
-            let pos = table[s] + o + t * r;
-            (pos < table[s + 1] && pos >= offset && pos < offset + rows as usize).then_some((s, pos))
-        };
-        for qc in 0..p.nq as usize {
-            let Some((qs, qp)) = row(qc, p.q_cbase, qo, p.q_rows) else { continue };
-            for kc in 0..p.nk as usize {
-                match row(kc, p.k_cbase, ko, p.k_rows) {
-                    Some((ks, kp)) if ks == qs && visits(qc, kc) => out.push((qp, kp)),
-                    _ => {}
-                }
-            }
-        }
-        out
     }
 }
 

@@ -121,6 +121,7 @@ macro_rules! quantity {
 
 pub mod cases;
 pub mod dilated_expr;
+pub mod document_pairs;
 pub mod expressions;
 pub mod extreme;
 pub mod faults;

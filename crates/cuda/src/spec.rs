@@ -189,8 +189,8 @@ impl GpuSpec {
         self.to_reference().validate(batch, heads, seq_len)?;
         self.output_scale(heads)?;
         // Documents with a pattern other than dense and window run as mask tables, which
-        // need one boundary list for every row, except LongNet's compact launches per
-        // document (`spec_documents`).
+        // need one boundary list for every row, except LongNet's launches over the
+        // documents (`spec_documents`; a striped ring piece's tables still need one).
         if !self.compact_documents() {
             self.table_documents(batch, seq_len)?;
         }

@@ -7,7 +7,7 @@
 //! section 16: the pattern restarts at each document's start).
 //!
 //! Every batch row shares one boundary list (a table has no batch index; two LongNet
-//! cases pack their two rows differently, which compact launches per row take), drawn
+//! cases pack their two rows differently, which launches per row take), drawn
 //! long-tailed as the other packed cases draw theirs ([`draw_boundaries`]), per row or
 //! flat over the batch. Per element type and head dim two cases (bf16 at d = 128 four), the pattern kinds
 //! rotating over the combinations: forwards, backwards (one grouped-query), a ring step

@@ -34,8 +34,8 @@ const KEY: usize = 100;
 enum Lists {
     PerRow,
     Flat,
-    /// Per row, one list for every row (what mask tables and compact launches per
-    /// document need).
+    /// Per row, one list for every row (what mask tables need, and striped pieces of
+    /// LongNet inside documents).
     Alike,
 }
 

@@ -11,6 +11,9 @@
 //!   on a striped layout's ring pieces; each branch visits every tile its lattice
 //!   touches), tables built before timing.
 //!
+//! Each branch also runs alone inside the documents (its own rate), so the pattern's time
+//! splits into its branches'.
+//!
 //! Work: the causal pairs the pattern keeps, per head on average, counted with their
 //! multiplicity over branches (the softmax-denominator combine): per branch, document
 //! and segment of `l` tokens, head `h` keeps `k = ceil((l - o(h)) / r)` positions and
@@ -91,6 +94,40 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, md: &mut String) -> Value {
             out.push(json!({"how": how, "pass": pass, "ms": ms, "rate_vs_dense": rate, "dense_causal_ms": d}));
         }
     }
+    let branches = branch_rows(gpu, host, &shape, &list, (df, db.expect("timed"), dense_pairs), md);
     json!({"seq": SEQ, "heads": HEADS, "head_dim": DIM, "branches": BRANCHES, "documents": list.len() - 1,
-        "pairs_per_head": work, "dense_pairs": dense_pairs, "rows": out})
+        "pairs_per_head": work, "dense_pairs": dense_pairs, "rows": out, "branch_rows": branches})
+}
+
+/// Each branch alone inside the documents (one launch, as in the pattern), with its rate
+/// against dense causal's (`dense`: forward ms, forward + backward ms, pairs), so that the
+/// pattern's time splits into its branches'.
+fn branch_rows(
+    gpu: &Gpu,
+    host: &HostInputs,
+    shape: &Shape,
+    list: &[usize],
+    (df, db, dense_pairs): (f64, f64, f64),
+    md: &mut String,
+) -> Vec<Value> {
+    writeln!(md, "\nEach branch alone, compact, inside the same documents:\n").unwrap();
+    writeln!(md, "| branch | pairs / dense causal's | fwd ms | rate | fwd+bwd ms | rate |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    BRANCHES
+        .iter()
+        .map(|&b| {
+            let one = Dilated::longnet(&[b]);
+            let spec = GpuSpec::new(GpuPattern::Dilated(one.clone()))
+                .causal(true)
+                .documents(Documents::per_row(vec![list.to_vec()]));
+            let work = pairs(&one, list);
+            let (f, fb) = run(gpu, host, shape, &spec, true);
+            let fb = fb.expect("timed");
+            let (rf, rb) = ((f / work) / (df / dense_pairs), (fb / work) / (db / dense_pairs));
+            writeln!(md, "| {b:?} | {:.5} | {f:.3} | {rf:.2} | {fb:.3} | {rb:.2} |", work / dense_pairs).unwrap();
+            println!("packed longnet branch {b:?}: fwd {f:.3} ms (rate {rf:.2}), fwd+bwd {fb:.3} ms (rate {rb:.2})");
+            json!({"branch": b, "pairs_per_head": work, "fwd_ms": f, "fwd_rate_vs_dense": rf, "fwd_bwd_ms": fb,
+                "fwd_bwd_rate_vs_dense": rb})
+        })
+        .collect()
 }

@@ -43,6 +43,10 @@ CASES = [
      {"pattern": {"kind": "sliding_window", "left": 100}}, "striped"),
     ("packed documents causal", 1, 3000, 4, 4, 128, torch.bfloat16,
      {"causal": True, "documents": [0, 700, 701, 1900, 3000]}, "balanced"),
+    # LongNet inside documents, rows packed differently: launches over the documents on
+    # every contiguous piece pair (segment tables, dense segments).
+    ("packed longnet causal, rows apart", 2, 3000, 4, 4, 64, torch.bfloat16,
+     {"pattern": LONGNET, "causal": True, "documents": [[0, 700, 701, 1900, 3000], [0, 1500, 3000]]}, "contiguous"),
     ("dense causal f16", 1, 2000, 8, 8, 128, torch.float16, {"causal": True}, "zigzag"),
     ("head groups causal (ringdil.nn's combine)", 1, 2048, 6, 6, 64, torch.bfloat16,
      {"pattern": HEAD_GROUPS, "causal": True}, "zigzag"),

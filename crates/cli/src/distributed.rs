@@ -54,7 +54,7 @@ fn spelling(kind: Kind) -> &'static Spelling {
     SPELLINGS.iter().find(|s| s.kind == kind).expect("SPELLINGS lists every kind (tested below)")
 }
 
-/// The parser of `--schedule`: the flags of [`SPELLINGS`], with their help, to a [`Kind`].
+/// The parser of `--schedule`: the flags of `SPELLINGS`, with their help, to a [`Kind`].
 pub fn schedule_arg() -> impl TypedValueParser<Value = Kind> {
     PossibleValuesParser::new(SPELLINGS.iter().map(|s| PossibleValue::new(s.flag).help(s.help)))
         .map(|flag| kind_of_flag(&flag).expect("clap accepts only listed values"))

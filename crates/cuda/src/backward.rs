@@ -86,7 +86,7 @@ impl Gpu {
     /// dQ, dK, dV of the finished forward result `fwd` for the upstream gradient `dout`,
     /// from the saved LSE, written into `grads`. One kernel per key tile: dK and dV rows are
     /// written by one block. With several launches (dilated branches) the first writes
-    /// and the others add ([`kv_writer`]; the buffers are cleared first unless that launch
+    /// and the others add (`kv_writer`; the buffers are cleared first unless that launch
     /// writes every row); under grouped-query attention, whose group of query heads adds
     /// into one K/V head, the buffers are cleared and every launch adds. dQ rows receive
     /// f32 reductions from every key tile, so dq is always cleared first.

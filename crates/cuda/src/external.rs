@@ -56,7 +56,7 @@ impl GiveBack for RankData {
 }
 
 /// A device value over memory another library owns, usable where this crate takes its
-/// own ([`DeviceTensor`], [`DevicePartial`], [`DeviceGrads`]); dropping it gives the
+/// own ([`DeviceTensor`], [`DevicePartial`], [`DeviceGrads`](crate::DeviceGrads)); dropping it gives the
 /// memory back untouched (on every path, errors included).
 pub struct Borrowed<T: GiveBack>(Option<T>);
 

@@ -131,7 +131,7 @@ pub struct MaskTable {
 
 impl MaskTable {
     /// Evaluate `pattern` for every head and query (see the module docs for what is
-    /// refused). The heads are evaluated in parallel ([`head_table`]), then numbered in
+    /// refused). The heads are evaluated in parallel (`head_table`), then numbered in
     /// head order, so the table is the one a walk over the heads in turn would make.
     pub fn build(pattern: &dyn Pattern, heads: usize, seq_len: usize) -> Result<MaskTable> {
         pattern.validate(heads, seq_len)?;

@@ -19,13 +19,13 @@
 //! kernels(dout, delta / sigma)`: the backward runs on `dout` as given with `delta`
 //! divided by `sigma` after the delta pass, then multiplies dQ, dK and dV by `sigma`.
 //! (Scaling `dout` instead would round it to 16 bits a second time.) dK and dV therefore
-//! go through f32 sums ([`crate::backward::kv_accumulates`]).
+//! go through f32 sums (`backward::kv_accumulates`).
 //!
 //! **Deferred scale (distributed schedules).** A result added into (`forward_accumulate`,
 //! `backward_add_into`: a ring's steps) cannot be scaled call by call: a merge of `sigma
 //! O_1` with `O_2` is no scaled merge, and a running gradient sum would be multiplied
 //! again at every step. Those calls refuse a scaled pattern unless the caller took the
-//! scale over ([`Prepared::defer_output_scale`]). Then a call:
+//! scale over (`Prepared::defer_output_scale`). Then a call:
 //!
 //! * forward: computes the unscaled `O` (so partials merge exactly as without a scale);
 //!   the schedule multiplies each finished output by `sigma` once, after its last merge;

@@ -44,7 +44,7 @@ use std::ops::Range;
 
 /// The Ulysses x ring schedule of `spec` over `heads` for `chunks`, with Ulysses groups
 /// of `ulysses` consecutive ranks. Errors: `ulysses` 0 or not dividing the ranks
-/// ([`Error::UlyssesDegree`]), and the pattern's own.
+/// ([`Error::UlyssesDegree`](crate::Error::UlyssesDegree)), and the pattern's own.
 pub fn hybrid(chunks: &ChunkPlan, spec: &Spec, heads: impl Into<Heads>, ulysses: usize) -> Result<Schedule> {
     let counts = heads.into();
     let groups = chunks.grouped(ulysses)?;

@@ -12,7 +12,7 @@
 //!
 //! # Index lists
 //! Rows move as `d`-vectors through the gather / scatter kernels of
-//! [`Helpers`](super::exec::Helpers). For a token piece of `rows` tokens at positions
+//! `exec::Helpers`. For a token piece of `rows` tokens at positions
 //! `start + i * stride` and a run of heads `first..first + m` (query or K/V side), the
 //! packed message is `[batch, rows, m, d]` in `(b, i, j)` order, and
 //!

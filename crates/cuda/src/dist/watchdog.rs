@@ -14,7 +14,7 @@
 //! the events (completed operations leave the queue), NCCL's asynchronous error of each
 //! communicator (`ncclCommGetAsyncError`), and the [`ProgressBoard`], where it posts
 //! this rank's counts. When the oldest pending operation has waited `timeout`, it
-//! declares a [`Verdict`] naming the [`suspect`](super::board::suspect) (the rank that
+//! declares a [`Verdict`] naming the [`suspect`] (the rank that
 //! entered fewest operations); a rank whose watchdog sees a verdict adopts it. Either
 //! way the rank *trips*: it prints the error, calls `ncclCommAbort` on its communicators
 //! (documented as the way to unblock a hung communicator from another thread: NCCL's

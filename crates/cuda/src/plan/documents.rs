@@ -19,7 +19,7 @@ use ringdil_reference::Documents;
 /// A tile's positions are the lattice `p0, p0 + stride, ..., p1` of its axis (stride 1
 /// on a contiguous piece, `P` on a striped rank). The pair is kept iff some document
 /// `[s, e)` holds a query position and a key position of the two tiles
-/// ([`share_document`]): exact on every axis, so a rank whose documents all lie in its
+/// (`share_document`): exact on every axis, so a rank whose documents all lie in its
 /// own tokens (striped ranks with one-token documents included) needs no other rank.
 pub fn restrict(plan: &TilePlan, map: &IndexMap, (q_tile, k_tile): (usize, usize), row: &[usize]) -> TilePlan {
     let &IndexMap::Identity { q, k } = map else {

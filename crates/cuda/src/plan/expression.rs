@@ -36,7 +36,7 @@ fn reads(node: &Node, var: Var) -> bool {
 
 /// The tile plan of `pattern` under `map` (identity: expression launches are never
 /// compacted), query and key indices in tiles of `tiles`. Key tiles are classified as
-/// runs ([`TilePlan::build_runs`]): the interval classification decides a window's or a
+/// runs (`TilePlan::build_runs`): the interval classification decides a window's or a
 /// block band's inside and outside for a whole run at once.
 pub fn plan(pattern: &ExprPattern, scope: ExprScope, causal: bool, map: &IndexMap, tiles: (usize, usize)) -> TilePlan {
     let root = pattern.mask().root();

@@ -289,7 +289,7 @@ pub fn enclose(node: &Node, ranges: &Ranges) -> Interval {
 /// it in 32-bit arithmetic ([`super::c_function_i32`]) gives the evaluator's values: by
 /// induction over the tree every operand and every exact result is an `i32` (the
 /// enclosures are sound, and a value that wrapped in `i64` has a full-range enclosure,
-/// [`wrapped`]), so no 32-bit operation wraps, and `i32::MIN / -1` cannot occur (its
+/// `wrapped`), so no 32-bit operation wraps, and `i32::MIN / -1` cannot occur (its
 /// result does not fit). Conservative: an `if` branch or a short-circuited operand that
 /// never runs on the box is checked too.
 pub fn fits_i32(node: &Node, ranges: &Ranges) -> bool {

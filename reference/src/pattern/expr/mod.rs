@@ -24,7 +24,7 @@
 //! are rejected by folding.
 //!
 //! For the GPU, [`classify`] decides whether a tile of (query, key) pairs is empty,
-//! full or partial ([`interval`] arithmetic over the tree, refined by splitting the
+//! full or partial (`interval` arithmetic over the tree, refined by splitting the
 //! tile), and [`TileMap`] keeps those classes for a whole sequence.
 //!
 //! The tree ([`Node`]) is typed by its operators, so it prints as C with the same rules

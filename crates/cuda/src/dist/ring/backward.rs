@@ -16,7 +16,7 @@ impl DistRank<'_> {
     /// The backward pass for `out` (this rank's finished forward, from
     /// [`DistRank::forward`] with the same schedule) and upstream gradient pieces `dout`.
     /// On return the compute stream is ordered after every transfer of the call
-    /// ([`DistRank::settle`]).
+    /// (`DistRank::settle`).
     pub fn backward(
         &mut self,
         schedule: Kind,

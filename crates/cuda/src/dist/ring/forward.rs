@@ -19,7 +19,7 @@ impl DistRank<'_> {
 
     /// [`DistRank::forward`], or only its kernels or only its transfers (benchmarks).
     /// On return the compute stream is ordered after every transfer of the call
-    /// ([`DistRank::settle`]), so the caller may drop `data` at once.
+    /// (`DistRank::settle`), so the caller may drop `data` at once.
     pub fn forward_probe(&mut self, schedule: Kind, data: &RankData, probe: Probe) -> DistResult<Vec<DevicePartial>> {
         let out = self.forward_steps(schedule, data, probe)?;
         self.settle()?;

@@ -549,7 +549,9 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
             dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?
                 .map(|t| t.bytes)
         }
-        GpuPattern::DilatedInDocuments(d, rows) => Some(SegmentTables::new(d, rows, shape.batch, chunk.seq_len).bytes),
+        GpuPattern::DilatedInDocuments(d, rows) => {
+            Some(SegmentTables::new(d, rows, shape.batch, chunk.seq_len).bytes())
+        }
         GpuPattern::Table(t) => {
             Some(mask_table::device_buffer(&mask_table::tables(t, chunk.pattern_heads(shape.heads), chunk.seq_len)?))
         }

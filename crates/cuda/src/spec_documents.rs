@@ -19,8 +19,8 @@
 //! branches) is split into parts as it is without documents, one per branch, each inside
 //! the documents: multiplicities add per document as they add per sequence.
 //!
-//! A built-in LongNet pattern on a whole sequence (no ring piece, no key padding) runs
-//! compact instead ([`GpuPattern::DilatedInDocuments`]): a table visits every tile its
+//! A built-in LongNet pattern on contiguous rows (a whole sequence, or a ring piece of the
+//! contiguous or zigzag layout; key padding or not) runs compact instead ([`GpuPattern::DilatedInDocuments`]): a table visits every tile its
 //! lattice touches, `n w` pairs per branch and head, where compact launches visit the
 //! kept rows only, `n w / r^2`. Inside a document `[s, e)` branch `(w, r)` has segments
 //! `[s + k w, min(s + (k + 1) w, e))`, which is the pattern inside the document: LongNet
@@ -149,46 +149,65 @@ pub fn segment_starts(boundaries: &[usize], w: usize) -> Vec<usize> {
     out
 }
 
-/// The segments of a LongNet pattern's launches inside documents, in one buffer (the
-/// call's `block_mask`): per branch `i` and boundary list `j` (one list for every batch
-/// row, or one per row), [`segment_starts`] of the branch's segment (cut to the row, as
-/// the launch cuts it), `tables[i][j].1`, and from byte `tables[i][j].0` what the
-/// launch reads of them: a compact launch the starts as `i32`s (`Params::seg_start`); a
-/// dilation-1 branch, dense attention inside its segments, the spans of its segments
-/// taken as documents (`Params::doc_first`, then `doc_last`, `[rows, seq_len]` `i32`s each,
-/// over the launch's rows: every batch row for one list, its own row for one per row).
+/// The segments of a LongNet pattern's launches inside documents, laid out in one buffer
+/// (the call's `block_mask`): per branch `i` and boundary list `j` (one list for every
+/// batch row, or one per row), [`segment_starts`] of the branch's segment (cut to the row,
+/// as the launch cuts it), `tables[i][j].1`, and from byte `tables[i][j].0` what the
+/// launch reads of them ([`SegmentTables::bytes`]): a compact launch the starts as `i32`s
+/// (`Params::seg_start`); a dilation-1 branch, dense attention inside its segments, the
+/// spans of its segments taken as documents (`Params::doc_first`, then `doc_last`,
+/// `[rows, seq_len]` `i32`s each, over the launch's rows: every batch row for one list,
+/// its own row for one per row). The layout is cheap; the buffer, whose spans grow with
+/// the rows, is made only where it is uploaded.
 pub struct SegmentTables {
-    pub bytes: Vec<u8>,
     pub tables: Vec<Vec<(usize, Arc<[usize]>)>>,
+    /// Per branch: dilation 1 (spans), else starts.
+    dense: Vec<bool>,
+    launch_rows: usize,
+    seq_len: usize,
 }
 
 impl SegmentTables {
-    /// The tables of `d`'s branches inside `rows` (valid boundary lists of `batch` rows
+    /// The layout for `d`'s branches inside `rows` (valid boundary lists of `batch` rows
     /// of `seq_len` positions; a call's `seq_len` fits an `i32`: `launch::validate`).
     pub fn new(d: &Dilated, rows: &[Vec<usize>], batch: usize, seq_len: usize) -> Self {
         let launch_rows = if rows.len() == 1 { batch } else { 1 };
-        let mut bytes = Vec::new();
+        let dense: Vec<bool> = d.branches.iter().map(|b| b.dilation == 1).collect();
+        let mut len = 0;
         let tables = d
             .branches
             .iter()
-            .map(|b| {
+            .zip(&dense)
+            .map(|(b, &dense)| {
                 rows.iter()
                     .map(|list| {
                         let starts = segment_starts(list, b.segment.min(seq_len));
-                        let at = bytes.len();
-                        if b.dilation == 1 {
-                            let segments = Documents::per_row(vec![starts.clone(); launch_rows]);
-                            let (first, last) = position_spans(&segments, launch_rows, seq_len);
-                            bytes.extend(first.iter().chain(&last).flat_map(|s| s.to_ne_bytes()));
-                        } else {
-                            bytes.extend(starts.iter().flat_map(|&s| (s as i32).to_ne_bytes()));
-                        }
+                        let at = len;
+                        len += 4 * if dense { 2 * launch_rows * seq_len } else { starts.len() };
                         (at, starts.into())
                     })
                     .collect()
             })
             .collect();
-        SegmentTables { bytes, tables }
+        SegmentTables { tables, dense, launch_rows, seq_len }
+    }
+
+    /// The buffer: every launch's table at its offset.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (tables, &dense) in self.tables.iter().zip(&self.dense) {
+            for (at, starts) in tables {
+                debug_assert_eq!(*at, bytes.len(), "the layout's offset");
+                if dense {
+                    let segments = Documents::per_row(vec![starts.to_vec(); self.launch_rows]);
+                    let (first, last) = position_spans(&segments, self.launch_rows, self.seq_len);
+                    bytes.extend(first.iter().chain(&last).flat_map(|s| s.to_ne_bytes()));
+                } else {
+                    bytes.extend(starts.iter().flat_map(|&s| (s as i32).to_ne_bytes()));
+                }
+            }
+        }
+        bytes
     }
 }
 

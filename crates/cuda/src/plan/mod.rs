@@ -134,7 +134,7 @@ impl IndexMap {
         match self {
             IndexMap::Compact { starts: Some(s), .. } => s.partition_point(|&x| x <= pos) - 1,
             IndexMap::Compact { segment, .. } => pos / segment,
-            IndexMap::Identity { .. } => 0,
+            IndexMap::Identity { .. } => unreachable!("an identity map has no segments"),
         }
     }
 
@@ -144,7 +144,7 @@ impl IndexMap {
         match self {
             IndexMap::Compact { starts: Some(t), .. } => (t[s], t[s + 1]),
             IndexMap::Compact { segment, .. } => (s * segment, (s + 1) * segment),
-            IndexMap::Identity { .. } => (0, 0),
+            IndexMap::Identity { .. } => unreachable!("an identity map has no segments"),
         }
     }
 }

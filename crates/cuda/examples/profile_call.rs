@@ -1,7 +1,8 @@
 //! One attention call's launches, repeated a few times, for a kernel profiler:
 //!
 //! ```text
-//! profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [BRANCH ...]    BRANCH = SEGMENT,DILATION
+//! profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--documents FILE] [BRANCH ...]
+//!     BRANCH = SEGMENT,DILATION
 //! ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
 //!     profile_call --backward 4096,4
 //! ```
@@ -11,7 +12,9 @@
 //! random bf16 inputs: `gpu_bench`'s dilated rows.
 //! `--batch B --seq N` change the shape, so that a branch's equal-work baseline (dense
 //! attention over n/w sequences of w/r tokens: `--batch 4 --seq 1024` for (4096, 4)) is
-//! profiled the same way.
+//! profiled the same way. `--documents FILE` packs the row with the documents of
+//! `gpu_bench --write-documents FILE` (its boundaries and row length; batch 1): the packed
+//! rows of `gpu_bench`, dense or LongNet inside the documents.
 //! A profiler then shows each kernel of the call (fill, attention launches, scale, delta,
 //! backward launches) with its duration and DRAM traffic: where a call's time goes beyond
 //! its attention work, which `gpu_bench`'s totals cannot say. Memsets are not kernels and
@@ -19,11 +22,24 @@
 
 use ringdil_cuda::check::rounded_bits;
 use ringdil_cuda::{Chunk, Dtype, Gpu, GpuPattern, GpuSpec, Shape};
+use ringdil_reference::Documents;
 use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--head-dim D] [SEGMENT,DILATION ...]";
+const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--head-dim D] [--documents FILE] [SEGMENT,DILATION ...]";
+
+/// The row length and boundary list that `gpu_bench --write-documents` wrote.
+fn documents(path: &str) -> Result<(usize, Vec<usize>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--documents {path}: {e}"))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("--documents {path}: {e}"))?;
+    let seq = json["seq"].as_u64().ok_or_else(|| format!("--documents {path}: no \"seq\""))?;
+    let list = json["boundaries"]
+        .as_array()
+        .and_then(|b| b.iter().map(|x| x.as_u64().map(|x| x as usize)).collect::<Option<Vec<_>>>())
+        .ok_or_else(|| format!("--documents {path}: no \"boundaries\" list of integers"))?;
+    Ok((seq as usize, list))
+}
 
 fn branch(arg: &str) -> Result<(usize, usize), String> {
     let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("branch {arg:?}: {e}"));
@@ -36,6 +52,7 @@ fn branch(arg: &str) -> Result<(usize, usize), String> {
 fn run() -> Result<(), String> {
     let (mut causal, mut backward, mut branches) = (false, false, Vec::new());
     let (mut calls, mut batch, mut seq, mut head_dim) = (3, 1, 16384, 128);
+    let mut packed = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut number = |flag: &str| -> Result<usize, String> {
@@ -52,6 +69,7 @@ fn run() -> Result<(), String> {
             "--batch" => batch = number("--batch")?,
             "--seq" => seq = number("--seq")?,
             "--head-dim" => head_dim = number("--head-dim")?,
+            "--documents" => packed = Some(documents(&args.next().ok_or(USAGE)?)?),
             _ => branches.push(branch(&a)?),
         }
     }
@@ -63,7 +81,12 @@ fn run() -> Result<(), String> {
         true => GpuPattern::Dense,
         false => GpuPattern::Dilated(Dilated::longnet(&branches)),
     };
-    let spec = GpuSpec::new(pattern).causal(causal);
+    let mut spec = GpuSpec::new(pattern).causal(causal);
+    let documents = packed.as_ref().map_or(0, |(_, list)| list.len().saturating_sub(1));
+    if let Some((row, list)) = packed {
+        (batch, seq) = (1, row);
+        spec = spec.documents(Documents::flat(list));
+    }
     let shape = Shape::square(batch, seq, 16, head_dim);
     let err = |e: ringdil_cuda::CudaError| e.to_string();
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).map_err(err)?;
@@ -81,7 +104,7 @@ fn run() -> Result<(), String> {
     gpu.synchronize().map_err(err)?;
     println!(
         "profile_call: {calls} calls, batch {batch}, n = {seq}, branches {branches:?} (none: dense), causal {causal}, \
-         backward {backward}"
+         backward {backward}, documents {documents} (0: none)"
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 // Masks: which (query, key) pairs a launch lets through, from global positions. The
 // element rule (allowed / visible) mirrors the reference's patterns plus causality and
 // padding; tile_full proves a whole tile visible; mask_kind picks per (warp, tile) between
-// no mask, the interval mask (patterns where a query sees one interval of keys) and the
+// no mask, the interval mask (patterns where a query sees one interval of keys), the
+// compact launches' interval mask (a query sees an interval of its segment) and the
 // generic bit mask; mask_scores (forward) and mask_scores_t (backward, transposed) apply it to a
 // warp's scores. A new GPU pattern's element rule goes in `allowed`.
 
@@ -146,11 +147,14 @@ __device__ __forceinline__ bool marked_tile_full(const Params& p, int b, int q0,
 // How a (warp, key tile) pair is masked: MASK_NONE when tile_full proves every pair visible;
 // MASK_INTERVAL when every query row sees one interval of key positions (interval_pattern),
 // so the mask is two integer compares per element against bounds taken once per row (see
-// key_span, query_span); MASK_GENERIC otherwise (`visible`, evaluated in a rolled loop into
+// key_span, query_span); MASK_COMPACT in a compact launch, the same compares against the
+// interval of the row's segment (compact_key_indices, compact_query_span); MASK_GENERIC
+// otherwise (`visible`, evaluated in a rolled loop into
 // a bit mask, so that the pattern code is not unrolled into every element).
 #define MASK_NONE 0
 #define MASK_INTERVAL 1
 #define MASK_GENERIC 2
+#define MASK_COMPACT 3
 #ifndef FAST_MASK
 #define FAST_MASK 1
 #endif
@@ -166,8 +170,13 @@ __device__ __forceinline__ bool interval_pattern(const Params& p) {
     return p.pattern == PATTERN_BLOCK_SPARSE && p.bs_radius >= 0 && p.bs_global == 0 && p.bs_stride == 0 &&
            p.block_mask == 0;
 }
+// (COMPACT false: for a kernel that compact launches do not run, which then compiles no
+// MASK_COMPACT path: see mask_scores.)
+template <bool COMPACT = true>
 __device__ __forceinline__ int mask_kind(const Params& p, bool full) {
-    return full ? MASK_NONE : (FAST_MASK && interval_pattern(p)) ? MASK_INTERVAL : MASK_GENERIC;
+    if (full) return MASK_NONE;
+    if (FAST_MASK && COMPACT && p.compact) return MASK_COMPACT;
+    return (FAST_MASK && interval_pattern(p)) ? MASK_INTERVAL : MASK_GENERIC;
 }
 #define CUT_MAX 0x7fffffff
 // An inclusive interval of positions; empty when lo > hi.
@@ -218,10 +227,65 @@ __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
     const int pos = p.k_offset + kc * p.k_stride;
     return pos < klimit ? pos : CUT_MAX;
 }
+
+// MASK_COMPACT. In a compact launch every pair of kept positions of one segment is a pair
+// of the branch, so what a query sees is an interval of its segment, cut by causality, the
+// padding limit, the key axis's rows (a ring chunk) and the query's document. The forward
+// turns it into an interval of key launch indices (compact_key_indices), the backward
+// compares query positions (compact_query_span): either way two compares per element
+// against bounds taken once per row, where the generic mask finds every key's row and
+// segment (two divisions and two table loads per key).
+//
+// Forward: the key launch indices that the query at launch index qc sees. Its segment s
+// keeps positions base + t r (t = 0, 1, ..., base = the segment's first position plus the
+// head's offset) at launch indices first + t (first = s m - k_cbase), and a kept position
+// lies in the position interval [lo, hi] iff its t lies in [ceil((lo - base) / r),
+// floor((hi - base) / r)]. Positions below hi lie before the segment's end, so the interval
+// holds no hole; causality is t_k <= t_q within a segment (one offset for both).
+__device__ __forceinline__ Span compact_key_indices(const Params& p, int b, int h, int qc, int klimit) {
+    const Axis qa = q_axis(p);
+    const int qpos = pos_of(qa, row_of(p, qa, qc, h));
+    if (qpos < 0) return {1, 0};
+    const int s = seg_of(p, qa, qc), base = seg_first(p, s) + dil_offset(p, h, s);
+    const DocSpan d = doc_span(p, b, qpos);
+    const int lo = max(max(base, p.k_offset), d.lo);
+    const int hi = min(min(seg_first(p, s + 1), klimit) - 1, min(p.k_offset + p.k_rows - 1, d.hi));
+    if (hi < lo) return {1, 0};
+    const int r = p.dil_rate, first = s * p.dil_per_seg - p.k_cbase;
+    const int last = first + (hi - base) / r;
+    return {first + (lo - base + r - 1) / r,
+            min(p.causal ? min(last, qc + p.q_cbase - p.k_cbase) : last, p.nk - 1)};
+}
+// Backward: the query positions that see the kept key at position kpos (segment kseg; -1:
+// no key), none past the padding limit. A missing query (position -1) falls outside, as
+// the lower end is >= 0.
+__device__ __forceinline__ Span compact_query_span(const Params& p, int b, int kpos, int kseg, int klimit) {
+    if (kpos < 0 || kpos >= klimit) return {1, 0};
+    const DocSpan d = doc_span(p, b, kpos);
+    const int lo = max(max(seg_first(p, kseg), p.causal ? kpos : 0), d.lo);
+    return {lo, min(seg_first(p, kseg + 1) - 1, d.hi)};
+}
 // Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
 // lane's g = lane / 4 added) is `qbase`.
 __device__ __forceinline__ int row_idx(int qbase, int mt, int r) { return qbase + mt * 16 + 8 * r; }
 
+// -inf for the scores whose key lies outside its row's interval: key column i = 8 nb + 2t + e
+// of the tile is key(i) (a position, CUT_MAX for none, or a launch index), row (mt, r) sees
+// ks[mt][r].
+template <int WMT, int NK, typename KeyPos>
+__device__ __forceinline__ void hide_outside(float (&s)[WMT][NK][4], const Span (&ks)[WMT][2], int t, KeyPos key) {
+    #pragma unroll
+    for (int nb = 0; nb < NK; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int kpos = key(nb * 8 + 2 * t + e);
+            #pragma unroll
+            for (int mt = 0; mt < WMT; ++mt)
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (kpos < ks[mt][r].lo || kpos > ks[mt][r].hi) s[mt][nb][2 * r + e] = NEG_INF;
+        }
+}
 // -inf for the scores whose visibility bit is clear. Forward: bit 2 nb + e of vis[mt][r] is
 // key column 8 nb + 2t + e of row (mt, r); backward (transposed): bit 2 nb + e of vis[r] is
 // query column 8 nb + 2t + e of key row r.
@@ -315,9 +379,12 @@ __device__ __forceinline__ void mask_expr_scores_t(const Params& p, int b, int h
 
 // Mask a warp's scores s[mt][nb][e] (rows row_idx(qbase, mt, e / 2), keys k0 + 8 nb + 2t +
 // e % 2; NK 8-key column blocks) to -inf where not visible: nothing for MASK_NONE.
-template <int WMT, int NK = NKB>
+template <int WMT, int NK = NKB, bool COMPACT = true>
 __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int kind, int klimit,
                                             float (&s)[WMT][NK][4], int qbase, int k0, int t) {
+    // Without COMPACT (a kernel that compact launches do not run) the interval mask of
+    // compact launches is not compiled; the generic mask is exact for them too.
+    if (!COMPACT && kind == MASK_COMPACT) kind = MASK_GENERIC;
     if (kind == MASK_INTERVAL) {
         Span ks[WMT][2];
         #pragma unroll
@@ -327,17 +394,14 @@ __device__ __forceinline__ void mask_scores(const Params& p, int b, int h, int k
                 const int qc = row_idx(qbase, mt, r);
                 ks[mt][r] = key_span(p, b, qc < p.nq ? p.q_offset + qc * p.q_stride : -1);
             }
+        hide_outside<WMT, NK>(s, ks, t, [&](int i) { return key_cut(p, k0 + i, klimit); });
+    } else if (COMPACT && kind == MASK_COMPACT) {
+        Span ks[WMT][2];
         #pragma unroll
-        for (int nb = 0; nb < NK; ++nb)
+        for (int mt = 0; mt < WMT; ++mt)
             #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int kcut = key_cut(p, k0 + nb * 8 + 2 * t + e, klimit);
-                #pragma unroll
-                for (int mt = 0; mt < WMT; ++mt)
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (kcut < ks[mt][r].lo || kcut > ks[mt][r].hi) s[mt][nb][2 * r + e] = NEG_INF;
-            }
+            for (int r = 0; r < 2; ++r) ks[mt][r] = compact_key_indices(p, b, h, row_idx(qbase, mt, r), klimit);
+        hide_outside<WMT, NK>(s, ks, t, [&](int i) { return k0 + i; });
 #ifdef RINGDIL_EXPR
     } else if (kind == MASK_GENERIC && p.pattern == PATTERN_EXPR) {
         mask_expr_scores<WMT, NK>(p, b, h, klimit, s, qbase, k0, t);
@@ -382,10 +446,12 @@ template <int NB>
 __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int kind, int klimit, float (&s)[NB][4],
                                               int kidx, const int (&kpos)[2], const int (&kseg)[2], int q0,
                                               const int* sP, int t) {
-    if (kind == MASK_INTERVAL) {
+    if (kind == MASK_INTERVAL || kind == MASK_COMPACT) {
         Span qs[2];
         #pragma unroll
-        for (int r = 0; r < 2; ++r) qs[r] = query_span(p, b, key_cut(p, kidx + 8 * r, klimit));
+        for (int r = 0; r < 2; ++r)
+            qs[r] = kind == MASK_COMPACT ? compact_query_span(p, b, kpos[r], kseg[r], klimit)
+                                         : query_span(p, b, key_cut(p, kidx + 8 * r, klimit));
         #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
             #pragma unroll

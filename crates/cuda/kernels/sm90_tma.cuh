@@ -71,4 +71,36 @@ __device__ __forceinline__ bool tile_is_box(const Params& p, const Axis& a, int 
     return ends_are_box<ROWS>(p, a, e);
 }
 
+// Can a query tile of the forward come by TMA boxes (first row row0)? As tile_is_box, and
+// also a compact tile whose kept rows are a prefix of one segment's, the rest holes (a
+// short segment, a document's end): a box of ROWS rows R apart from row0 holds those rows
+// and, in the holes' places, other rows or zeros (past the view). The holes' rows are never
+// stored, and a query row's scores are its own, so what they hold does not matter; the
+// kept rows must lie inside the view (below its last full step). A tile of such holes only
+// (a 64-row part of a 128-row item past its segment's kept rows) reads from row 0.
+template <int ROWS>
+__device__ __forceinline__ bool query_tile_is_box(const Params& p, const Axis& a, int q0, int h, int& row0) {
+    if (!p.compact) {
+        row0 = q0;
+        return true;
+    }
+    const int code = offset_code(p, h);
+    const TileEnds e = compact_tile_ends<ROWS>(p, a, q0, code);
+    row0 = e.row0;
+    if (ends_are_box<ROWS>(p, a, e)) return true;
+    if (e.s0 != e.s1) return false;
+    // Segment s0 keeps positions start + t R for t < kept; those of the axis's rows are
+    // t < end (and t >= the first whose row is >= 0). The tile holds t0 .. t0 + ROWS - 1.
+    const int R = p.dil_rate, start = seg_first(p, e.s0) + seg_offset(p, code, e.s0);
+    const int kept = (max(seg_first(p, e.s0 + 1) - start, 0) + R - 1) / R;
+    const int end = min(kept, (max(a.offset + a.rows - start, 0) + R - 1) / R);
+    const int t0 = q0 + a.cbase - e.s0 * p.dil_per_seg;
+    if (t0 >= end) {  // holes only
+        row0 = 0;
+        return true;
+    }
+    // Holes before the axis's first row (a ring chunk starting inside the tile): gathered.
+    return e.row0 >= 0 && start + (min(t0 + ROWS, end) - 1) * R - a.offset < (a.rows / R) * R;
+}
+
 // One block per multiprocessor, working through items of FBM query rows of one

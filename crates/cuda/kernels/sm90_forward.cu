@@ -91,7 +91,9 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         // alpha; did a row maximum grow?
         auto softmax_tile = [&](int j) {
             const int k0 = sm.stage_key(j);
-            // Compact launches run the 128-row kernel only (Family::forward_q_tile_for).
+            // The compact launches' interval mask only where most of them run (the 128-row
+            // kernel: Family::forward_q_tile_for); its registers would make the 192-row
+            // kernel's consumers spill, and the generic mask is exact for compact tiles too.
             constexpr bool COMPACT = WGS == FBM_NARROW / 64;
             const int kind = mask_kind<COMPACT>(p, full_tile(j, k0));
             mask_scores<1, FNKB, COMPACT>(p, b, h, kind, klimit, s, wq0 + g, k0, t);

@@ -66,9 +66,9 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
 }
 
 // Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts is evenly spaced
-// (as a K/V tile; up to d = 128 also where its kept rows are, holes following:
-// query_tile_is_box; above, the producer's registers spill over that test), else
-// gathered (with every Q tile gathered by the producers, per-row address work while the
+// (as a K/V tile; also where its kept rows are, holes following: query_tile_is_box, in
+// the kernel that runs most compact launches, up to d = 128, as the item skip of
+// fwd_claim; above, the producer's registers spill over the test), else gathered (with every Q tile gathered by the producers, per-row address work while the
 // consumers compute, the consumers waited 8.6 us for each item's Q at d = 128; 0.5 us by
 // TMA). Every producer thread arrives on q_full(u).
 template <int WGS>
@@ -80,8 +80,8 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
     bool box = true;
     #pragma unroll
     for (int r = 0; r < B::ROWS / 64; ++r)
-        box = box && (D <= 128 ? query_tile_is_box<64>(p, q_axis(p), q0 + 64 * r, c.h, qrow[r])
-                               : tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]));
+        box = box && (WGS == FBM_NARROW / 64 && D <= 128 ? query_tile_is_box<64>(p, q_axis(p), q0 + 64 * r, c.h, qrow[r])
+                                                         : tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]));
     if (box) {
         if (leader) {
             mbar_expect_tx(sm.q_full(u), B::ROWS * D * 2);

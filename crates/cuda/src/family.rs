@@ -169,14 +169,15 @@ impl Family {
 
     /// Query rows per forward block of one launch: [`Family::forward_q_tile`], except that
     /// the wgmma family runs with [`Family::forward_q_tile_narrow`] rows
-    /// * a compact dilated launch. Compact launch indices start at a segment boundary, so
-    ///   such a tile never straddles two segments when the segments keep a multiple of
-    ///   128 rows (LongNet's powers of two); a 192-row tile would, every few tiles, and visit
-    ///   both segments' keys (a LongNet branch (8192, 8) took 3.4x as long that way). Where
-    ///   a 192-row tile would not (segments of a multiple of 192 rows), it was not faster
-    ///   (`docs/benchmarks/profiles/ncu-compact-vs-equal-work-h200.md`), and the 192-row
-    ///   kernel is compiled without the compact launches' interval mask, which costs its
-    ///   consumers registers (kernels/mask.cuh, MASK_COMPACT);
+    /// * a compact dilated launch whose segments keep `m` rows, `m` not a multiple of its
+    ///   192. Compact launch indices start at a segment boundary, so such a tile never
+    ///   straddles two segments when `m` is a multiple of 128 (LongNet's powers of two); a
+    ///   192-row tile would, every few tiles, and visit both segments' keys under the
+    ///   generic mask (a LongNet branch (8192, 8) took 3.4x as long that way). (Where `m`
+    ///   is a multiple of 192 the 192-row kernel masks its partial tiles with the generic
+    ///   mask: the compact launches' interval mask, `MASK_COMPACT` in `kernels/mask.cuh`,
+    ///   is compiled into the 128-row kernel only, as its registers would make the 192-row
+    ///   kernel's consumers spill);
     /// * a launch whose mask has structure inside the sequence (`masked`: a window, blocks,
     ///   an expression or a table; `launch::launches_for` decides). A key tile is full for a block only if
     ///   it is for all of the block's rows: the taller the block, the more tiles at a
@@ -188,7 +189,11 @@ impl Family {
             return self.forward_q_tile_narrow();
         }
         match *map {
-            IndexMap::Compact { .. } if self == Family::Wgmma => self.forward_q_tile_narrow(),
+            IndexMap::Compact { segment, dilation, .. }
+                if self == Family::Wgmma && segment.div_ceil(dilation) % self.forward_q_tile() != 0 =>
+            {
+                self.forward_q_tile_narrow()
+            }
             IndexMap::Identity { .. } if self == Family::Wgmma && masked => self.forward_q_tile_narrow(),
             _ => self.forward_q_tile(),
         }

@@ -5,7 +5,11 @@
 //! * compact (`index_map.cuh`, `row_of`): launch index `c` is global compact index
 //!   `G = c + cbase`, slot `t = G mod m` of segment `s = G div m`, at position
 //!   `seg_start[s] + o(h) + t r`; a hole at or past `seg_start[s + 1]` or outside the
-//!   side's rows; pairs of one segment;
+//!   side's rows. A query's keys are the interval of key launch indices of
+//!   `mask.cuh`'s `compact_key_indices` (`MASK_COMPACT`): its segment's slots whose
+//!   positions lie in `[max(base, first key row), min(segment end, past the key rows) - 1]`
+//!   (`base` = the segment's first position plus the offset), found by dividing by `r`,
+//!   not by testing each key's slot;
 //! * dense inside segments (`documents.cuh`): the query at position `p` of launch row `b`
 //!   sees the keys `doc_first[b, p] ..= doc_last[b, p]`.
 
@@ -59,13 +63,20 @@ pub fn pairs(l: &LaunchSpec, buffer: &[u8], lb: usize, h: usize, heads: usize, n
         let pos = table[s] + o + t * r;
         (pos < table[s + 1] && (offset..offset + rows).contains(&pos)).then_some((s, pos))
     };
+    let kbase = p.k_cbase as i64;
     for qc in 0..p.nq as usize {
-        let Some((qs, qp)) = slot(qc, p.q_cbase, qo, qr) else { continue };
-        for kc in 0..p.nk as usize {
-            if let Some((ks, kp)) = slot(kc, p.k_cbase, ko, kr) {
-                if ks == qs && visits(qc, kc) {
-                    out.push((qp, kp));
-                }
+        let Some((s, qp)) = slot(qc, p.q_cbase, qo, qr) else { continue };
+        // Segment s keeps position base + t r at key launch index first + t.
+        let (base, first) = (table[s] + o, (s * m) as i64 - kbase);
+        let (lo, end) = (base.max(ko), table[s + 1].min(ko + kr));
+        if end <= lo {
+            continue;
+        }
+        let (t_lo, t_hi) = ((lo - base).div_ceil(r) as i64, ((end - 1 - base) / r) as i64);
+        for kc in (first + t_lo).max(0)..=(first + t_hi).min(p.nk as i64 - 1) {
+            let kc = kc as usize;
+            if visits(qc, kc) {
+                out.push((qp, base + (kc as i64 - first) as usize * r));
             }
         }
     }

@@ -91,12 +91,8 @@ __device__ __forceinline__ void fwd_consumer(const Params& p, const FwdSmem& sm,
         // alpha; did a row maximum grow?
         auto softmax_tile = [&](int j) {
             const int k0 = sm.stage_key(j);
-            // The compact launches' interval mask only where most of them run (the 128-row
-            // kernel: Family::forward_q_tile_for); its registers would make the 192-row
-            // kernel's consumers spill, and the generic mask is exact for compact tiles too.
-            constexpr bool COMPACT = WGS == FBM_NARROW / 64;
-            const int kind = mask_kind<COMPACT>(p, full_tile(j, k0));
-            mask_scores<1, FNKB, COMPACT>(p, b, h, kind, klimit, s, wq0 + g, k0, t);
+            const int kind = mask_kind<B::COMPACT_MASK>(p, full_tile(j, k0));
+            mask_scores<1, FNKB, B::COMPACT_MASK>(p, b, h, kind, klimit, s, wq0 + g, k0, t);
             return softmax_step<1, FNKB>(p, s, m, l, alpha);
         };
         auto issue_s = [&](int j) {  // S = Q K(j)^T, committed as one group

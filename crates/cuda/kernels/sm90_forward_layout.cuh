@@ -57,6 +57,14 @@ struct FwdBlock {
     // 14-17% more. Above d = 128 Q (D / 4 registers) does not fit next to O. The Q tile is
     // in the wgmma operand layout either way.
     static constexpr bool Q_SMEM = WGS == 3 || D > 128;
+    // The kernel that runs the compact launches whose segments keep a number of rows that
+    // is not a multiple of 192 (LongNet's; Family::forward_q_tile_for) compiles their
+    // interval mask (MASK_COMPACT) and, up to d = 128, the producer's paths for them: the
+    // empty-item skip of fwd_claim and the query boxes of query_tile_is_box. Elsewhere the
+    // mask's registers would make the 192-row kernel's consumers spill, and those paths
+    // the producer's few registers (twice the bytes at d = 256, on the path of every K/V
+    // tile); the generic mask and gathered query tiles are exact there too.
+    static constexpr bool COMPACT_MASK = WGS == FBM_NARROW / 64, COMPACT_LOADS = COMPACT_MASK && D <= 128;
 };
 static_assert(FwdBlock<FWD_WGS>::THREADS == FWD_THREADS, "attn_fwd block threads differ from the host's");
 static_assert(FwdBlock<FBM_NARROW / 64>::THREADS == FWD_THREADS_NARROW, "attn_fwd_128 threads differ from the host's");

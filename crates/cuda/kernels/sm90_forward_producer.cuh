@@ -19,7 +19,6 @@ __device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
 #define LOOKAHEAD 4  // the next item is claimed this many K/V tiles before an item's last
 
 // Does forward item `item` visit no key tile?
-template <int WGS>
 __device__ __forceinline__ bool item_is_empty(const Params& p, unsigned item, unsigned tiles) {
     const Coords c = coords_of(p, item, tiles, true);
     const int prow = plan_row(p, c.b, c.tile);
@@ -38,12 +37,10 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
     if (u >= 2) mbar_wait(sm.slot_free(u), ((u - 2) >> 1) & 1);
     // An item without key tiles changes nothing in a merging launch (its rows keep what they
     // hold): the leader takes the next one instead of handing it to the consumers. (Most
-    // items of a compact launch over short documents are holes only.) Only in the kernel
-    // that compact launches run, up to d = 128: elsewhere the producer's few registers
-    // spill over the loop (twice the bytes at d = 256), on the path of every K/V tile.
-    constexpr bool SKIP = WGS == FBM_NARROW / 64 && D <= 128;
+    // items of a compact launch over short documents are holes only; FwdBlock::COMPACT_LOADS
+    // says where.)
     unsigned item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
-    while (SKIP && p.accumulate && item < items && item_is_empty<WGS>(p, item, tiles))
+    while (B::COMPACT_LOADS && p.accumulate && item < items && item_is_empty(p, item, tiles))
         item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
     volatile int* sl = sm.slot(u);
     sl[0] = (int)item;
@@ -66,11 +63,11 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
 }
 
 // Item u's Q tile into q_tile(u): by TMA where each of its 64-row parts is evenly spaced
-// (as a K/V tile; also where its kept rows are, holes following: query_tile_is_box, in
-// the kernel that runs most compact launches, up to d = 128, as the item skip of
-// fwd_claim; above, the producer's registers spill over the test), else gathered (with every Q tile gathered by the producers, per-row address work while the
-// consumers compute, the consumers waited 8.6 us for each item's Q at d = 128; 0.5 us by
-// TMA). Every producer thread arrives on q_full(u).
+// (as a K/V tile; with FwdBlock::COMPACT_LOADS also where its kept rows are, holes
+// following: query_tile_is_box), else gathered (with every Q tile gathered by the
+// producers, per-row address work while the consumers compute, the consumers waited
+// 8.6 us for each item's Q at d = 128; 0.5 us by TMA). Every producer thread arrives on
+// q_full(u).
 template <int WGS>
 __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, const TensorMap& q_map, int u,
                                            const Coords& c, bool leader, int R) {
@@ -80,8 +77,8 @@ __device__ __forceinline__ void fwd_load_q(const Params& p, const FwdSmem& sm, c
     bool box = true;
     #pragma unroll
     for (int r = 0; r < B::ROWS / 64; ++r)
-        box = box && (WGS == FBM_NARROW / 64 && D <= 128 ? query_tile_is_box<64>(p, q_axis(p), q0 + 64 * r, c.h, qrow[r])
-                                                         : tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]));
+        box = box && (B::COMPACT_LOADS ? query_tile_is_box<64>(p, q_axis(p), q0 + 64 * r, c.h, qrow[r])
+                                       : tile_is_box(p, q_axis(p), q0 + 64 * r, c.h, qrow[r]));
     if (box) {
         if (leader) {
             mbar_expect_tx(sm.q_full(u), B::ROWS * D * 2);

@@ -1,11 +1,11 @@
 """Apply kernel plants (gpu_plants.json) one at a time and run gpu_check on each.
 
-    python3 tests/plants/run_gpu.py GPU_CHECK [--only TEXT] [--seed N] [NAME ...]
+    python3 tests/plants/run_gpu.py GPU_CHECK [--only TEXT] [--seed N] [--jobs N] [NAME ...]
 
 Each plant's edit is applied to a copy of crates/cuda/kernels/ and gpu_check compiles the
 kernels from that copy (RINGDIL_CUDA_SOURCE), so no rebuild is needed; `--only TEXT`
-runs only the gpu_check cases whose name contains TEXT. A plant is caught when gpu_check
-fails. Prints one line per plant and exits non-zero when one is not caught.
+runs only the gpu_check cases whose name contains TEXT, `--jobs N` spreads them over N
+processes. A plant is caught when gpu_check fails. Prints one line per plant and exits non-zero when one is not caught.
 """
 import json
 import os
@@ -28,7 +28,7 @@ def main() -> int:
     check_args, names = [], []
     while argv:
         arg = argv.pop(0)
-        if arg in ("--only", "--seed"):
+        if arg in ("--only", "--seed", "--jobs"):
             check_args += [arg, argv.pop(0)]
         else:
             names.append(arg)

@@ -282,8 +282,6 @@ impl Gpu {
             let (dlp, l2p, dqp) = (at(dlp, 4, r.lse), at(l2p, 4, r.lse), at(dqp, 4, r.q));
             let kv_bytes = if half { 2 } else { 4 };
             let (dkp, dvp) = (at(dkp, kv_bytes, r.k), at(dvp, kv_bytes, r.v));
-            let mask = prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64);
-            let (doc_first, doc_last) = prep.doc_spans(l, mask, st);
             let base = Params {
                 q: qp,
                 k: kp,
@@ -295,16 +293,12 @@ impl Gpu {
                 dq: dqp,
                 dk: dkp,
                 dv: dvp,
-                key_len: prep.key_len.as_ref().map_or(0, |x| at(x.device_ptr(st).0, 4, r.row)),
-                block_mask: mask,
-                seg_start: if l.reads_segments() { mask } else { 0 },
-                doc_first,
-                doc_last,
                 plan_rows: l.cols.rows_per_batch(),
                 accumulate: accumulate as i32,
                 half_out: half as i32,
                 ..l.params
             };
+            let base = prep.with_tables(base, l, r.row, st);
             let cols = Params {
                 plan_ptr: plan.cols_ptr.device_ptr(st).0,
                 plan_idx: plan.cols_idx.device_ptr(st).0,

@@ -102,8 +102,6 @@ impl Gpu {
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let (pf, _h) = plan.fwd_full.device_ptr(st);
-        let mask = prep.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64);
-        let (doc_first, doc_last) = prep.doc_spans(l, mask, st);
         let params = Params {
             q: qp,
             k: kp,
@@ -113,16 +111,12 @@ impl Gpu {
             plan_ptr: pp,
             plan_idx: pi,
             plan_full: pf,
-            key_len: prep.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0 + 4 * r.row as u64),
-            block_mask: mask,
-            seg_start: if l.reads_segments() { mask } else { 0 },
-            doc_first,
-            doc_last,
             plan_rows: l.fwd.rows_per_batch(),
             accumulate: accumulate as i32,
             half_out: half as i32,
             ..l.params
         };
+        let params = prep.with_tables(params, l, r.row, st);
         let dims = l.forward_dims(self.sms);
         let kernel = prep.kernels.get(dims.kernel);
         let mut launch = st.launch_builder(kernel);

@@ -3,6 +3,7 @@
 
 use crate::gpu::Kernels;
 use crate::launch::LaunchSpec;
+use crate::params::Params;
 use crate::shape::{Dtype, Shape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use std::sync::Arc;
@@ -101,13 +102,25 @@ impl Prepared {
         self.launches.iter().position(|(l, _)| l.writes_every_row())
     }
 
-    /// The document spans launch `l` reads (`Params::doc_first`, `doc_last`; 0 without):
-    /// its own in the call's buffer, from `mask` (the buffer's address plus its
-    /// `table_offset`: [`LaunchSpec::buffer_spans`]), else the call's documents'.
-    pub(crate) fn doc_spans(&self, l: &LaunchSpec, mask: u64, st: &Arc<CudaStream>) -> (u64, u64) {
-        l.buffer_spans(mask).unwrap_or_else(|| {
+    /// `params` with the tables launch `l` reads over batch row `row` on: the key lengths
+    /// from that row's; the call's table buffer at the launch's `table_offset` (its block
+    /// mask, mask table or offset table; segment starts where it reads segments); and the
+    /// document spans, its own in that buffer ([`LaunchSpec::buffer_spans`]) else the
+    /// call's documents'. 0 for what the call does not have. The forward and the backward
+    /// fill these alike.
+    pub(crate) fn with_tables(&self, params: Params, l: &LaunchSpec, row: usize, st: &Arc<CudaStream>) -> Params {
+        let mask = self.block_mask.as_ref().map_or(0, |x| x.device_ptr(st).0 + l.table_offset as u64);
+        let (doc_first, doc_last) = l.buffer_spans(mask).unwrap_or_else(|| {
             self.doc_spans.as_ref().map_or((0, 0), |(f, e)| (f.device_ptr(st).0, e.device_ptr(st).0))
-        })
+        });
+        Params {
+            key_len: self.key_len.as_ref().map_or(0, |x| x.device_ptr(st).0 + 4 * row as u64),
+            block_mask: mask,
+            seg_start: if l.reads_segments() { mask } else { 0 },
+            doc_first,
+            doc_last,
+            ..params
+        }
     }
 
     /// Launch indices with [`Prepared::ground_launch`] first, then the others in order.

@@ -13,9 +13,9 @@
 //! so that a committed table says how and when it was made.
 //!
 //! `--forward-only` times the forward rows of the dense and head-dim sections alone (quick
-//! A/B runs of kernel sources through `RINGDIL_CUDA_SOURCE`). `--sections dense,head_groups`
-//! runs the named sections only (names as in [`SECTIONS`]); the others are `null` in the
-//! JSON and absent from the table.
+//! A/B runs of kernel sources through `RINGDIL_CUDA_SOURCE`; naming another section with it
+//! is an error). `--sections dense,head_groups` runs the named sections only (names as in
+//! [`SECTIONS`]); the others are `null` in the JSON and absent from the table.
 //!
 //! Shapes: bf16, batch * seq = 16384 tokens, heads * head_dim = 2048, seq in {4096, 16384},
 //! head_dim in {64, 128}, causal and not; then grouped-query attention ([`gqa`]),
@@ -143,18 +143,34 @@ const SECTIONS: [&str; 10] = [
     "head_groups",
 ];
 
-/// The sections `--sections LIST` names (every section without the flag); an unknown name
-/// stops the run before any GPU work.
+/// The sections whose forward rows `--forward-only` times.
+const FORWARD_ONLY_SECTIONS: [&str; 2] = ["dense", "head_dims"];
+
+/// The sections `--sections LIST` names (every section without the flag); an unknown name,
+/// or with `--forward-only` a section it does not time, stops the run before any GPU work
+/// rather than leave rows out of the report unsaid.
 fn sections(args: &Args) -> Vec<&'static str> {
     let Some(list) = args.value("--sections") else { return SECTIONS.to_vec() };
-    list.split(',')
+    let named: Vec<&'static str> = list
+        .split(',')
         .map(|name| {
             SECTIONS.iter().copied().find(|s| *s == name.trim()).unwrap_or_else(|| {
-                eprintln!("gpu_bench: unknown section {name:?}; sections are {}", SECTIONS.join(", "));
-                std::process::exit(2)
+                args.fail(2, format!("unknown section {name:?}; sections are {}", SECTIONS.join(", ")))
             })
         })
-        .collect()
+        .collect();
+    let untimed: Vec<&str> = named.iter().copied().filter(|s| !FORWARD_ONLY_SECTIONS.contains(s)).collect();
+    if args.switch("--forward-only") && !untimed.is_empty() {
+        args.fail(
+            2,
+            format!(
+                "--forward-only times the forward rows of {} alone, not {}: drop the flag or those sections",
+                FORWARD_ONLY_SECTIONS.join(" and "),
+                untimed.join(", ")
+            ),
+        );
+    }
+    named
 }
 
 fn main() {

@@ -1,0 +1,93 @@
+"""Compare two Nsight Compute source-counter exports line by line, scaled to time per unit
+of work (the tables of docs/benchmarks/profiles/short-causal-items-h200.md).
+
+    python3 ncu_lines.py A.csv[.gz] DURATION_A SCALE_A B.csv[.gz] DURATION_B SCALE_B [--top N]
+
+Each export is `ncu -i REPORT --page source --print-source cuda,sass --csv` of one kernel
+compiled with -lineinfo (RINGDIL_CUDA_DEFINES=-lineinfo). A CUDA source line's cost is its
+share of the launch's warp-state samples times the launch's DURATION (any unit) times
+SCALE, the factor that brings the two launches to the same work (8 for a launch doing an
+eighth of the other's pairs). Samples count every warp, idle producer warps included.
+
+Prints the cost per file, per stall reason and per line (largest difference first), A then
+B. Only the CUDA source rows count; the SASS rows repeat their samples.
+"""
+import collections
+import csv
+import gzip
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def number(text):
+    try:
+        return int(text.replace(",", ""))
+    except ValueError:
+        return 0
+
+
+def load(path):
+    """(total samples, samples per (file, line), per stall reason, source text per line)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    per_line, per_reason, text = collections.Counter(), collections.Counter(), {}
+    total, current, header = 0, None, None
+    with opener(path, "rt") as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if row[0] == "File Path":
+                current, header = row[1].rsplit("/", 1)[-1], None
+            elif row[0] == "Line No":
+                header = row
+            elif header and row[0].isdigit():
+                cells = dict(zip(header, row))
+                samples = number(cells.get(SAMPLES, "0"))
+                key = (current, int(row[0]))
+                per_line[key] += samples
+                text[key] = row[1].strip()
+                total += samples
+                for name, value in cells.items():
+                    if name.startswith("stall_") and "Not Issued" not in name:
+                        per_reason[name] += number(value)
+    if total == 0:
+        sys.exit(f"{path}: no CUDA source rows with samples (exported with --print-source cuda,sass?)")
+    return total, per_line, per_reason, text
+
+
+def main():
+    args = sys.argv[1:]
+    top = 25
+    if "--top" in args:
+        at = args.index("--top")
+        top = int(args[at + 1])
+        del args[at : at + 2]
+    if len(args) != 6:
+        sys.exit(__doc__)
+    (path_a, dur_a, scale_a), (path_b, dur_b, scale_b) = (args[0], float(args[1]), float(args[2])), (
+        args[3], float(args[4]), float(args[5]))
+    total_a, lines_a, reasons_a, text = load(path_a)
+    total_b, lines_b, reasons_b, text_b = load(path_b)
+    text.update(text_b)
+    cost_a = lambda samples: samples / total_a * dur_a * scale_a
+    cost_b = lambda samples: samples / total_b * dur_b * scale_b
+    print(f"total: A {cost_a(total_a):.0f}, B {cost_b(total_b):.0f}")
+    files_a, files_b = collections.Counter(), collections.Counter()
+    for (name, _), s in lines_a.items():
+        files_a[name] += s
+    for (name, _), s in lines_b.items():
+        files_b[name] += s
+    print("\n| file | A | B |\n|---|---|---|")
+    for name in sorted(set(files_a) | set(files_b), key=lambda n: -cost_a(files_a[n])):
+        print(f"| {name} | {cost_a(files_a[name]):.0f} | {cost_b(files_b[name]):.0f} |")
+    print("\n| stall reason | A | B |\n|---|---|---|")
+    for name in sorted(set(reasons_a) | set(reasons_b), key=lambda n: -cost_a(reasons_a[n])):
+        print(f"| {name} | {cost_a(reasons_a[name]):.0f} | {cost_b(reasons_b[name]):.0f} |")
+    print("\n| line | A | B | source |\n|---|---|---|---|")
+    keys = sorted(set(lines_a) | set(lines_b), key=lambda k: -(cost_a(lines_a[k]) - cost_b(lines_b[k])))
+    for key in keys[:top]:
+        print(f"| {key[0]}:{key[1]} | {cost_a(lines_a[key]):.0f} | {cost_b(lines_b[key]):.0f} | `{text[key][:80]}` |")
+
+
+if __name__ == "__main__":
+    main()

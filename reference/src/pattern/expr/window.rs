@@ -63,8 +63,9 @@ struct Affine {
 
 impl Affine {
     fn checked(self) -> Option<Affine> {
-        let small = |x: i64| x.abs() <= MAX_COEFFICIENT;
-        (small(self.q) && small(self.k) && self.c.abs() <= MAX_CONSTANT).then_some(self)
+        // `unsigned_abs`: `i64::MIN` (a literal or folded constant) has no `abs`.
+        let small = |x: i64| x.unsigned_abs() <= MAX_COEFFICIENT as u64;
+        (small(self.q) && small(self.k) && self.c.unsigned_abs() <= MAX_CONSTANT as u64).then_some(self)
     }
 
     fn constant(self) -> Option<i64> {
@@ -218,6 +219,9 @@ mod tests {
             "q * 100000 - k * 100000 <= 0",
             "q - k <= 2000000000000",
             "!(q < k)",
+            // A constant of i64::MIN (folded): beyond the bounds, and without an `abs`.
+            "q - k >= -9223372036854775807 - 1",
+            "k <= q && q - k >= -9223372036854775807 - 1",
         ] {
             let p = ExprPattern::new(mask, &Constants::new()).unwrap();
             assert_eq!(p.as_window(), None, "{mask}");

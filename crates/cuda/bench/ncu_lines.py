@@ -64,13 +64,17 @@ def main():
         del args[at : at + 2]
     if len(args) != 6:
         sys.exit(__doc__)
-    (path_a, dur_a, scale_a), (path_b, dur_b, scale_b) = (args[0], float(args[1]), float(args[2])), (
-        args[3], float(args[4]), float(args[5]))
-    total_a, lines_a, reasons_a, text = load(path_a)
-    total_b, lines_b, reasons_b, text_b = load(path_b)
+    total_a, lines_a, reasons_a, text = load(args[0])
+    total_b, lines_b, reasons_b, text_b = load(args[3])
     text.update(text_b)
-    cost_a = lambda samples: samples / total_a * dur_a * scale_a
-    cost_b = lambda samples: samples / total_b * dur_b * scale_b
+    unit_a = float(args[1]) * float(args[2]) / total_a  # cost of one sample of A
+    unit_b = float(args[4]) * float(args[5]) / total_b
+
+    def cost_a(samples):
+        return samples * unit_a
+
+    def cost_b(samples):
+        return samples * unit_b
     print(f"total: A {cost_a(total_a):.0f}, B {cost_b(total_b):.0f}")
     files_a, files_b = collections.Counter(), collections.Counter()
     for (name, _), s in lines_a.items():

@@ -159,16 +159,18 @@ fn sections(args: &Args) -> Vec<&'static str> {
             })
         })
         .collect();
-    let untimed: Vec<&str> = named.iter().copied().filter(|s| !FORWARD_ONLY_SECTIONS.contains(s)).collect();
-    if args.switch("--forward-only") && !untimed.is_empty() {
-        args.fail(
-            2,
-            format!(
-                "--forward-only times the forward rows of {} alone, not {}: drop the flag or those sections",
-                FORWARD_ONLY_SECTIONS.join(" and "),
-                untimed.join(", ")
-            ),
-        );
+    if args.switch("--forward-only") {
+        let untimed: Vec<&str> = named.iter().copied().filter(|s| !FORWARD_ONLY_SECTIONS.contains(s)).collect();
+        if !untimed.is_empty() {
+            args.fail(
+                2,
+                format!(
+                    "--forward-only times the forward rows of {} alone, not {}: drop the flag or those sections",
+                    FORWARD_ONLY_SECTIONS.join(" and "),
+                    untimed.join(", ")
+                ),
+            );
+        }
     }
     named
 }

@@ -1,7 +1,7 @@
 //! One attention call's launches, repeated a few times, for a kernel profiler:
 //!
 //! ```text
-//! profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--documents FILE] [BRANCH ...]
+//! profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--heads H] [--documents FILE] [BRANCH ...]
 //!     BRANCH = SEGMENT,DILATION
 //! ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
 //!     profile_call --backward 4096,4
@@ -12,7 +12,9 @@
 //! random bf16 inputs: `gpu_bench`'s dilated rows.
 //! `--batch B --seq N` change the shape, so that a branch's equal-work baseline (dense
 //! attention over n/w sequences of w/r tokens: `--batch 4 --seq 1024` for (4096, 4)) is
-//! profiled the same way. `--documents FILE` packs the row with the documents of
+//! profiled the same way. `--heads H` changes the head count, so that launches of equal pairs
+//! and different item counts (`--batch 32 --seq 2048` against `--seq 16384 --heads 8`)
+//! separate a per-item cost from a per-pair one. `--documents FILE` packs the row with the documents of
 //! `gpu_bench --write-documents FILE` (its boundaries and row length; batch 1): the packed
 //! rows of `gpu_bench`, dense or LongNet inside the documents.
 //! A profiler then shows each kernel of the call (fill, attention launches, scale, delta,
@@ -27,7 +29,7 @@ use ringdil_reference::pattern::Dilated;
 use ringdil_reference::random::SplitMix64;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--head-dim D] [--documents FILE] [SEGMENT,DILATION ...]";
+const USAGE: &str = "usage: profile_call [--causal] [--backward] [--calls N] [--batch B] [--seq N] [--heads H] [--head-dim D] [--documents FILE] [SEGMENT,DILATION ...]";
 
 /// The row length and boundary list that `gpu_bench --write-documents` wrote.
 fn documents(path: &str) -> Result<(usize, Vec<usize>), String> {
@@ -51,7 +53,7 @@ fn branch(arg: &str) -> Result<(usize, usize), String> {
 
 fn run() -> Result<(), String> {
     let (mut causal, mut backward, mut branches) = (false, false, Vec::new());
-    let (mut calls, mut batch, mut seq, mut head_dim) = (3, 1, 16384, 128);
+    let (mut calls, mut batch, mut seq, mut heads, mut head_dim) = (3, 1, 16384, 16, 128);
     let mut packed = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -68,6 +70,7 @@ fn run() -> Result<(), String> {
             "--calls" => calls = number("--calls")?,
             "--batch" => batch = number("--batch")?,
             "--seq" => seq = number("--seq")?,
+            "--heads" => heads = number("--heads")?,
             "--head-dim" => head_dim = number("--head-dim")?,
             "--documents" => packed = Some(documents(&args.next().ok_or(USAGE)?)?),
             _ => branches.push(branch(&a)?),
@@ -87,7 +90,7 @@ fn run() -> Result<(), String> {
         (batch, seq) = (1, row);
         spec = spec.documents(Documents::flat(list));
     }
-    let shape = Shape::square(batch, seq, 16, head_dim);
+    let shape = Shape::square(batch, seq, heads, head_dim);
     let err = |e: ringdil_cuda::CudaError| e.to_string();
     let mut prep = gpu.prepare(&shape, Dtype::Bf16, &spec, &Chunk::whole(&shape)).map_err(err)?;
     let mut rng = SplitMix64::new(1);
@@ -103,7 +106,7 @@ fn run() -> Result<(), String> {
     }
     gpu.synchronize().map_err(err)?;
     println!(
-        "profile_call: {calls} calls, batch {batch}, n = {seq}, branches {branches:?} (none: dense), causal {causal}, \
+        "profile_call: {calls} calls, batch {batch}, n = {seq}, {heads} heads, branches {branches:?} (none: dense), causal {causal}, \
          backward {backward}, documents {documents} (0: none)"
     );
     Ok(())

@@ -44,6 +44,3 @@ template <int ID, int THREADS>
 __device__ __forceinline__ void bar_sync() {
     asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
-
-// The query tiles a block visits: the union of its warpgroups' key tiles' plan rows (each
-// ascending), merged on the fly, in visits of WB_QSUB consecutive plan tiles. A key tile

@@ -68,10 +68,13 @@ fn ptxas(family: Family, arch: &str, variant: Variant) -> Result<(), String> {
     if compiled.is_err() {
         return Err(log.into_owned());
     }
-    // ptxas prints, per entry: "Compiling entry function 'NAME'", the spill line, "Used N registers".
+    // ptxas prints, per entry: "Compiling entry function 'NAME'", the spill line, "Used N registers";
+    // and warnings, such as wgmma serialised for want of registers, which are printed whole.
     let mut kernel = None;
     for line in log.lines() {
-        if let Some(name) = line.split('\'').nth(1).filter(|_| line.contains("Compiling entry function")) {
+        if line.contains("warning") || line.contains("Performance Loss") {
+            println!("{arch} {} {}", variant.tag(), line.trim());
+        } else if let Some(name) = line.split('\'').nth(1).filter(|_| line.contains("Compiling entry function")) {
             kernel = name.starts_with("attn_").then(|| name.to_string());
         } else if let Some(k) = &kernel
             && (line.contains("spill") || line.contains("Used"))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A/B of kernel-source variants on gpu_bench, in alternating rounds on one GPU: every
+# variant is a directory of kernel sources (crates/cuda/kernels as it stands, a copy with a
+# change), loaded through RINGDIL_CUDA_SOURCE by the same gpu_bench binary. Run from the
+# repository root:
+#   bash crates/cuda/bench/ab_kernels.sh SCRATCH ROUNDS SECTIONS NAME=DIR [NAME=DIR ...]
+# e.g. bash crates/cuda/bench/ab_kernels.sh /tmp/ab 2 dense,packed base=.gpu/base v2=.gpu/v2
+# (GPU_BENCH defaults to .gpu/gpu_bench). Round r runs every variant in the order given, so
+# a drift of the machine's clocks over the run falls on all of them; the first round of a
+# variant also pays its modules' JIT, outside the timed loops. Reports go to
+# SCRATCH/NAME-r.json and .md; the comparison (ab_compare.py, the first variant the
+# baseline) is printed and written with every report to SCRATCH/ab.json, one file to bring
+# back from a device run.
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n 2,13p "$0"; exit 2; }
+scratch=$1 rounds=$2 sections=$3
+shift 3
+bench=${GPU_BENCH:-.gpu/gpu_bench}
+mkdir -p "$scratch"
+for v in "$@"; do
+  [ -d "${v#*=}" ] || { echo "ab_kernels: ${v#*=}: no such directory (variant ${v%%=*})" >&2; exit 2; }
+done
+for r in $(seq 1 "$rounds"); do
+  for v in "$@"; do
+    name=${v%%=*} dir=$(cd "${v#*=}" && pwd)
+    start=$SECONDS
+    RINGDIL_CUDA_SOURCE=$dir "$bench" --sections "$sections" --label "$name" \
+      --json "$scratch/$name-$r.json" --md "$scratch/$name-$r.md" > "$scratch/$name-$r.out" 2>&1 \
+      || { echo "ab_kernels: $name round $r failed (log: $scratch/$name-$r.out)" >&2; tail -5 "$scratch/$name-$r.out" >&2; exit 1; }
+    echo "ab_kernels: $name round $r: $((SECONDS - start)) s" >&2
+  done
+done
+args=()
+for v in "$@"; do
+  name=${v%%=*}
+  args+=("$name=$(seq -f "$scratch/$name-%g.json" -s , 1 "$rounds")")
+done
+python3 "$(dirname "$0")/ab_compare.py" "${args[@]}" --json "$scratch/ab.json"

@@ -69,7 +69,9 @@ fn ptxas(family: Family, arch: &str, variant: Variant) -> Result<(), String> {
         return Err(log.into_owned());
     }
     // ptxas prints, per entry: "Compiling entry function 'NAME'", the spill line, "Used N registers";
-    // and warnings, such as wgmma serialised for want of registers, which are printed whole.
+    // and warnings, and info lines on a "Potential Performance Loss" (every wgmma of a kernel
+    // serialised, C7514 / C7515, where an accumulator may be touched while an MMA runs, or
+    // for want of registers), which are printed whole.
     let mut kernel = None;
     for line in log.lines() {
         if line.contains("warning") || line.contains("Performance Loss") {

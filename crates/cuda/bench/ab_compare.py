@@ -55,7 +55,7 @@ def timings(node, path, out):
 
 def label(row):
     path, fields, key = row
-    described = " ".join(f"{k}={v}" for k, v in fields if k not in ("label", "date", "command", "device"))
+    described = " ".join(f"{k}={v}" for k, v in fields)
     return f"{'/'.join(path)} {described} {key}".strip()
 
 

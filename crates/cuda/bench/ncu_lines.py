@@ -55,6 +55,11 @@ def load(path):
     return total, per_line, per_reason, text
 
 
+def scaled(counts, unit):
+    """The counts times `unit` (missing keys: 0)."""
+    return collections.Counter({k: v * unit for k, v in counts.items()})
+
+
 def main():
     args = sys.argv[1:]
     top = 25
@@ -67,31 +72,27 @@ def main():
     total_a, lines_a, reasons_a, text = load(args[0])
     total_b, lines_b, reasons_b, text_b = load(args[3])
     text.update(text_b)
-    unit_a = float(args[1]) * float(args[2]) / total_a  # cost of one sample of A
+    # Every count in units of time per work: samples times one sample's share of the launch.
+    unit_a = float(args[1]) * float(args[2]) / total_a
     unit_b = float(args[4]) * float(args[5]) / total_b
-
-    def cost_a(samples):
-        return samples * unit_a
-
-    def cost_b(samples):
-        return samples * unit_b
-    print(f"total: A {cost_a(total_a):.0f}, B {cost_b(total_b):.0f}")
+    lines_a, reasons_a = scaled(lines_a, unit_a), scaled(reasons_a, unit_a)
+    lines_b, reasons_b = scaled(lines_b, unit_b), scaled(reasons_b, unit_b)
+    print(f"total: A {total_a * unit_a:.0f}, B {total_b * unit_b:.0f}")
     files_a, files_b = collections.Counter(), collections.Counter()
-    for (name, _), s in lines_a.items():
-        files_a[name] += s
-    for (name, _), s in lines_b.items():
-        files_b[name] += s
+    for (name, _), c in lines_a.items():
+        files_a[name] += c
+    for (name, _), c in lines_b.items():
+        files_b[name] += c
     print("\n| file | A | B |\n|---|---|---|")
-    for name in sorted(set(files_a) | set(files_b), key=lambda n: -cost_a(files_a[n])):
-        print(f"| {name} | {cost_a(files_a[name]):.0f} | {cost_b(files_b[name]):.0f} |")
+    for name in sorted(set(files_a) | set(files_b), key=lambda n: -files_a[n]):
+        print(f"| {name} | {files_a[name]:.0f} | {files_b[name]:.0f} |")
     print("\n| stall reason | A | B |\n|---|---|---|")
-    for name in sorted(set(reasons_a) | set(reasons_b), key=lambda n: -cost_a(reasons_a[n])):
-        print(f"| {name} | {cost_a(reasons_a[name]):.0f} | {cost_b(reasons_b[name]):.0f} |")
+    for name in sorted(set(reasons_a) | set(reasons_b), key=lambda n: -reasons_a[n]):
+        print(f"| {name} | {reasons_a[name]:.0f} | {reasons_b[name]:.0f} |")
     print("\n| line | A | B | source |\n|---|---|---|---|")
-    keys = sorted(set(lines_a) | set(lines_b), key=lambda k: -(cost_a(lines_a[k]) - cost_b(lines_b[k])))
+    keys = sorted(set(lines_a) | set(lines_b), key=lambda k: -(lines_a[k] - lines_b[k]))
     for key in keys[:top]:
-        print(f"| {key[0]}:{key[1]} | {cost_a(lines_a[key]):.0f} | {cost_b(lines_b[key]):.0f} | `{text[key][:80]}` |")
-
+        print(f"| {key[0]}:{key[1]} | {lines_a[key]:.0f} | {lines_b[key]:.0f} | `{text[key][:80]}` |")
 
 if __name__ == "__main__":
     main()

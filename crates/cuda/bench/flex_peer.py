@@ -18,7 +18,9 @@ Rows (`what`, `impl` = "flex"; `fwd_ms`, `fwd_bwd_ms`):
 The block masks are built once per mask, outside the timed region (FlexAttention's intended
 use: a mask is reused across layers and steps). Times as torch_peer.py takes them.
 
-usage: python3 flex_peer.py DOCS.json OUT.json
+usage: python3 flex_peer.py DOCS.json OUT.json [PREFIXES]
+PREFIXES, comma-separated, times only the rows whose `what` starts with one of them (a
+section's rows, e.g. "window,block,rotating,longnet (4096, 4)" for gpu_bench's expressions).
 """
 import itertools
 import json
@@ -61,6 +63,10 @@ def document_ids(boundaries, seq):
 def main():
     docs = json.load(open(sys.argv[1]))
     seq, boundaries = docs["seq"], docs["boundaries"]
+    prefixes = sys.argv[3].split(",") if len(sys.argv) > 3 else [""]
+
+    def wanted(what):
+        return any(what.startswith(p) for p in prefixes)
     ids = document_ids(boundaries, seq)
 
     def packed_causal(b, h, q, kv):
@@ -71,6 +77,8 @@ def main():
 
     rows = []
     for what, mask_mod in (("documents causal", packed_causal), ("dense causal", causal)):
+        if not wanted(what):
+            continue
         mask = create_block_mask(mask_mod, None, None, seq, seq, device="cuda")
         row = {"what": what, "impl": "flex", "seq": seq, "heads": HEADS, "head_dim": DIM,
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, seq, True)}
@@ -82,8 +90,10 @@ def main():
             kept = (q // w == kv // w) & ((q % w) % r == o) & ((kv % w) % r == o)
             return kept & (q >= kv) if causal_branch else kept
 
-        mask = create_block_mask(branch, None, HEADS, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
         what = f"longnet ({w}, {r})" + (" causal" if causal_branch else "")
+        if not wanted(what):
+            continue
+        mask = create_block_mask(branch, None, HEADS, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
         row = {"what": what, "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, True)}
         rows.append(row)
@@ -98,6 +108,8 @@ def main():
              ("block local 128", lambda b, h, q, kv: (q // 128 - kv // 128).abs() <= 1, None),
              ("rotating offsets", rotating, HEADS))
     for what, mask_mod, heads in masks:
+        if not wanted(what):
+            continue
         mask = create_block_mask(mask_mod, None, heads, LONGNET_SEQ, LONGNET_SEQ, device="cuda")
         row = {"what": what, "impl": "flex", "seq": LONGNET_SEQ, "heads": HEADS, "head_dim": DIM,
                "mask_sparsity_percent": float(mask.sparsity()), **time_mask(mask, LONGNET_SEQ, True)}

@@ -33,6 +33,43 @@ __device__ __forceinline__ bool table_full(const Params& p, int h, int qf, int q
 }
 #endif
 
+#define CUT_MAX 0x7fffffff
+// An inclusive interval of positions; empty when lo > hi.
+struct Span {
+    int lo, hi;
+};
+
+// A nested union's piece (crates/cuda/src/union_pieces.rs): the hole of position pos of
+// launch head h is pos's segment of width W in the last earlier branch whose lattice holds
+// it, W from the table (0: no hole). A row keeps the keys on one side of its hole
+// (hole_side): HOLE_BELOW, keys k <= (W ? start - 1 : q); HOLE_ABOVE, keys
+// k >= (W ? start + W : q + 1). The holes are symmetric (k lies in q's hole iff q lies in
+// k's), so the backward cuts key k's queries by k's own hole: HOLE_BELOW,
+// q >= (W ? start + W : k); HOLE_ABOVE, q <= (W ? start - 1 : k - 1).
+// Only a module compiled with HOLES runs pieces: elsewhere holes(p) is false at compile time
+// and every cut below compiles away.
+__device__ __forceinline__ bool holes(const Params& p) { return HOLES && p.hole_side != 0; }
+__device__ __forceinline__ int hole_width(const Params& p, int h, int pos) {
+    const int* t = reinterpret_cast<const int*>(p.block_mask + p.hole_table);
+    return __ldg(t + (size_t)(p.head_base + h) * p.hole_units + pos / p.hole_unit);
+}
+// Forward: the interval [lo, hi] of key positions that query qpos keeps (hole_side set).
+__device__ __forceinline__ Span hole_keys(const Params& p, int h, int qpos) {
+    const int w = hole_width(p, h, qpos), start = qpos - (w ? qpos % w : 0);
+    return p.hole_side == HOLE_BELOW ? Span{0, w ? start - 1 : qpos} : Span{w ? start + w : qpos + 1, CUT_MAX - 1};
+}
+// Backward: the interval of query positions that keep key kpos (hole_side set).
+__device__ __forceinline__ Span hole_queries(const Params& p, int h, int kpos) {
+    const int w = hole_width(p, h, kpos), start = kpos - (w ? kpos % w : 0);
+    return p.hole_side == HOLE_BELOW ? Span{w ? start + w : kpos, CUT_MAX - 1} : Span{0, w ? start - 1 : kpos - 1};
+}
+// Does a piece's row at qpos keep key kpos (true without holes)?
+__device__ __forceinline__ bool hole_keeps(const Params& p, int h, int qpos, int kpos) {
+    if (!holes(p)) return true;
+    const Span s = hole_keys(p, h, qpos);
+    return kpos >= s.lo && kpos <= s.hi;
+}
+
 // Does query position i see key position j (both global, valid)? Mirrors the reference's
 // patterns plus causality and padding (klimit = min(key length, seq_len)).
 __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, int klimit) {
@@ -50,7 +87,7 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
         int w = p.dil_segment, s = i / w;
         if (j / w != s) return false;
         int o = dil_offset(p, h, s);
-        return (i - s * w) % p.dil_rate == o && (j - s * w) % p.dil_rate == o;
+        return (i - s * w) % p.dil_rate == o && (j - s * w) % p.dil_rate == o && hole_keeps(p, h, i, j);
     }
 #ifdef RINGDIL_EXPR
     // A pattern file's mask expression, compiled into this module (expr_source.rs).
@@ -62,9 +99,11 @@ __device__ __forceinline__ bool allowed(const Params& p, int h, int i, int j, in
     return true;
 }
 // The key side of tile_full in a compact launch: the key tile's segment if its keys are all
-// rows of that one segment (no hole) before the padding limit, else -1.
+// rows of that one segment (no hole) before the padding limit, else -1; always -1 in a
+// union's piece, whose rows' holes cut inside a segment.
 __device__ __forceinline__ int compact_key_seg(const Params& p, const TileEnds& e, int klimit) {
-    return e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(k_axis(p), e.last) < klimit ? e.s0 : -1;
+    return !holes(p) && e.s0 == e.s1 && e.row0 >= 0 && e.last >= 0 && pos_of(k_axis(p), e.last) < klimit ? e.s0
+                                                                                                         : -1;
 }
 // tile_full in a compact launch from its key side (compact_key_seg): the queries
 // q0..q0+qn-1 lie in the key tile's segment, and (causal) at or after its last key k1
@@ -101,7 +140,8 @@ __device__ __forceinline__ int compact_item_seg(const Params& p, int q0, int row
 // only segment, causality and padding remain: no division per element.
 __device__ __forceinline__ bool visible(const Params& p, int h, int qpos, int qseg, int kpos, int kseg, int klimit) {
     if (qpos < 0 || kpos < 0) return false;
-    if (p.compact) return qseg == kseg && kpos < klimit && (!p.causal || kpos <= qpos);
+    if (p.compact)
+        return qseg == kseg && kpos < klimit && (!p.causal || kpos <= qpos) && hole_keeps(p, h, qpos, kpos);
     return allowed(p, h, qpos, kpos, klimit);
 }
 
@@ -164,7 +204,7 @@ __device__ __forceinline__ bool marked_tile_full(const Params& p, int b, int q0,
 // a block-sparse band without global tokens, stride or user mask (the blocks within the
 // radius of i's block). Causality, key padding and documents cut an interval to an interval.
 __device__ __forceinline__ bool interval_pattern(const Params& p) {
-    if (p.compact) return false;
+    if (p.compact || holes(p)) return false;
     if (p.pattern == PATTERN_DENSE || p.pattern == PATTERN_WINDOW) return true;
     if (p.pattern == PATTERN_DILATED) return p.dil_rate == 1;
     return p.pattern == PATTERN_BLOCK_SPARSE && p.bs_radius >= 0 && p.bs_global == 0 && p.bs_stride == 0 &&
@@ -178,11 +218,6 @@ __device__ __forceinline__ int mask_kind(const Params& p, bool full) {
     if (FAST_MASK && COMPACT && p.compact) return MASK_COMPACT;
     return (FAST_MASK && interval_pattern(p)) ? MASK_INTERVAL : MASK_GENERIC;
 }
-#define CUT_MAX 0x7fffffff
-// An inclusive interval of positions; empty when lo > hi.
-struct Span {
-    int lo, hi;
-};
 // The positions an interval pattern's rule alone (before causality, padding and documents)
 // pairs with position `pos` (>= 0): `before` and `after` are a window's reach below and
 // above pos. The rules are symmetric (i sees j iff j's interval holds i) except a window's,
@@ -241,15 +276,17 @@ __device__ __forceinline__ int key_cut(const Params& p, int kc, int klimit) {
 // head's offset) at launch indices first + t (first = s m - k_cbase), and a kept position
 // lies in the position interval [lo, hi] iff its t lies in [ceil((lo - base) / r),
 // floor((hi - base) / r)]. Positions below hi lie before the segment's end, so the interval
-// holds no hole; causality is t_k <= t_q within a segment (one offset for both).
+// holds no hole; causality is t_k <= t_q within a segment (one offset for both). A union's
+// piece cuts the positions to the side of the row's hole it keeps (hole_keys).
 __device__ __forceinline__ Span compact_key_indices(const Params& p, int b, int h, int qc, int klimit) {
     const Axis qa = q_axis(p);
     const int qpos = pos_of(qa, row_of(p, qa, qc, h));
     if (qpos < 0) return {1, 0};
     const int s = seg_of(p, qa, qc), base = seg_first(p, s) + dil_offset(p, h, s);
     const DocSpan d = doc_span(p, b, qpos);
-    const int lo = max(max(base, p.k_offset), d.lo);
-    const int hi = min(min(seg_first(p, s + 1), klimit) - 1, min(p.k_offset + p.k_rows - 1, d.hi));
+    const Span x = holes(p) ? hole_keys(p, h, qpos) : Span{0, CUT_MAX - 1};
+    const int lo = max(max(base, p.k_offset), max(d.lo, x.lo));
+    const int hi = min(min(seg_first(p, s + 1), klimit) - 1, min(min(p.k_offset + p.k_rows - 1, d.hi), x.hi));
     if (hi < lo) return {1, 0};
     const int r = p.dil_rate, first = s * p.dil_per_seg - p.k_cbase;
     const int last = first + (hi - base) / r;
@@ -257,13 +294,15 @@ __device__ __forceinline__ Span compact_key_indices(const Params& p, int b, int 
             min(p.causal ? min(last, qc + p.q_cbase - p.k_cbase) : last, p.nk - 1)};
 }
 // Backward: the query positions that see the kept key at position kpos (segment kseg; -1:
-// no key), none past the padding limit. A missing query (position -1) falls outside, as
-// the lower end is >= 0.
-__device__ __forceinline__ Span compact_query_span(const Params& p, int b, int kpos, int kseg, int klimit) {
+// no key) of launch head h, none past the padding limit; in a union's piece, on the kept
+// side of the key's hole. A missing query (position -1) falls outside, as the lower end is
+// >= 0.
+__device__ __forceinline__ Span compact_query_span(const Params& p, int b, int h, int kpos, int kseg, int klimit) {
     if (kpos < 0 || kpos >= klimit) return {1, 0};
     const DocSpan d = doc_span(p, b, kpos);
-    const int lo = max(max(seg_first(p, kseg), p.causal ? kpos : 0), d.lo);
-    return {lo, min(seg_first(p, kseg + 1) - 1, d.hi)};
+    const Span x = holes(p) ? hole_queries(p, h, kpos) : Span{0, CUT_MAX - 1};
+    const int lo = max(max(seg_first(p, kseg), p.causal ? kpos : 0), max(d.lo, x.lo));
+    return {lo, min(min(seg_first(p, kseg + 1) - 1, d.hi), x.hi)};
 }
 // Launch index of row r (0: +0, 1: +8) of m16 tile mt of a warp whose first row (with the
 // lane's g = lane / 4 added) is `qbase`.
@@ -450,7 +489,7 @@ __device__ __forceinline__ void mask_scores_t(const Params& p, int b, int h, int
         Span qs[2];
         #pragma unroll
         for (int r = 0; r < 2; ++r)
-            qs[r] = kind == MASK_COMPACT ? compact_query_span(p, b, kpos[r], kseg[r], klimit)
+            qs[r] = kind == MASK_COMPACT ? compact_query_span(p, b, h, kpos[r], kseg[r], klimit)
                                          : query_span(p, b, key_cut(p, kidx + 8 * r, klimit));
         #pragma unroll
         for (int nb = 0; nb < NB; ++nb)

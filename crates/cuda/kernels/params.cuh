@@ -41,6 +41,9 @@ struct Params {
     int dil_segments;          // OFFSET_TABLE: segments per head of the offset table
     int compact;               // 1: index c -> row of the dilated branch (see row_of)
     int dil_per_seg;           // ceil(dil_segment / dil_rate)
+    int hole_side;             // a nested union's piece: 0 none, HOLE_BELOW or HOLE_ABOVE (see hole_width)
+    int hole_table;            // its hole widths (int) at block_mask + hole_table bytes, hole_units per head,
+    int hole_unit, hole_units; // each for hole_unit positions
     int q_stride, k_stride;    // row i is at global position offset + i * stride
     int q_cbase, k_cbase;      // compact: global compact index of launch index 0
     int accumulate;            // forward: merge into out/lse; backward: add into dq/dk/dv

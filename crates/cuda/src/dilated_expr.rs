@@ -14,9 +14,12 @@
 //!
 //! The tables are `i32`, `offsets[h * segments + s]` for the pattern's heads, one per
 //! branch, in the call's `block_mask` buffer (the same slot a mask table uses), each
-//! starting at a multiple of 8 bytes. A pattern with no compact form (a segment per head,
-//! a dilation per segment, an extra branch mask, a union of several branches) runs
-//! through mask tables instead ([`crate::GpuPattern::dilated_expr`] chooses). A mask
+//! starting at a multiple of 8 bytes. A nested union's later branches run as pieces cut by
+//! one hole per row ([`crate::union_pieces`]); each one's hole table (`i32` widths) follows
+//! its offset table, from the next multiple of 8 bytes. A pattern with no compact form (a
+//! segment per head, a dilation per segment, an extra branch mask, a union of branches that
+//! do not nest) runs through mask tables instead ([`crate::GpuPattern::dilated_expr`]
+//! chooses). A mask
 //! expression that is literally one LongNet branch (`ExprPattern::as_dilated`) runs as
 //! that branch too ([`compact_branches`]).
 //!
@@ -29,6 +32,7 @@
 
 use crate::error::{CudaError, Result};
 use crate::spec::GpuPattern;
+use crate::union_pieces::{self, HoleTable};
 use ringdil_reference::pattern::expr::CompactBranch;
 use ringdil_reference::pattern::{Combine, Dilated};
 
@@ -75,6 +79,9 @@ pub struct OffsetTables {
     pub branches: Vec<CompactBranch>,
     /// Where branch `i`'s table starts in `bytes`.
     pub starts: Vec<usize>,
+    /// A nested union's later branch: its hole table and where it starts, in bytes after
+    /// the branch's offset table's start (`Params::hole_table`); None otherwise.
+    pub holes: Vec<Option<(usize, HoleTable)>>,
     pub bytes: Vec<u8>,
 }
 
@@ -93,11 +100,19 @@ pub fn offset_tables(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Resu
         }
         _ => return Ok(None),
     };
-    let (mut starts, mut bytes) = (Vec::with_capacity(branches.len()), Vec::new());
-    for b in &branches {
+    let nested = matches!(pattern, GpuPattern::DilatedExpr(e) if e.is_nested_union());
+    let tables = if nested { union_pieces::hole_tables(&branches, seq_len) } else { vec![None; branches.len()] };
+    let (mut starts, mut holes, mut bytes) = (Vec::with_capacity(branches.len()), Vec::new(), Vec::new());
+    for (b, table) in branches.iter().zip(tables) {
         starts.push(bytes.len());
         bytes.extend(b.offsets.iter().flat_map(|&o| (o as i32).to_le_bytes()));
         bytes.resize(bytes.len().next_multiple_of(8), 0);
+        holes.push(table.map(|t| {
+            let at = bytes.len() - starts[starts.len() - 1];
+            bytes.extend(t.widths.iter().flat_map(|&w| (w as i32).to_le_bytes()));
+            bytes.resize(bytes.len().next_multiple_of(8), 0);
+            (at, t)
+        }));
     }
     if bytes.len() > i32::MAX as usize {
         return Err(CudaError::TooLarge {
@@ -106,7 +121,7 @@ pub fn offset_tables(pattern: &GpuPattern, heads: usize, seq_len: usize) -> Resu
             max: i32::MAX as usize,
         });
     }
-    Ok(Some(OffsetTables { branches, starts, bytes }))
+    Ok(Some(OffsetTables { branches, starts, holes, bytes }))
 }
 
 #[cfg(test)]

@@ -279,7 +279,8 @@ impl Gpu {
             .with_value_dim(shape.value_dim)
             .with_documents(spec.documents.is_some() || specs.iter().any(|l| l.spans_in_buffer))
             .with_expr(expr)
-            .with_table(matches!(spec.pattern, GpuPattern::Table(_)));
+            .with_table(matches!(spec.pattern, GpuPattern::Table(_)))
+            .with_holes(specs.iter().any(|l| l.params.hole_side != 0));
         let kernels = self.kernels(variant)?;
         let launches = specs
             .into_iter()

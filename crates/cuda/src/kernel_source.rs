@@ -16,6 +16,7 @@ use crate::gpu::DELTA_LANES;
 use crate::mask_table::TABLE_TILE;
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::shape::Dtype;
+use crate::union_pieces::PieceSide;
 use crate::variant::Variant;
 use std::fmt::Write;
 use std::path::Path;
@@ -94,6 +95,7 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
         d("WGMMA", (f == Family::Wgmma) as usize, "kernel family: wgmma + TMA (1) or mma.sync (0)"),
         d("DOCS", variant.documents as usize, "launches may carry packed documents (document cut compiled in)"),
         d("TABLE", variant.table as usize, "launches may read a materialised mask table (PATTERN_TABLE)"),
+        d("HOLES", variant.holes as usize, "launches may be a nested union's pieces (Params::hole_side)"),
         d("TABLE_TILE", TABLE_TILE, "positions per mask-table tile side (one 64-bit word per row)"),
         d("BM", TILE, "query rows of a plan tile"),
         d("BN", TILE, "key rows of a plan tile"),
@@ -139,6 +141,7 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
     }
     out.extend(PatternCode::ALL.iter().map(|&(name, c)| Define { name, value: c as i64, doc: "Params::pattern" }));
     out.extend(OffsetRule::ALL.iter().map(|&(name, r)| Define { name, value: r as i64, doc: "Params::dil_rule" }));
+    out.extend(PieceSide::ALL.iter().map(|&(name, s)| Define { name, value: s as i64, doc: "Params::hole_side" }));
     debug_assert_eq!(f.forward_q_tile() % TILE, 0);
     debug_assert!(f != Family::Mma || f.forward_q_tile() == FWD_Q_TILE);
     out
@@ -259,7 +262,7 @@ mod tests {
         let at = |s: &str| tu.find(s).unwrap_or_else(|| panic!("{s} missing"));
         assert!(at("#line 1 \"crates/cuda/kernels/params.cuh\"") < at("struct Params {"));
         assert!(at("struct Params {") < at("static_assert(sizeof(Params)"));
-        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 308,") > at("struct Params {"));
+        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 324,") > at("struct Params {"));
         assert!(at("#define FBN 64 ") < at("#line 1 \"crates/cuda/kernels/common.cuh\""));
         assert!(!tu.contains("sm80_forward.cu"));
     }

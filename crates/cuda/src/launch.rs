@@ -9,10 +9,11 @@ use crate::family::{Family, TILE};
 use crate::mask_table::{self, MaskTable};
 use crate::params::{OffsetRule, Params, PatternCode};
 use crate::plan::expression::{self, ExprScope};
-use crate::plan::{IndexMap, TilePlan, documents, plan, table};
+use crate::plan::{IndexMap, TilePlan, documents, plan, table, union};
 use crate::shape::{Chunk, Shape};
 use crate::spec::{GpuPattern, GpuSpec};
 use crate::spec_documents::SegmentTables;
+use crate::union_pieces::PieceSide;
 use ringdil_reference::Documents;
 use ringdil_reference::pattern::{Branch, Combine, Offset};
 use std::sync::Arc;
@@ -304,6 +305,14 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     // Offset tables of the branches that run as compact launches reading them.
     let offset_tables = dilated_expr::offset_tables(&spec.pattern, chunk.pattern_heads(shape.heads), chunk.seq_len)?;
     let heads = chunk.first_head..chunk.first_head + shape.heads;
+    // A nested union's piece (`params.hole_side`): the hole table of the branch whose
+    // offset table starts at `at`, and the side it keeps.
+    let piece = |params: &Params, at: usize| {
+        let t = offset_tables.as_ref()?;
+        let side = PieceSide::ALL.iter().find(|s| s.1 as i32 == params.hole_side)?.1;
+        let (_, holes) = t.holes[t.starts.iter().position(|&s| s == at)?].as_ref()?;
+        Some((holes, side))
+    };
     // A launch of `params` over `map`: a dilated branch's (`branch`), or a table part's
     // (`part`: its table); `at`: where its table (mask or offsets) starts in the buffer.
     let build = |params: Params,
@@ -327,10 +336,12 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
             family.forward_key_tile(shape.head_dim, shape.value_dim),
         );
         let fwd_tiles = (fwd_q_tile, fwd_k_tile);
-        let tile_plan = |tiles| match (&spec.pattern, part) {
-            (GpuPattern::Expr(e), _) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, &map, tiles),
-            (GpuPattern::Table(_), Some(t)) => table::plan(t, heads.clone(), spec.causal, &map, tiles),
-            (pattern, _) => plan(pattern, branch, spec.causal, &map, tiles),
+        let piece = piece(&params, at);
+        let tile_plan = |tiles| match (&spec.pattern, part, branch, piece) {
+            (pattern, _, Some(b), Some(piece)) => union::plan(pattern, b, spec.causal, &map, tiles, piece),
+            (GpuPattern::Expr(e), ..) if branch.is_none() => expression::plan(e, expr_scope, spec.causal, &map, tiles),
+            (GpuPattern::Table(_), Some(t), ..) => table::plan(t, heads.clone(), spec.causal, &map, tiles),
+            (pattern, ..) => plan(pattern, branch, spec.causal, &map, tiles),
         };
         let (mut fwd, mut cols) = (tile_plan(fwd_tiles), tile_plan((TILE, TILE)));
         if let Some(docs) = &spec.documents {
@@ -394,8 +405,11 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         // tiles inside a segment, unmasked (the plan marks them full), and one interval
         // per query row at segment ends (`MASK_INTERVAL`), where a compact launch would
         // test its segments per tile and per element.
-        let every_position =
-            branch.dilation == 1 && matches!(spec.pattern, GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_));
+        // (A union's piece keeps its compact launch: the plain launch's interval mask and
+        // full tiles know no holes.)
+        let every_position = branch.dilation == 1
+            && params.hole_side == 0
+            && matches!(spec.pattern, GpuPattern::Dilated(_) | GpuPattern::DilatedExpr(_));
         if qa.stride == 1 && ka.stride == 1 && !every_position {
             let map =
                 IndexMap::Compact { segment: branch.segment, dilation: branch.dilation, q: qa, k: ka, starts: None };
@@ -435,21 +449,32 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         GpuPattern::DilatedInDocuments(d, rows) => Some(SegmentTables::new(d, rows, shape.batch, chunk.seq_len)),
         _ => None,
     };
-    // Branches reading offset tables: one compact launch each.
+    // Branches reading offset tables: one compact launch each; a nested union's later
+    // branches one per side of their holes that the pattern keeps (`PieceSide::of`).
     if let Some(t) = &offset_tables {
-        return t
-            .branches
-            .iter()
-            .zip(&t.starts)
-            .map(|(b, &at)| {
+        let mut out = Vec::new();
+        for ((b, &at), holes) in t.branches.iter().zip(&t.starts).zip(&t.holes) {
+            let params = Params {
+                dil_rule: OffsetRule::Table as i32,
+                dil_segments: fits_i32("dilated segments", b.segments)?,
+                ..base
+            };
+            let Some((table_at, table)) = holes else {
+                out.push(dilated((b.segment, b.dilation), params, at)?);
+                continue;
+            };
+            for &side in PieceSide::of(spec.causal) {
                 let params = Params {
-                    dil_rule: OffsetRule::Table as i32,
-                    dil_segments: fits_i32("dilated segments", b.segments)?,
-                    ..base
+                    hole_side: side as i32,
+                    hole_table: fits_i32("hole table offset", *table_at)?,
+                    hole_unit: fits_i32("hole unit", table.unit)?,
+                    hole_units: fits_i32("hole units", table.units)?,
+                    ..params
                 };
-                dilated((b.segment, b.dilation), params, at)
-            })
-            .collect();
+                out.push(dilated((b.segment, b.dilation), params, at)?);
+            }
+        }
+        return Ok(out);
     }
     match &spec.pattern {
         GpuPattern::Dense => Ok(vec![build(base, None, None, 0, identity.clone())?]),
@@ -562,3 +587,7 @@ pub fn block_mask_bytes(spec: &GpuSpec, shape: &Shape, chunk: &Chunk) -> Result<
 #[cfg(test)]
 #[path = "launch_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "union_launch_tests.rs"]
+mod union_tests;

@@ -62,6 +62,7 @@ pub mod spec;
 pub mod spec_documents;
 pub mod tensors;
 pub mod tma;
+pub mod union_pieces;
 pub mod variant;
 
 pub use error::{CudaError, Result};

@@ -107,6 +107,16 @@ params! {
     compact: i32,
     /// ceil(dil_segment / dil_rate).
     dil_per_seg: i32,
+    /// A nested union's piece (`crate::union_pieces`): 0, none; else the [`PieceSide`] of
+    /// each row's hole whose keys the launch keeps (its queries, in the backward).
+    ///
+    /// [`PieceSide`]: crate::union_pieces::PieceSide
+    hole_side: i32,
+    /// The piece's hole table: `i32` widths from `block_mask + hole_table` (bytes),
+    /// `hole_units` per pattern head, each for the `hole_unit` positions from `u hole_unit`.
+    hole_table: i32,
+    hole_unit: i32,
+    hole_units: i32,
     /// Row i is at global position offset + i * stride.
     q_stride: i32,
     k_stride: i32,
@@ -190,13 +200,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 19 pointers, 38 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 19 pointers, 42 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 38 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 19 + 38 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 42 * 4 + 2 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 19 + 42 + 2);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[19], ("batch", 152));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 152 + 39 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 152 + 43 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

@@ -1,6 +1,7 @@
 //! What one kernel module is specialised for besides its NVRTC target: the element type,
 //! the head dim, whether its launches carry packed documents, the mask expression compiled
-//! into it and whether it reads mask tables.
+//! into it, whether it reads mask tables and whether its launches cut rows by a nested
+//! union's holes.
 //!
 //! Documents are a property of the module, not a run-time switch, so that launches
 //! without documents run the kernels as they were before documents existed: in a module
@@ -27,12 +28,16 @@ pub struct Variant {
     /// Launches of this module may read a materialised mask table (`PATTERN_TABLE`,
     /// [`crate::mask_table`]); without it the table lookup compiles away.
     pub table: bool,
+    /// Launches of this module may be a nested union's pieces (`Params::hole_side`,
+    /// [`crate::union_pieces`]); without it the per-row hole cut compiles away, so that
+    /// other launches keep their registers.
+    pub holes: bool,
 }
 
 impl Variant {
     /// The module for `dtype` and `head_dim` (v's too), without documents.
     pub fn new(dtype: Dtype, head_dim: usize) -> Self {
-        Variant { dtype, head_dim, value_dim: head_dim, documents: false, expr: None, table: false }
+        Variant { dtype, head_dim, value_dim: head_dim, documents: false, expr: None, table: false, holes: false }
     }
 
     /// The same module with v's head dim `value_dim`.
@@ -55,14 +60,21 @@ impl Variant {
         Variant { table, ..self }
     }
 
+    /// The same module with the hole cut of union pieces compiled in (or not).
+    pub fn with_holes(self, holes: bool) -> Self {
+        Variant { holes, ..self }
+    }
+
     /// The module's name part, e.g. `Bf16_d128`, `F16_d64_docs`, `Bf16_d64_expr3`,
-    /// `Bf16_d128_table` or `Bf16_d192v128` (v's head dim where it differs).
+    /// `Bf16_d128_table`, `Bf16_d64_holes` or `Bf16_d192v128` (v's head dim where it
+    /// differs).
     pub fn tag(&self) -> String {
         let value = if self.value_dim != self.head_dim { format!("v{}", self.value_dim) } else { String::new() };
         let docs = if self.documents { "_docs" } else { "" };
         let expr = self.expr.map_or(String::new(), |e| format!("_expr{}", e.0));
         let table = if self.table { "_table" } else { "" };
-        format!("{:?}_d{}{value}{docs}{expr}{table}", self.dtype, self.head_dim)
+        let holes = if self.holes { "_holes" } else { "" };
+        format!("{:?}_d{}{value}{docs}{expr}{table}{holes}", self.dtype, self.head_dim)
     }
 }
 
@@ -81,6 +93,9 @@ mod tests {
         let table = Variant::new(Dtype::Bf16, 128).with_table(true);
         assert_eq!(table.tag(), "Bf16_d128_table");
         assert_ne!(table, table.with_table(false));
+        let holes = Variant::new(Dtype::F16, 64).with_holes(true);
+        assert_eq!(holes.tag(), "F16_d64_holes");
+        assert_ne!(holes, holes.with_holes(false));
         let mla = Variant::new(Dtype::Bf16, 192).with_value_dim(128);
         assert_eq!(
             (mla.tag(), Variant::new(Dtype::Bf16, 192).with_value_dim(192).tag()),

@@ -180,6 +180,12 @@ fn main() {
         let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
         check(format!("{arch}: a module with the mask-table lookup"), r);
     }
+    // The hole cut of a nested union's pieces, in a module of each family.
+    for (family, arch) in TARGETS {
+        let variant = Variant::new(Dtype::F16, 64).with_holes(true);
+        let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
+        check(format!("{arch}: a module with the hole cut of union pieces"), r);
+    }
     println!("{passed} passed, {} failed", failures.len());
     if !failures.is_empty() {
         std::process::exit(1);

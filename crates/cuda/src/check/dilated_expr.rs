@@ -127,6 +127,37 @@ pub fn cases(rng: &mut SplitMix64, quick: bool) -> Vec<Case> {
     }
     out.extend(small_segments());
     out.extend(mask_branch());
+    out.extend(nested_unions());
+    out
+}
+
+/// Nested unions of branches (`crate::union_pieces`): the first branch a compact launch,
+/// each later one a piece cut by every row's hole, causal (one launch per later branch)
+/// and not (two: the keys below the holes and above them), forward, grouped-query
+/// backward and ring step, over 1500 positions (several tiles per segment; the last
+/// segments short). The first union's first branch has dilation 2, so some rows have no
+/// hole; the second's is LongNet's dense (2048, 1) scaled down, with rotating offsets.
+fn nested_unions() -> Vec<Case> {
+    type Branches = &'static [(&'static str, &'static str, &'static str)];
+    let unions: [(Branches, (Dtype, usize)); 2] = [
+        (&[("64", "2", "h"), ("128", "2", "h + s"), ("512", "4", "h * s + 1")], (Dtype::Bf16, 128)),
+        (&[("128", "1", "0"), ("256", "4", "h + s"), ("512", "8", "h + s")], (Dtype::F16, 64)),
+    ];
+    let mut out = Vec::new();
+    for (branches, combo) in unions {
+        for causal in [true, false] {
+            let spec = GpuSpec::new(pattern(branches, ExprCombine::Union)).causal(causal);
+            let what = format!(
+                "dilated_expr nested {}{}",
+                name(branches, ExprCombine::Union),
+                if causal { " causal" } else { "" }
+            );
+            for kind in [Kind::Forward, Kind::Backward, Kind::RingStep] {
+                let kv_heads = if kind == Kind::Backward { 2 } else { 4 };
+                out.push(Case { kv_heads, ..Case::new(kind, &what, combo, [2, 1500, 4], spec.clone()) });
+            }
+        }
+    }
     out
 }
 
@@ -162,12 +193,13 @@ mod tests {
     use super::*;
     use crate::launch::launches;
     use crate::shape::{Chunk, Shape};
+    use crate::union_pieces::PieceSide;
 
     /// Every case is compact (`dilated_expr` chose compact launches: one per branch, their
     /// offset tables built), valid, and the lists hold what the module docs promise.
     #[test]
     fn every_case_runs_compact_launches() {
-        for (quick, count) in [(false, 18), (true, 14)] {
+        for (quick, count) in [(false, 30), (true, 26)] {
             let c = cases(&mut SplitMix64::new(7), quick);
             assert_eq!(c.len(), count, "quick = {quick}");
             for x in &c {
@@ -177,7 +209,11 @@ mod tests {
                 x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", x.name));
                 let shape = Shape::square(x.batch, x.seq, x.heads, x.head_dim).with_kv_heads(x.kv_heads);
                 let l = launches(&shape, &x.spec, &Chunk::whole(&shape)).unwrap();
-                assert_eq!(l.len(), p.len(), "{}", x.name);
+                // A nested union's later branches: one launch per kept side of the holes.
+                let nested = matches!(&x.spec.pattern, GpuPattern::DilatedExpr(e) if e.is_nested_union());
+                let sides = if nested { PieceSide::of(x.spec.causal).len() } else { 1 };
+                assert_eq!(l.len(), 1 + (p.len() - 1) * sides, "{}", x.name);
+                assert_eq!(nested, x.name.contains("nested"), "{}", x.name);
                 assert!(x.name.starts_with("dilated_expr"));
             }
             for kind in [Kind::Forward, Kind::Backward, Kind::RingStep] {

@@ -93,6 +93,24 @@ fn patterns(n: usize) -> Vec<(&'static str, GpuSpec)> {
             ))
             .causal(true),
         ),
+        // A nested union (`crate::union_pieces`): pieces cut by every row's hole, whose
+        // table is indexed by global positions; causal, and not (two launches per later
+        // branch).
+        (
+            "dilated_expr: nested union (32,1)(96,3)(192,6) causal",
+            GpuSpec::new(super::dilated_expr::pattern(
+                &[("32", "1", "0"), ("96", "3", "h + s"), ("192", "6", "h + 2 * s")],
+                ExprCombine::Union,
+            ))
+            .causal(true),
+        ),
+        (
+            "dilated_expr: nested union (32,2)(64,2)(256,4)",
+            GpuSpec::new(super::dilated_expr::pattern(
+                &[("32", "2", "h"), ("64", "2", "h + s"), ("256", "4", "h * s + 1")],
+                ExprCombine::Union,
+            )),
+        ),
         // Offsets quadratic in the segment and alternating per segment, on segments that
         // follow the length (n / 3 + 1: boundaries that are no rank's).
         (
@@ -151,9 +169,9 @@ const SIZES: [Size; 8] = [
     ((777, (128, 128), 2, 4, 4), &["window"]),
     ((1000, (128, 128), 1, 8, 2), &["dense", "window"]),
     ((777, (64, 64), 2, 4, 1), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
-    ((600, (96, 96), 1, 2, 2), &["dense", "window"]),
-    ((500, (192, 192), 2, 2, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
-    ((400, (256, 256), 1, 4, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets"]),
+    ((600, (96, 96), 1, 2, 2), &["dense", "window", "dilated_expr: nested"]),
+    ((500, (192, 192), 2, 2, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets", "dilated_expr: nested"]),
+    ((400, (256, 256), 1, 4, 2), &["dense", "window", "dilated (64", "dilated_expr: offsets", "dilated_expr: nested"]),
     ((500, (192, 128), 1, 4, 2), &["dense", "window", "expr", "table", "dilated_expr"]),
 ];
 
@@ -505,8 +523,9 @@ mod tests {
     fn dilated_expr_patterns_are_compact_and_plan() {
         let all = cases(&[2, 3, 4], 1);
         let compact: Vec<&Case> = all.iter().filter(|c| c.pattern.0.starts_with("dilated_expr")).collect();
-        // Rotating offsets at all 7 sizes, the other formulas at 4; 4 layouts, 3 ring sizes.
-        assert_eq!(compact.len(), (7 + 4) * 4 * 3);
+        // Rotating offsets at all 7 sizes, the other formulas and the two nested unions
+        // at 4; 4 layouts, 3 ring sizes.
+        assert_eq!(compact.len(), (7 + 4 + 2 * 4) * 4 * 3);
         for c in compact {
             assert!(matches!(c.pattern.1.pattern, GpuPattern::DilatedExpr(_)), "{}", describe(c));
             ring_parts(c, &Grid::new(c.ranks, 1).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", describe(c)));

@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub mod documents;
 pub mod expression;
 pub mod table;
+pub mod union;
 use ringdil_reference::pattern::{BlockSparse, Branch};
 
 /// One side (queries or keys) of a launch: `rows` tensor rows at the global positions

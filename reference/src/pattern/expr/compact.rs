@@ -10,6 +10,15 @@
 //! `n w` of a mask evaluated over every tile of a segment), reading `o(h, s)` from a
 //! table. The test is on the expressions' text, so it holds for every shape; the table
 //! is made per head count and length.
+//!
+//! Several branches run as partials merged by their softmax denominators. Under the union
+//! combine that merge would count a key kept by two branches twice, except where the
+//! branches are *nested*: for every earlier branch `j < i`, `w_j | w_i`, `r_j | r_i` and
+//! `r_j | w_j` (LongNet's doubling, with any offset rule). Then the union is a disjoint
+//! union of compact pieces, branch `i`'s keys less one interval per query
+//! (`docs/semantics.md` section 14, `tests/union_nested.rs`), which merge exactly. The
+//! test reads the geometry's values, so it asks for segments and dilations that are the
+//! same for every shape (no `n`, no `H`).
 
 use super::ast::Var;
 use super::dilated::{ExprBranch, ExprCombine, ExprDilated};
@@ -71,11 +80,42 @@ impl ExprBranch {
 impl ExprDilated {
     /// Can the GPU run this pattern as compact branches merged by their softmax
     /// denominators? Every branch compact, and branches that merge as partials: the
-    /// softmax-denominator combine, or one branch (a union of several counts a key kept
-    /// by two branches once, which a merge of partials cannot).
+    /// softmax-denominator combine, one branch, or a nested union (its branches then run
+    /// as disjoint pieces: [`Self::is_nested_union`]). Any other union of several counts a
+    /// key kept by two branches once, which a merge of partials cannot.
     pub fn is_compact(&self) -> bool {
-        (self.combine == ExprCombine::SoftmaxDenominator || self.branches.len() == 1)
+        (self.combine == ExprCombine::SoftmaxDenominator || self.branches.len() == 1 || self.is_nested_union())
             && self.branches.iter().all(ExprBranch::is_compact)
+    }
+
+    /// Is this a union of several compact branches whose segments and dilations are the
+    /// same for every shape and nest (module docs): `w_j | w_i`, `r_j | r_i` and `r_j | w_j`
+    /// for every `j < i`? Then branch `i`'s piece is its keys less, for query `q`, `q`'s
+    /// segment in the last earlier branch whose lattice holds `q` ([`CompactBranch`] and
+    /// `ringdil-cuda`'s hole tables).
+    pub fn is_nested_union(&self) -> bool {
+        if self.combine != ExprCombine::Union || self.branches.len() < 2 {
+            return false;
+        }
+        let shape_free = |b: &ExprBranch| {
+            b.is_compact() && [Var::SeqLen, Var::Heads].iter().all(|&v| !b.segment.reads(v) && !b.dilation.reads(v))
+        };
+        if !self.branches.iter().all(shape_free) {
+            return false;
+        }
+        // Constant: any shape gives the values (validation rejects w < 1, r < 1, r > w).
+        let geometry: Vec<(i64, i64)> = self
+            .branches
+            .iter()
+            .map(|b| {
+                let (env, w) = b.head_env(0, 1, 1);
+                (w, b.dilation.eval(&env))
+            })
+            .collect();
+        geometry.iter().all(|&(w, r)| w >= 1 && r >= 1)
+            && geometry.iter().enumerate().all(|(i, &(wi, ri))| {
+                geometry[..i].iter().all(|&(wj, rj)| wi % wj == 0 && ri % rj == 0 && wj % rj == 0)
+            })
     }
 
     /// The branches' compact forms for this shape, if [`Self::is_compact`].
@@ -158,8 +198,20 @@ mod tests {
         assert!(!branch("8", "2", "0", Some("k <= q")).is_compact(), "extra mask");
         assert!(branch("8 + n / H", "w / 4", "h * s", None).is_compact());
         let (a, b) = (branch("8", "2", "h", None), branch("16", "4", "s", None));
-        let union = ExprDilated { branches: vec![a.clone(), b.clone()], combine: ExprCombine::Union };
-        assert!(!union.is_compact() && union.compact_branches(2, 32).is_none(), "a union of several branches");
+        let union =
+            ExprDilated { branches: vec![a.clone(), branch("12", "3", "s", None)], combine: ExprCombine::Union };
+        assert!(!union.is_compact() && union.compact_branches(2, 36).is_none(), "a union of branches that do not nest");
+        let nested = ExprDilated { branches: vec![a.clone(), b.clone()], combine: ExprCombine::Union };
+        assert!(nested.is_nested_union() && nested.is_compact(), "(8, 2) then (16, 4) nest");
+        for (w, r, why) in [("20", "4", "w_j does not divide w_i"), ("16", "3", "r_j does not divide r_i")] {
+            let other = ExprDilated { branches: vec![a.clone(), branch(w, r, "0", None)], ..nested.clone() };
+            assert!(!other.is_nested_union(), "{why}");
+        }
+        let odd =
+            ExprDilated { branches: vec![branch("6", "4", "0", None), branch("12", "4", "0", None)], ..nested.clone() };
+        assert!(!odd.is_nested_union(), "r_j does not divide w_j");
+        let by_length = ExprDilated { branches: vec![a.clone(), branch("n", "4", "0", None)], ..nested.clone() };
+        assert!(!by_length.is_nested_union(), "a segment of the length nests for some shapes only");
         let one = ExprDilated { branches: vec![a.clone()], combine: ExprCombine::Union };
         assert!(one.is_compact());
         let softmax = ExprDilated { branches: vec![a, b], combine: ExprCombine::SoftmaxDenominator };

@@ -12,12 +12,14 @@
 //! (8192, 8), causal, whose offsets rotate per segment (head h keeps residue (h + s) mod r
 //! in segment s), as one boolean mask ([`ROTATING`]), against the built-in LongNet with
 //! fixed offsets h mod r (the same work, combined by softmax denominator rather than
-//! union) and FlexAttention with the same mask.
+//! union) and FlexAttention with the same mask; and the same rule as a pattern file
+//! writes it, a `dilated_expr` union of the three branches ([`rotating_union`]), whose
+//! branches nest and so run as disjoint compact pieces (`ringdil_cuda::union_pieces`).
 
 use crate::{HostInputs, run};
 use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::{Chunk, Gpu, GpuPattern, GpuSpec, Shape};
-use ringdil_reference::pattern::expr::{Constants, ExprPattern};
+use ringdil_reference::pattern::expr::{Constants, ExprBranch, ExprCombine, ExprDilated, ExprPattern};
 use ringdil_reference::pattern::{BlockSparse, Dilated, Pattern, SlidingWindow, key_counts};
 use serde_json::{Value, json};
 use std::fmt::Write;
@@ -34,9 +36,21 @@ pub const ROTATING: &str = "k <= q && (q / w1 == k / w1 \
 
 /// [`ROTATING`] with the bench's branches.
 fn rotating() -> ExprPattern {
-    let constants: Constants =
-        [("w1", 2048), ("w2", 4096), ("r2", 4), ("w3", 8192), ("r3", 8)].map(|(n, v)| (n.to_string(), v)).into();
-    ExprPattern::new(ROTATING, &constants).expect("the rotating rule parses")
+    ExprPattern::new(ROTATING, &rotating_constants()).expect("the rotating rule parses")
+}
+
+/// [`ROTATING`]'s constants.
+fn rotating_constants() -> Constants {
+    [("w1", 2048), ("w2", 4096), ("r2", 4), ("w3", 8192), ("r3", 8)].map(|(n, v)| (n.to_string(), v)).into()
+}
+
+/// [`ROTATING`] as a pattern file's `dilated_expr` union of its branches.
+fn rotating_union() -> ExprDilated {
+    let c = Constants::new();
+    let branches = [("2048", "1", "0"), ("4096", "4", "h + s"), ("8192", "8", "h + s")]
+        .map(|(w, r, o)| ExprBranch::new(w, r, o, None, &c).expect("the union's branches parse"))
+        .to_vec();
+    ExprDilated { branches, combine: ExprCombine::Union }
 }
 
 /// The length at which the plan's classification is timed.
@@ -125,25 +139,42 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Valu
     let fixed = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&[(2048, 1), (4096, 4), (8192, 8)]))).causal(true);
     let (ff, fb) = run(gpu, host, &shape, &fixed, true);
     let (rf, rb) = run(gpu, host, &shape, &GpuSpec::new(GpuPattern::Expr(rotating())), true);
+    let union = rotating_union();
+    // The mask is causal itself; the union's causality is the call's.
+    let unmasked = ROTATING.strip_prefix("k <= q && ").expect("ROTATING starts with its causal test");
+    let constants = rotating_constants();
+    let unmasked = ExprPattern::new(unmasked, &constants).expect("the rotating rule parses");
+    assert_same_keys("rotating offsets", &unmasked, &union);
+    let union = GpuSpec::new(GpuPattern::dilated_expr(union, "rotating union".into())).causal(true);
+    let (uf, ub) = run(gpu, host, &shape, &union, true);
     writeln!(
         md,
         "\nA new rule as a mask (notebook 01): LongNet (2048, 1), (4096, 4), (8192, 8), causal, offsets rotating per \
          segment (`(h + s) mod r`), union of branches; against the built-in LongNet with fixed offsets `h mod r` \
-         (softmax-denominator combine, same work) and FlexAttention with the same mask.\n"
+         (softmax-denominator combine, same work) and FlexAttention with the same mask. The same rule as a \
+         pattern file's `dilated_expr` union of the branches (same keys, checked) runs as disjoint compact pieces.\n"
     )
     .unwrap();
-    writeln!(md, "| pass | rotating (expression) ms | fixed offsets (built-in) ms | Flex ms | Flex / expression |")
-        .unwrap();
-    writeln!(md, "|---|---|---|---|---|").unwrap();
+    writeln!(
+        md,
+        "| pass | rotating (mask) ms | rotating (`dilated_expr` union) ms | fixed offsets (built-in) ms | Flex ms | \
+         Flex / mask | Flex / union |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|").unwrap();
     let mut new_rule = Vec::new();
-    for (pass, r_ms, f_ms, key) in
-        [("fwd", rf, ff, "fwd_ms"), ("fwd+bwd", rb.expect("timed"), fb.expect("timed"), "fwd_bwd_ms")]
-    {
+    for (pass, r_ms, u_ms, f_ms, key) in [
+        ("fwd", rf, uf, ff, "fwd_ms"),
+        ("fwd+bwd", rb.expect("timed"), ub.expect("timed"), fb.expect("timed"), "fwd_bwd_ms"),
+    ] {
         let f = flex_ms("rotating offsets", key);
-        let over = f.map_or("-".into(), |f| format!("{:.2}", f / r_ms));
-        writeln!(md, "| {pass} | {r_ms:.3} | {f_ms:.3} | {} | {over} |", fmt(f)).unwrap();
-        println!("rotating offsets {pass}: {r_ms:.3} ms, fixed built-in {f_ms:.3} ms, flex {f:?}");
-        new_rule.push(json!({"pass": pass, "expr_ms": r_ms, "fixed_builtin_ms": f_ms, "flex_ms": f}));
+        let over = |ms: f64| f.map_or("-".into(), |f| format!("{:.2}", f / ms));
+        writeln!(md, "| {pass} | {r_ms:.3} | {u_ms:.3} | {f_ms:.3} | {} | {} | {} |", fmt(f), over(r_ms), over(u_ms))
+            .unwrap();
+        println!(
+            "rotating offsets {pass}: mask {r_ms:.3} ms, union {u_ms:.3} ms, fixed built-in {f_ms:.3} ms, flex {f:?}"
+        );
+        new_rule.push(json!({"pass": pass, "expr_ms": r_ms, "union_ms": u_ms, "fixed_builtin_ms": f_ms, "flex_ms": f}));
     }
     let classification = classification_cost(gpu, host);
     writeln!(

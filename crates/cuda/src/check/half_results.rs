@@ -8,15 +8,16 @@
 //!   the rounding is a pass over the f32 result, held to the same rule;
 //! * the gradients from the 16-bit output (delta taken from the rounded output, dK and dV
 //!   rounded by the epilogue where one launch writes each row, dQ by a pass) must meet the
-//!   case's bound against the f64 reference, after the rounding of each value to 16 bits;
-//!   a reference value the type cannot hold must come back as the infinity it rounds to
-//!   (f16's largest finite value is 65504, which dK exceeds in the large-score cases).
-//!   For a pattern that scales its output (the head-group combine, `crate::output_scale`)
-//!   the reference is the exact gradient at the rounded output ([`decoded`]): the output
-//!   is `sigma O` rounded, which is inexact even where `O` is (a row of one key has
-//!   `O = v`, a 16-bit input), and in such a row, whose exact gradient is 0, that rounding
-//!   (relative `2^-8` in bf16) is all the delta carries: measured against the gradient
-//!   floor it reached 1.2e-2 (bound 1e-2) in a bf16 case of one token.
+//!   case's bound against the f64 reference gradient *at the rounded output* ([`decoded`]),
+//!   after the rounding of each value to 16 bits; a reference value the type cannot hold
+//!   must come back as the infinity it rounds to (f16's largest finite value is 65504,
+//!   which dK exceeds in the large-score cases). The rounded output is the kernel's input:
+//!   against the gradient at the exact output its rounding alone can pass the bound where a
+//!   row's gradient cancels. A pattern that scales its output (the head-group combine,
+//!   `crate::output_scale`) rounds `sigma O`, inexact even where `O` is (a row of one key
+//!   has `O = v`), and in such a row, whose exact gradient is 0, that rounding (relative
+//!   `2^-8` in bf16) reached 1.2e-2 (bound 1e-2) in a bf16 case of one token; an f16
+//!   expression case of two keys reached 1.14e-3 on dQ (bound 1e-3).
 //!
 //! Buffers start as NaN (the 16-bit word 0xFFFF is NaN in bf16 and f16), so a value the
 //! kernel forgets to write fails.

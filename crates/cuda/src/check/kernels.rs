@@ -132,20 +132,14 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     [&want_g.dq, &want_g.dk, &want_g.dv].iter().map(|r| r.iter().copied().collect()).collect();
                 let names = [quantity!(case.logits, "dq"), quantity!(case.logits, "dk"), quantity!(case.logits, "dv")];
                 let floors = grad_floor_scales(&q, &k);
-                // The 16-bit path takes delta from the rounded output. A scaled output (the
-                // head-group combine) rounds sigma O, inexact even where O is (a row of one
-                // key: O = v), so its reference is the exact gradient at the rounded output
-                // (`half_results`).
-                let at_rounded: Option<Vec<Vec<f64>>> = match prep.scales_output() {
-                    false => None,
-                    true => {
-                        let rounded =
-                            Attention { out: half_results::decoded(gpu, case, &out16)?, lse: want.lse.clone() };
-                        let g =
-                            attention_backward(q.view(), k.view(), v.view(), &reference_spec, &rounded, dout.view())?;
-                        Some([&g.dq, &g.dk, &g.dv].iter().map(|r| r.iter().copied().collect()).collect())
-                    }
-                };
+                // The 16-bit path takes delta from the rounded output, so its reference is
+                // the exact gradient at the rounded output (`half_results`): the rounding is
+                // its input, and where a row's gradient cancels (two keys, or a scaled
+                // output's row of one key) that rounding alone can exceed the bound.
+                let rounded = Attention { out: half_results::decoded(gpu, case, &out16)?, lse: want.lse.clone() };
+                let g = attention_backward(q.view(), k.view(), v.view(), &reference_spec, &rounded, dout.view())?;
+                let at_rounded: Vec<Vec<f64>> =
+                    [&g.dq, &g.dk, &g.dv].iter().map(|r| r.iter().copied().collect()).collect();
                 metrics.extend(half_results::backward(
                     gpu,
                     case,
@@ -153,7 +147,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
                     [&qd, &kd, &vd],
                     (&out16, &lse16),
                     &dod,
-                    at_rounded.as_ref().unwrap_or(&references),
+                    &at_rounded,
                     (floors, bound),
                 )?);
                 let mut first = Vec::new();

@@ -431,6 +431,24 @@ mod tests {
         assert_eq!(runs, [KeyRun::range(32, 48), KeyRun { start: 33, end: 64, step: 2 }]);
     }
 
+    /// The union example keeps the rotating example's keys, each once: query 33 of head 0
+    /// sees its 16-segment [32, 48) (branch 0) and the odd positions of [48, 64) (branch
+    /// 1's keys past branch 0's segment), and its branches nest.
+    #[test]
+    fn rotating_union_example_nests() {
+        let file = example("rotating_union.toml");
+        let spec = file.spec().unwrap();
+        assert!(spec.causal);
+        let mut runs = Vec::new();
+        spec.pattern.key_runs(33, 0, 2, 100, &mut runs);
+        let mut keys: Vec<usize> = runs.iter().flat_map(|r| r.iter()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let want: Vec<usize> = (32..48).chain((49..64).step_by(2)).collect();
+        assert_eq!(keys, want);
+        assert!(file.expr_dilated().unwrap().unwrap().is_nested_union());
+    }
+
     #[test]
     fn mask_example_builds() {
         let spec = example("local_global.json").spec().unwrap();

@@ -231,3 +231,75 @@ fn union_pieces_skip_the_tiles_inside_every_heads_hole() {
     assert_eq!(pieces[0].fwd, merged[0].fwd);
     assert!(pieces[2].fwd.visits() < merged[2].fwd.visits());
 }
+
+/// Random nested unions (2 to 4 branches, each segment a multiple of the last, each
+/// dilation a multiple of the last dividing its segment, offsets from a list of rules in
+/// `h` and `s`), lengths no segment divides, causal or not, on a whole sequence, a ring
+/// piece, a striped piece or a head slice (Ulysses: the hole table is indexed by global
+/// heads): the kernels' rules over the launches give the reference's union, each pair once.
+#[test]
+fn random_nested_unions_match_the_reference() {
+    use ringdil_reference::random::SplitMix64;
+    const RULES: [&str; 5] = ["h + s", "0", "3 * h - s * s", "h * s + 1", "if s % 2 == 0 then h else h + 1"];
+    let mut rng = SplitMix64::new(21);
+    for case in 0..40 {
+        let mut geometry = vec![(0, 0, ""); rng.range(2, 4)];
+        let (mut w, mut r) = (0, 0);
+        for (i, g) in geometry.iter_mut().enumerate() {
+            (w, r) = if i == 0 {
+                let r0 = rng.range(1, 3);
+                (r0 * rng.range(1, 4), r0)
+            } else {
+                // Grow the dilation only where it still divides the grown segment.
+                let w2 = w * rng.range(1, 3);
+                let r2 = r * rng.range(1, 3);
+                (w2, if w2 % r2 == 0 { r2 } else { r })
+            };
+            *g = (w, r, RULES[rng.range(0, RULES.len() - 1)]);
+        }
+        let pattern = union(&geometry);
+        assert!(pattern.is_nested_union(), "case {case}: {geometry:?}");
+        let (heads, n, causal) = (rng.range(1, 4), rng.range(1, 200), rng.uniform() < 0.5);
+        let spec = GpuSpec::new(GpuPattern::dilated_expr(pattern.clone(), format!("{geometry:?}"))).causal(causal);
+        let (shape, chunk, qs, ks, first) = match rng.range(0, 3) {
+            0 => (Shape::square(1, n, heads, 64), Chunk::new(0, 0, n), (0..n).collect(), (0..n).collect(), 0),
+            1 => {
+                let (q0, k0) = (rng.range(0, n - 1), rng.range(0, n - 1));
+                let (qr, kr) = (rng.range(1, n - q0), rng.range(1, n - k0));
+                let shape = Shape { q_rows: qr, k_rows: kr, ..Shape::square(1, n, heads, 64) };
+                (shape, Chunk::new(q0, k0, n), (q0..q0 + qr).collect(), (k0..k0 + kr).collect(), 0)
+            }
+            2 => {
+                let p = rng.range(2, 3).min(n);
+                let (q0, k0) = (rng.range(0, p - 1), rng.range(0, p - 1));
+                let (qr, kr) = ((n - q0).div_ceil(p), (n - k0).div_ceil(p));
+                let shape = Shape { q_rows: qr, k_rows: kr, ..Shape::square(1, n, heads, 64) };
+                let chunk = Chunk { q_stride: p, k_stride: p, ..Chunk::new(q0, k0, n) };
+                let qs: Vec<usize> = (0..qr).map(|i| q0 + i * p).collect();
+                let ks: Vec<usize> = (0..kr).map(|i| k0 + i * p).collect();
+                (shape, chunk, qs, ks, 0)
+            }
+            _ => {
+                // Heads first..first + count of `heads + 1`.
+                let all = heads + 1;
+                let first = rng.range(0, all - 1);
+                let count = rng.range(1, all - first);
+                let shape = Shape::square(1, n, count, 64);
+                (shape, Chunk::new(0, 0, n).heads_of(first, all), (0..n).collect(), (0..n).collect(), first)
+            }
+        };
+        let mut ours = kernel_pairs(&shape, &spec, &chunk);
+        let len = ours.len();
+        ours.sort_unstable();
+        ours.dedup();
+        let what = format!("case {case}: {geometry:?} n {n} heads {heads} causal {causal} chunk {chunk:?}");
+        assert_eq!(ours.len(), len, "{what}: a pair from two launches");
+        let all = chunk.pattern_heads(shape.heads);
+        let mut want: Vec<_> = reference_pairs(&pattern, all, n, causal, (&qs, &ks))
+            .into_iter()
+            .filter(|&(h, _, _)| (first..first + shape.heads).contains(&h))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(ours, want, "{what}");
+    }
+}

@@ -211,6 +211,21 @@ impl GpuSpec {
         }
     }
 
+    /// A mask expression that is literally a union of nested LongNet branches
+    /// ([`ExprPattern::as_nested_union`]) as that `dilated_expr` union, which runs as
+    /// disjoint compact pieces (`crate::union_pieces`); the mask's own causal test becomes
+    /// the call's causality. Not with documents: inside them the mask runs as mask tables.
+    ///
+    /// [`ExprPattern::as_nested_union`]: ringdil_reference::pattern::ExprPattern::as_nested_union
+    pub fn nested_union(&self) -> Option<GpuSpec> {
+        let GpuPattern::Expr(e) = &self.pattern else { return None };
+        if self.documents.is_some() {
+            return None;
+        }
+        let (union, causal) = e.as_nested_union()?;
+        Some(GpuSpec { pattern: GpuPattern::DilatedExpr(union), causal: self.causal || causal, ..self.clone() })
+    }
+
     /// The softmax scale for `head_dim`.
     pub fn scale_for(&self, head_dim: usize) -> f64 {
         self.scale.unwrap_or(1.0 / (head_dim as f64).sqrt())

@@ -64,7 +64,8 @@ impl GpuSpec {
     /// kernels run the spec itself. Errors: the documents'
     /// own (the reference's, naming the value) and [`CudaError::DocumentTables`].
     pub fn lowered(&self, shape: &Shape, chunk: &Chunk) -> Result<Option<GpuSpec>> {
-        let built_in = self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() });
+        let built_in =
+            self.pattern.lowered().map(|pattern| GpuSpec { pattern, ..self.clone() }).or_else(|| self.nested_union());
         let spec = built_in.as_ref().unwrap_or(self);
         // Compaction needs contiguous rows (kept positions are found from segment starts).
         if let (GpuPattern::Dilated(d), Some(documents)) = (&spec.pattern, &spec.documents)

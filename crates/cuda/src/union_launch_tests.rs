@@ -140,7 +140,7 @@ fn kernel_pairs(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Vec<(usize, usi
 
 /// The reference's pairs of the query rows `qs` and key rows `ks` (positions).
 fn reference_pairs(
-    pattern: &ExprDilated,
+    pattern: &dyn Pattern,
     heads: usize,
     n: usize,
     causal: bool,
@@ -302,4 +302,45 @@ fn random_nested_unions_match_the_reference() {
         want.sort_unstable();
         assert_eq!(ours, want, "{what}");
     }
+}
+
+/// A mask expression that is a nested union (the bench's rotating rule, scaled down) runs
+/// as that `dilated_expr` union: its own `k <= q` becomes the call's causality, and the
+/// launches, plans and buffer are the union's; their keys are the mask's.
+#[test]
+fn a_mask_that_is_a_nested_union_runs_as_that_union() {
+    use ringdil_reference::pattern::ExprPattern;
+    let branches = "q / 128 == k / 128 \
+        || (q / 256 == k / 256 && q % 256 % 4 == (h + q / 256) % 4 && k % 256 % 4 == (h + k / 256) % 4) \
+        || (q / 512 == k / 512 && q % 512 % 8 == (h + q / 512) % 8 && k % 512 % 8 == (h + k / 512) % 8)";
+    let geometry = [(128, 1, "h + s"), (256, 4, "h + s"), (512, 8, "h + s")];
+    let (shape, n) = (Shape::square(1, 1500, 4, 128), 1500);
+    let chunk = Chunk::whole(&shape);
+    for causal_mask in [true, false] {
+        let text = if causal_mask { format!("k <= q && ({branches})") } else { branches.to_string() };
+        let mask = ExprPattern::new(&text, &Constants::new()).unwrap();
+        let expr = GpuSpec::new(GpuPattern::Expr(mask.clone()));
+        let lowered = expr.lowered(&shape, &chunk).unwrap().expect("the mask is a nested union");
+        assert_eq!(lowered.causal, causal_mask);
+        let GpuPattern::DilatedExpr(u) = &lowered.pattern else { panic!("{:?}", lowered.pattern) };
+        assert_eq!(u.compact_branches(4, n), union(&geometry).compact_branches(4, n), "dilation 1 keeps any offset");
+        let ours = launches_for(&shape, &expr, &chunk, Family::Wgmma).unwrap();
+        let theirs = launches_for(&shape, &lowered, &chunk, Family::Wgmma).unwrap();
+        assert_eq!(ours.len(), if causal_mask { 3 } else { 5 });
+        for (a, b) in ours.iter().zip(&theirs) {
+            assert_eq!(format!("{:?}", a.params), format!("{:?}", b.params));
+            assert_eq!((&a.fwd, &a.cols, a.table_offset), (&b.fwd, &b.cols, b.table_offset));
+        }
+        let mut got = kernel_pairs(&shape, &lowered, &chunk);
+        got.sort_unstable();
+        let all: Vec<usize> = (0..n).collect();
+        let mut want = reference_pairs(&mask, 4, n, false, (&all, &all));
+        want.sort_unstable();
+        assert_eq!(got, want, "causal mask {causal_mask}");
+    }
+    // Inside documents the mask stays a mask (as mask tables).
+    let mask = ExprPattern::new(branches, &Constants::new()).unwrap();
+    let with_documents =
+        GpuSpec::new(GpuPattern::Expr(mask)).documents(ringdil_reference::Documents::flat(vec![0, 700, 1500]));
+    assert!(with_documents.nested_union().is_none());
 }

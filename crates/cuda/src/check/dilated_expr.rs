@@ -168,11 +168,24 @@ fn mask_branch() -> Vec<Case> {
     let text = "q / 96 == k / 96 && q % 96 % 3 == (h + 1) % 3 && k % 96 % 3 == (h + 1) % 3";
     let mask = ringdil_reference::pattern::ExprPattern::new(text, &Constants::new()).expect("the check's mask parses");
     let spec = GpuSpec::new(GpuPattern::Expr(mask)).causal(true);
-    [Kind::Forward, Kind::Backward]
+    let mut out: Vec<Case> = [Kind::Forward, Kind::Backward]
         .map(|kind| {
             Case::new(kind, &format!("dilated_expr as a mask: {text}"), (Dtype::Bf16, 128), [2, 700, 4], spec.clone())
         })
-        .into()
+        .into();
+    // A nested union written as one mask (notebook 01's rotating rule, scaled down) with
+    // its own causal test, on a call that is not causal: it runs as the union's pieces,
+    // causal (`GpuSpec::nested_union`).
+    let text = "k <= q && (q / 64 == k / 64 \
+        || (q / 128 == k / 128 && q % 128 % 4 == (h + q / 128) % 4 && k % 128 % 4 == (h + k / 128) % 4) \
+        || (q / 256 == k / 256 && q % 256 % 8 == (h + q / 256) % 8 && k % 256 % 8 == (h + k / 256) % 8))";
+    let mask = ringdil_reference::pattern::ExprPattern::new(text, &Constants::new()).expect("the check's mask parses");
+    let spec = GpuSpec::new(GpuPattern::Expr(mask));
+    let name = "dilated_expr nested union as a mask: k <= q && ((64, 1) || (128, 4, h + s) || (256, 8, h + s))";
+    out.extend(
+        [Kind::Forward, Kind::Backward].map(|kind| Case::new(kind, name, (Dtype::F16, 64), [2, 900, 4], spec.clone())),
+    );
+    out
 }
 
 /// Segments of 8 and 20 kept rows at d = 64, forward and backward: a 64- or 128-row tile
@@ -199,19 +212,21 @@ mod tests {
     /// offset tables built), valid, and the lists hold what the module docs promise.
     #[test]
     fn every_case_runs_compact_launches() {
-        for (quick, count) in [(false, 30), (true, 26)] {
+        for (quick, count) in [(false, 32), (true, 28)] {
             let c = cases(&mut SplitMix64::new(7), quick);
             assert_eq!(c.len(), count, "quick = {quick}");
             for x in &c {
-                let Some(p) = crate::dilated_expr::compact_branches(&x.spec.pattern, x.heads, x.seq) else {
-                    panic!("{}: not compact", x.name)
-                };
                 x.spec.validate(x.batch, x.heads, x.seq).unwrap_or_else(|e| panic!("{}: {e}", x.name));
                 let shape = Shape::square(x.batch, x.seq, x.heads, x.head_dim).with_kv_heads(x.kv_heads);
+                // What the kernels run: a mask that is a nested union runs as that union.
+                let spec = x.spec.lowered(&shape, &Chunk::whole(&shape)).unwrap().unwrap_or_else(|| x.spec.clone());
+                let Some(p) = crate::dilated_expr::compact_branches(&spec.pattern, x.heads, x.seq) else {
+                    panic!("{}: not compact", x.name)
+                };
                 let l = launches(&shape, &x.spec, &Chunk::whole(&shape)).unwrap();
                 // A nested union's later branches: one launch per kept side of the holes.
-                let nested = matches!(&x.spec.pattern, GpuPattern::DilatedExpr(e) if e.is_nested_union());
-                let sides = if nested { PieceSide::of(x.spec.causal).len() } else { 1 };
+                let nested = matches!(&spec.pattern, GpuPattern::DilatedExpr(e) if e.is_nested_union());
+                let sides = if nested { PieceSide::of(spec.causal).len() } else { 1 };
                 assert_eq!(l.len(), 1 + (p.len() - 1) * sides, "{}", x.name);
                 assert_eq!(nested, x.name.contains("nested"), "{}", x.name);
                 assert!(x.name.starts_with("dilated_expr"));

@@ -70,7 +70,7 @@ fn div_of(node: &Node) -> Option<(Var, i64)> {
 }
 
 /// `q / W == k / W` (either order, `W >= 1`): W.
-fn same_segment(node: &Node) -> Option<i64> {
+pub(super) fn same_segment(node: &Node) -> Option<i64> {
     let Kind::Binary(Binary::Eq, a, b) = &node.kind else { return None };
     let ((va, wa), (vb, wb)) = (div_of(a)?, div_of(b)?);
     let pair = matches!((va, vb), (Var::Query, Var::Key) | (Var::Key, Var::Query));
@@ -79,7 +79,7 @@ fn same_segment(node: &Node) -> Option<i64> {
 
 /// `x % W % R` or (when `R` divides `W`) `x % R`, for `x` the query or the key and
 /// `1 <= R <= w`: (x, R).
-fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
+pub(super) fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
     let Kind::Binary(Binary::Mod, inner, r) = &node.kind else { return None };
     let r = int(r)?;
     if !(1..=w).contains(&r) {
@@ -109,7 +109,7 @@ fn reads(node: &Node, v: Var) -> bool {
 }
 
 /// Is `o` in `0..r` for every value of its variables? A literal in range, or `X % r`.
-fn in_range(o: &Node, r: i64) -> bool {
+pub(super) fn in_range(o: &Node, r: i64) -> bool {
     match &o.kind {
         Kind::Int(c) => (0..r).contains(c),
         Kind::Binary(Binary::Mod, _, d) => int(d) == Some(r),
@@ -129,17 +129,29 @@ fn same(a: &Node, b: &Node) -> bool {
 
 /// `node` as source text, fully parenthesised (an offset expression: no `q`, `k`).
 fn print(node: &Node) -> String {
-    match &node.kind {
+    print_offset(node, None).expect("an offset reads neither q nor k")
+}
+
+/// `node` as an offset's source text, fully parenthesised, with `s` for `x / W` where
+/// `segment` is `Some((x, W))` (the segment index, read from the position `x`); None
+/// where it reads `q` or `k` in any other way.
+pub(super) fn print_offset(node: &Node, segment: Option<(Var, i64)>) -> Option<String> {
+    if segment.is_some() && div_of(node) == segment {
+        return Some("s".into());
+    }
+    let p = |n: &Node| print_offset(n, segment);
+    Some(match &node.kind {
         Kind::Int(v) => format!("({v})"),
         Kind::Bool(v) => v.to_string(),
+        Kind::Var(Var::Query | Var::Key) => return None,
         Kind::Var(v) => v.name().to_string(),
-        Kind::Unary(Unary::Neg, a) => format!("(-{})", print(a)),
-        Kind::Unary(Unary::Not, a) => format!("(!{})", print(a)),
-        Kind::Unary(Unary::Abs, a) => format!("abs({})", print(a)),
-        Kind::Binary(op @ (Binary::Min | Binary::Max), a, b) => format!("{}({}, {})", op.symbol(), print(a), print(b)),
-        Kind::Binary(op, a, b) => format!("({} {} {})", print(a), op.symbol(), print(b)),
-        Kind::If(c, a, b) => format!("(if {} then {} else {})", print(c), print(a), print(b)),
-    }
+        Kind::Unary(Unary::Neg, a) => format!("(-{})", p(a)?),
+        Kind::Unary(Unary::Not, a) => format!("(!{})", p(a)?),
+        Kind::Unary(Unary::Abs, a) => format!("abs({})", p(a)?),
+        Kind::Binary(op @ (Binary::Min | Binary::Max), a, b) => format!("{}({}, {})", op.symbol(), p(a)?, p(b)?),
+        Kind::Binary(op, a, b) => format!("({} {} {})", p(a)?, op.symbol(), p(b)?),
+        Kind::If(c, a, b) => format!("(if {} then {} else {})", p(c)?, p(a)?, p(b)?),
+    })
 }
 
 #[cfg(test)]

@@ -42,6 +42,7 @@ mod eval;
 mod fold;
 mod interval;
 mod lattice;
+mod lattice_union;
 mod lex;
 mod mask;
 mod parse;

@@ -15,6 +15,8 @@
 //! union) and FlexAttention with the same mask; and the same rule as a pattern file
 //! writes it, a `dilated_expr` union of the three branches ([`rotating_union`]), whose
 //! branches nest and so run as disjoint compact pieces (`ringdil_cuda::union_pieces`).
+//! The mask is recognised as that union (`ExprPattern::as_nested_union`), so both columns
+//! time the same launches, built from two descriptions.
 
 use crate::{HostInputs, run};
 use ringdil_cuda::shape::Dtype;
@@ -151,8 +153,9 @@ pub fn rows(gpu: &Gpu, host: &HostInputs, flex: &Value, md: &mut String) -> Valu
         md,
         "\nA new rule as a mask (notebook 01): LongNet (2048, 1), (4096, 4), (8192, 8), causal, offsets rotating per \
          segment (`(h + s) mod r`), union of branches; against the built-in LongNet with fixed offsets `h mod r` \
-         (softmax-denominator combine, same work) and FlexAttention with the same mask. The same rule as a \
-         pattern file's `dilated_expr` union of the branches (same keys, checked) runs as disjoint compact pieces.\n"
+         (softmax-denominator combine, same work) and FlexAttention with the same mask. The mask is recognised as \
+         the union of its branches, which nest, and runs as disjoint compact pieces, as does the same rule written as \
+         a pattern file's `dilated_expr` union (same keys, checked).\n"
     )
     .unwrap();
     writeln!(

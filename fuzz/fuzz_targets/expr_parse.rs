@@ -4,7 +4,8 @@
 //! panic (debug assertions on: no unchecked overflow) on extreme variable values and
 //! drives `ExprPattern` / `ExprDilated` on small shapes with every key in range, and
 //! compact forms keep exactly the pattern's keys; a mask recognised as a sliding window
-//! holds exactly on the window's pairs.
+//! holds exactly on the window's pairs, one recognised as a nested union of LongNet
+//! branches has exactly that union's keys (under its causal test).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -87,6 +88,27 @@ fn check_window(pattern: &ExprPattern) {
     }
 }
 
+/// A mask recognised as a nested union (what the GPU then runs as the union's pieces,
+/// its `k <= q` the call's causality) keeps exactly the union's keys, cut at the query
+/// when causal, on small shapes.
+fn check_union(pattern: &ExprPattern) {
+    let Some((union, causal)) = pattern.as_nested_union() else { return };
+    assert!(union.is_nested_union(), "a recognised union that does not nest: {union:?}");
+    for (n, heads) in [(1, 1), (17, 2), (40, 3)] {
+        if union.validate(heads, n).is_err() {
+            continue;
+        }
+        for (q, h) in (0..n).flat_map(|q| (0..heads).map(move |h| (q, h))) {
+            let mut want = ringdil_reference::pattern::key_counts(&union, q, h, heads, n);
+            if causal {
+                want.iter_mut().skip(q + 1).for_each(|c| *c = 0);
+            }
+            let got = ringdil_reference::pattern::key_counts(pattern, q, h, heads, n);
+            assert_eq!(got, want, "union {union:?} (causal {causal}): head {h}, query {q}");
+        }
+    }
+}
+
 /// Every run lies inside `0..n` and steps forward.
 fn check_runs(runs: &[KeyRun], n: usize) {
     for run in runs {
@@ -123,6 +145,7 @@ fuzz_target!(|data: &[u8]| {
     let mut runs = Vec::new();
     if let Ok(pattern) = ExprPattern::new(&text, &constants) {
         check_window(&pattern);
+        check_union(&pattern);
         for (n, heads) in [(0, 1), (1, 1), (7, 2), (12, 3)] {
             for (q, h) in (0..n).flat_map(|q| (0..heads).map(move |h| (q, h))) {
                 runs.clear();

@@ -138,6 +138,17 @@ fn kernel_pairs(shape: &Shape, spec: &GpuSpec, chunk: &Chunk) -> Vec<(usize, usi
     out
 }
 
+/// [`kernel_pairs`] sorted, checking that no pair came from two launches (`what` names
+/// the call in a failure).
+fn pairs_once(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, what: &str) -> Vec<(usize, usize, usize)> {
+    let mut pairs = kernel_pairs(shape, spec, chunk);
+    let len = pairs.len();
+    pairs.sort_unstable();
+    pairs.dedup();
+    assert_eq!(pairs.len(), len, "{what}: a pair from two launches");
+    pairs
+}
+
 /// The reference's pairs of the query rows `qs` and key rows `ks` (positions).
 fn reference_pairs(
     pattern: &dyn Pattern,
@@ -185,12 +196,8 @@ fn a_nested_union_runs_as_disjoint_pieces_with_the_references_keys() {
             for (q0, q_rows, k0, k_rows, stride) in pieces {
                 let shape = Shape { q_rows, k_rows, ..Shape::square(1, n, heads, 64) };
                 let chunk = Chunk { q_stride: stride, k_stride: stride, ..Chunk::new(q0, k0, n) };
-                let mut ours = kernel_pairs(&shape, &spec, &chunk);
-                let len = ours.len();
-                ours.sort_unstable();
-                ours.dedup();
                 let what = format!("{branches:?} causal {causal}, piece {q0}+{q_rows}, {k0}+{k_rows} / {stride}");
-                assert_eq!(ours.len(), len, "{what}: a pair from two launches");
+                let ours = pairs_once(&shape, &spec, &chunk, &what);
                 let qs: Vec<usize> = (0..q_rows).map(|i| q0 + i * stride).collect();
                 let ks: Vec<usize> = (0..k_rows).map(|i| k0 + i * stride).collect();
                 let mut want = reference_pairs(&pattern, heads, n, causal, (&qs, &ks));
@@ -288,12 +295,8 @@ fn random_nested_unions_match_the_reference() {
                 (shape, Chunk::new(0, 0, n).heads_of(first, all), (0..n).collect(), (0..n).collect(), first)
             }
         };
-        let mut ours = kernel_pairs(&shape, &spec, &chunk);
-        let len = ours.len();
-        ours.sort_unstable();
-        ours.dedup();
         let what = format!("case {case}: {geometry:?} n {n} heads {heads} causal {causal} chunk {chunk:?}");
-        assert_eq!(ours.len(), len, "{what}: a pair from two launches");
+        let ours = pairs_once(&shape, &spec, &chunk, &what);
         let all = chunk.pattern_heads(shape.heads);
         let mut want: Vec<_> = reference_pairs(&pattern, all, n, causal, (&qs, &ks))
             .into_iter()
@@ -331,8 +334,7 @@ fn a_mask_that_is_a_nested_union_runs_as_that_union() {
             assert_eq!(format!("{:?}", a.params), format!("{:?}", b.params));
             assert_eq!((&a.fwd, &a.cols, a.table_offset), (&b.fwd, &b.cols, b.table_offset));
         }
-        let mut got = kernel_pairs(&shape, &lowered, &chunk);
-        got.sort_unstable();
+        let got = pairs_once(&shape, &lowered, &chunk, &format!("causal mask {causal_mask}"));
         let all: Vec<usize> = (0..n).collect();
         let mut want = reference_pairs(&mask, 4, n, false, (&all, &all));
         want.sort_unstable();

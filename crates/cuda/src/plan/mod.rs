@@ -388,26 +388,10 @@ pub fn plan(
     map: &IndexMap,
     (q_tile, k_tile): (usize, usize),
 ) -> TilePlan {
-    let (nq, nk) = map.extents();
-    let (qa, ka) = map.axes();
-    let (rt, ct) = (nq.div_ceil(q_tile), nk.div_ceil(k_tile));
     match *map {
-        IndexMap::Compact { segment, dilation, .. } => {
-            // A tile pair can hold a kept pair only inside a segment both tiles reach,
-            // with (causal) some key position at or before some query position there.
-            let m = segment.div_ceil(dilation);
-            let (qb, kb) = map.bases();
-            TilePlan::build(rt, ct, |r, c| {
-                let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
-                let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
-                ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
-                    let seg = (s, map.segment_bounds(s));
-                    match (compact_span((m, dilation), seg, q, qa), compact_span((m, dilation), seg, k, ka)) {
-                        (Some((_, q_hi)), Some((k_lo, _))) => !causal || k_lo <= q_hi,
-                        _ => false,
-                    }
-                })
-            })
+        // With (causal) some key position at or before some query position.
+        IndexMap::Compact { .. } => {
+            build_compact(map, (q_tile, k_tile), |(_, q_hi), (k_lo, _)| !causal || k_lo <= q_hi)
         }
         // Dense, window and dilated spans are decided in O(1) for any run of tiles, so a
         // query tile costs about `2 log2 c` of them (`build_runs`) instead of `c`; the
@@ -419,6 +403,33 @@ pub fn plan(
             TilePlan::build_runs(map, (q_tile, k_tile), |q, k| ranges_visit(pattern, branch, causal, q, k))
         }
     }
+}
+
+/// The plan of a compact launch (`map` compact): a tile pair can hold a kept pair only
+/// inside a segment both tiles reach, so it is visited when, in some such segment,
+/// `sees(query positions, key positions)` holds of the inclusive position spans its tiles
+/// may hold there (over every head offset, [`compact_span`]).
+pub(crate) fn build_compact(
+    map: &IndexMap,
+    (q_tile, k_tile): (usize, usize),
+    sees: impl Fn((usize, usize), (usize, usize)) -> bool + Sync,
+) -> TilePlan {
+    let IndexMap::Compact { segment, dilation, q: qa, k: ka, .. } = *map else {
+        unreachable!("build_compact takes a compact map")
+    };
+    let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
+    let m = segment.div_ceil(dilation);
+    TilePlan::build(nq.div_ceil(q_tile), nk.div_ceil(k_tile), |r, c| {
+        let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
+        let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
+        ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
+            let seg = (s, map.segment_bounds(s));
+            match (compact_span((m, dilation), seg, q, qa), compact_span((m, dilation), seg, k, ka)) {
+                (Some(qs), Some(ks)) => sees(qs, ks),
+                _ => false,
+            }
+        })
+    })
 }
 
 /// Every pair of query range `q` and key range `k` (inclusive) passes causality: the last

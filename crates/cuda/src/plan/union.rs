@@ -11,7 +11,7 @@
 //! an identity map (a strided ring piece) keeps its branch's plan with no tile marked full:
 //! the holes cut pairs inside tiles the branch alone would call full.
 
-use super::{IndexMap, TilePlan, compact_span};
+use super::{IndexMap, TilePlan, build_compact};
 use crate::spec::GpuPattern;
 use crate::union_pieces::{HoleTable, PieceSide};
 use ringdil_reference::pattern::Branch;
@@ -26,13 +26,11 @@ pub fn plan(
     (q_tile, k_tile): (usize, usize),
     (holes, side): (&HoleTable, PieceSide),
 ) -> TilePlan {
-    let IndexMap::Compact { segment, dilation, q: qa, k: ka, .. } = *map else {
+    if let IndexMap::Identity { .. } = map {
         let mut p = super::plan(pattern, Some(branch), causal, map, (q_tile, k_tile));
         p.full.iter_mut().for_each(|f| *f = 0);
         return p;
-    };
-    let ((nq, nk), (qb, kb)) = (map.extents(), map.bases());
-    let m = segment.div_ceil(dilation);
+    }
     let narrowest = holes.narrowest();
     let unit = holes.unit;
     // Does some query position in [x0, x1] see some key position in [k0, k1]?
@@ -48,15 +46,5 @@ pub fn plan(
             }
         })
     };
-    TilePlan::build(nq.div_ceil(q_tile), nk.div_ceil(k_tile), |r, c| {
-        let q = (qb + r * q_tile, qb + ((r + 1) * q_tile).min(nq) - 1);
-        let k = (kb + c * k_tile, kb + ((c + 1) * k_tile).min(nk) - 1);
-        ((q.0 / m).max(k.0 / m)..=(q.1 / m).min(k.1 / m)).any(|s| {
-            let seg = (s, map.segment_bounds(s));
-            match (compact_span((m, dilation), seg, q, qa), compact_span((m, dilation), seg, k, ka)) {
-                (Some(qs), Some(ks)) => sees(qs, ks),
-                _ => false,
-            }
-        })
-    })
+    build_compact(map, (q_tile, k_tile), sees)
 }

@@ -89,7 +89,7 @@ fn main() {
     )
     .unwrap();
     writeln!(header, "* gradients: relative error with the reference's RMS floored at {GRAD_RMS_FLOOR:.0e} times rms(K) for dQ, rms(Q) for dK (at least 1; the one-hot rows' noise scales with them)").unwrap();
-    writeln!(header, "* 16-bit results (`out 16-bit`, `dq 16-bit`, ...): words that differ from round-to-nearest-even of the kernel's f32 value (counts, must be 0); `out 16-bit epilogue`: the same for the output the epilogue rounds as it stores it, `lse 16-bit call` its LSE's differing bits; `dq/dk/dv 16-bit from 16-bit out`: the backward from the 16-bit output, its 16-bit gradients against the reference (values beyond the type's range must be the infinity they round to)").unwrap();
+    writeln!(header, "* 16-bit results (`out 16-bit`, `dq 16-bit`, ...): words that differ from round-to-nearest-even of the kernel's f32 value (counts, must be 0); `out 16-bit epilogue`: the same for the output the epilogue rounds as it stores it, `lse 16-bit call` its LSE's differing bits; `dq/dk/dv 16-bit from 16-bit out`: the backward from the 16-bit output, its 16-bit gradients against the reference's exact gradient at that rounded output (values beyond the type's range must be the infinity they round to)").unwrap();
     writeln!(header, "* rows with no key (reference LSE -inf): out exactly 0, LSE exactly -inf, their dQ and unseen keys' dK, dV exactly 0 (`empty rows`, `empty grads`: counts, must be 0)").unwrap();
     writeln!(header, "* outputs poisoned with NaN before every launch; NaN never passes; a case that errors fails\n")
         .unwrap();

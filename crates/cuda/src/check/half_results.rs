@@ -73,8 +73,8 @@ pub(super) fn decoded(gpu: &Gpu, case: &Case, x: &DeviceTensor) -> Result<Array4
     Ok(Array4::from_shape_vec((b, n, h, d), values).expect("a tensor's dims hold its length"))
 }
 
-/// The 16-bit backward from the 16-bit forward `(out, lse)` against the f64 reference
-/// gradients `references` (dq, dk, dv) with the case's `floors` and `bound`.
+/// The 16-bit backward from the 16-bit forward `(out, lse)` against `references` (dq, dk,
+/// dv): the f64 gradients at that rounded output, with the case's `floors` and `bound`.
 #[allow(clippy::too_many_arguments)] // the inputs of one backward and what it is held to
 pub(super) fn backward(
     gpu: &Gpu,

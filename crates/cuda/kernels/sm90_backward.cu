@@ -195,15 +195,24 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
         }
         fence_acc(c);
         if (box) {
-            // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle.
+            // 64 rows x 64 columns as two [64][32] f32 blocks with the 128-byte swizzle (16-byte
+            // chunk k of row y at chunk k ^ (y & 7)). A float2 store runs in two phases of 16
+            // lanes, rows g = 0..3 (4..7) with 4 lanes each. Column block i covers chunks
+            // 2 (i & 3) and 2 (i & 3) + 1, which rows g and g ^ 1 swizzle onto the same two
+            // banks' quads: a 2-way conflict on every store. Lanes of odd g store block i ^ 2
+            // in step i instead (chunk bit 2 flipped), so each phase's four rows hit four
+            // distinct chunk pairs; every lane still stores each of its blocks once.
             float* stage_f = sm.dq_tile(it) + wg * 64 * 64;
+            const bool odd = g & 1;
+            const int swz = g ^ (odd ? 4 : 0);  // row & 7 (= g), and the odd rows' flip of chunk bit 2
             #pragma unroll
             for (int i = 0; i < 8; ++i)
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     const int row = warp * 16 + g + 8 * r, chunk = 2 * (i & 3) + (t >> 1);
-                    *reinterpret_cast<float2*>(stage_f + (i >> 2) * 64 * 32 + row * 32 + ((chunk ^ (row & 7)) << 2) +
-                                               2 * (t & 1)) = make_float2(c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
+                    const float x = odd ? c[i ^ 2][2 * r] : c[i][2 * r], y = odd ? c[i ^ 2][2 * r + 1] : c[i][2 * r + 1];
+                    *reinterpret_cast<float2*>(stage_f + (i >> 2) * 64 * 32 + row * 32 + ((chunk ^ swz) << 2) +
+                                               2 * (t & 1)) = make_float2(x * p.scale, y * p.scale);
                 }
             fence_async_smem();
             if (wg == 0)  // the warpgroup's staging is complete

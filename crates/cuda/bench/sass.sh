@@ -3,14 +3,15 @@
 # module's PTX from NVRTC (`kernel_report ptx`), assembled by ptxas and disassembled by
 # cuobjdump (which runs nvdisasm), from NVIDIA's PyPI wheels (installed once under
 # target/cuda-tools). For counting what a kernel change adds or removes per loop (selects,
-# address arithmetic, shared-memory stores) before spending GPU time on it. Run from the repository root:
+# address arithmetic, shared-memory stores) before spending GPU time on it. Run from the
+# repository root:
 #   bash crates/cuda/bench/sass.sh MODULE KERNEL [OUT_DIR]
 # e.g. bash crates/cuda/bench/sass.sh sm_90a_Bf16_d128 attn_bwd /tmp/sass
 # MODULE is a module name of `kernel_report ptx` (ARCH_VARIANT); RINGDIL_CUDA_SOURCE=DIR
 # compiles DIR's kernel files instead of the built-in ones. Writes OUT_DIR/MODULE.ptx,
 # .cubin and OUT_DIR/MODULE.KERNEL.sass, and prints the kernel's instruction count.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,11p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
 module=$1 kernel=$2 out=${3:-target/sass}
 tools=$PWD/target/cuda-tools
 bin=$tools/nvidia/cu13/bin

@@ -28,23 +28,26 @@ impl ExprPattern {
     /// The mask as one dilated branch, if it is literally one (module docs).
     pub fn as_dilated(&self) -> Option<ExprDilated> {
         let [a, b, c] = self.mask().root().conjuncts()[..] else { return None };
-        // The same-segment test may be any of the three; the residues are the other two.
-        [(a, b, c), (b, a, c), (c, a, b)].into_iter().find_map(|(seg, x, y)| {
-            let w = same_segment(seg)?;
-            let (qr, qo) = residue(x, w)?;
-            let (kr, ko) = residue(y, w)?;
-            let ((rq, oq), (rk, ok)) = match (qr.0, kr.0) {
-                (Var::Query, Var::Key) => ((qr.1, qo), (kr.1, ko)),
-                (Var::Key, Var::Query) => ((kr.1, ko), (qr.1, qo)),
-                _ => return None,
-            };
-            if rq != rk || !same(oq, ok) || !in_range(oq, rq) {
-                return None;
-            }
-            let branch = ExprBranch::new(&w.to_string(), &rq.to_string(), &print(oq), None, &Constants::new()).ok()?;
-            Some(ExprDilated { branches: vec![branch], combine: ExprCombine::SoftmaxDenominator })
-        })
+        let (w, r, offset) = lattice_branch([a, b, c], false)?;
+        let branch = ExprBranch::new(&w.to_string(), &r.to_string(), &offset, None, &Constants::new()).ok()?;
+        Some(ExprDilated { branches: vec![branch], combine: ExprCombine::SoftmaxDenominator })
     }
+}
+
+/// The three conjuncts `q / W == k / W`, `R(q) == O` and `R(k) == O`, in any order, as
+/// `(W, R, O's source)`: both residues with the same `R`, one of the query and one of the
+/// key, and the same offset, whose value is always in `0..R`. With `segment_index`, each
+/// side's offset may read its own position as `x / W` (printed as `s`, the segment
+/// index, which both sides share inside the segment); without, it reads neither position.
+pub(super) fn lattice_branch([a, b, c]: [&Node; 3], segment_index: bool) -> Option<(i64, i64, String)> {
+    // The same-segment test may be any of the three; the residues are the other two.
+    [(a, b, c), (b, a, c), (c, a, b)].into_iter().find_map(|(segment, x, y)| {
+        let w = same_segment(segment)?;
+        let ((vx, rx), ox) = residue(x, w, segment_index)?;
+        let ((vy, ry), oy) = residue(y, w, segment_index)?;
+        let both = matches!((vx, vy), (Var::Query, Var::Key) | (Var::Key, Var::Query));
+        (both && rx == ry && ox == oy).then_some((w, rx, ox))
+    })
 }
 
 fn int(node: &Node) -> Option<i64> {
@@ -79,7 +82,7 @@ pub(super) fn same_segment(node: &Node) -> Option<i64> {
 
 /// `x % W % R` or (when `R` divides `W`) `x % R`, for `x` the query or the key and
 /// `1 <= R <= w`: (x, R).
-pub(super) fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
+fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
     let Kind::Binary(Binary::Mod, inner, r) = &node.kind else { return None };
     let r = int(r)?;
     if !(1..=w).contains(&r) {
@@ -93,23 +96,23 @@ pub(super) fn residue_of(node: &Node, w: i64) -> Option<(Var, i64)> {
     matches!(x, Var::Query | Var::Key).then_some((x, r))
 }
 
-/// `R(x) == O` or `O == R(x)`: ((x, R), O), O reading neither the query nor the key.
-fn residue(node: &Node, w: i64) -> Option<((Var, i64), &Node)> {
+/// `R(x) == O` or `O == R(x)`, `O` in `0..R`: ((x, R), O's source), `O` reading the
+/// positions only as `x / W` (printed `s`) with `segment_index`, else not at all.
+fn residue(node: &Node, w: i64, segment_index: bool) -> Option<((Var, i64), String)> {
     let Kind::Binary(Binary::Eq, a, b) = &node.kind else { return None };
-    let (r, o) = match (residue_of(a, w), residue_of(b, w)) {
+    let ((x, r), o) = match (residue_of(a, w), residue_of(b, w)) {
         (Some(r), _) => (r, b.as_ref()),
         (None, Some(r)) => (r, a.as_ref()),
         _ => return None,
     };
-    (!reads(o, Var::Query) && !reads(o, Var::Key)).then_some((r, o))
-}
-
-fn reads(node: &Node, v: Var) -> bool {
-    node.kind == Kind::Var(v) || node.children().into_iter().any(|c| reads(c, v))
+    if !in_range(o, r) {
+        return None;
+    }
+    Some(((x, r), print_offset(o, segment_index.then_some((x, w)))?))
 }
 
 /// Is `o` in `0..r` for every value of its variables? A literal in range, or `X % r`.
-pub(super) fn in_range(o: &Node, r: i64) -> bool {
+fn in_range(o: &Node, r: i64) -> bool {
     match &o.kind {
         Kind::Int(c) => (0..r).contains(c),
         Kind::Binary(Binary::Mod, _, d) => int(d) == Some(r),
@@ -117,25 +120,10 @@ pub(super) fn in_range(o: &Node, r: i64) -> bool {
     }
 }
 
-/// Equal trees, positions aside.
-fn same(a: &Node, b: &Node) -> bool {
-    match (&a.kind, &b.kind) {
-        (Kind::Unary(x, p), Kind::Unary(y, q)) => x == y && same(p, q),
-        (Kind::Binary(x, p, r), Kind::Binary(y, q, s)) => x == y && same(p, q) && same(r, s),
-        (Kind::If(c, p, r), Kind::If(d, q, s)) => same(c, d) && same(p, q) && same(r, s),
-        (x, y) => x == y,
-    }
-}
-
-/// `node` as source text, fully parenthesised (an offset expression: no `q`, `k`).
-fn print(node: &Node) -> String {
-    print_offset(node, None).expect("an offset reads neither q nor k")
-}
-
-/// `node` as an offset's source text, fully parenthesised, with `s` for `x / W` where
-/// `segment` is `Some((x, W))` (the segment index, read from the position `x`); None
-/// where it reads `q` or `k` in any other way.
-pub(super) fn print_offset(node: &Node, segment: Option<(Var, i64)>) -> Option<String> {
+/// `node` as an offset's source text, fully parenthesised (so equal texts are equal
+/// trees), with `s` for `x / W` where `segment` is `Some((x, W))` (the segment index,
+/// read from the position `x`); None where it reads `q` or `k` in any other way.
+fn print_offset(node: &Node, segment: Option<(Var, i64)>) -> Option<String> {
     if segment.is_some() && div_of(node) == segment {
         return Some("s".into());
     }

@@ -21,7 +21,7 @@
 
 use super::ast::{Binary, Kind, Node, Var};
 use super::dilated::{ExprBranch, ExprCombine, ExprDilated};
-use super::lattice::{in_range, print_offset, residue_of, same_segment};
+use super::lattice::{lattice_branch, same_segment};
 use super::mask::ExprPattern;
 use super::scope::Constants;
 
@@ -71,33 +71,11 @@ fn disjuncts(node: &Node) -> Vec<&Node> {
 
 /// One branch as `(W, R, offset source)`.
 fn branch(node: &Node) -> Option<(i64, i64, String)> {
-    let parts = node.conjuncts();
-    if let [segment] = parts[..] {
-        return Some((same_segment(segment)?, 1, "0".into()));
+    match node.conjuncts()[..] {
+        [segment] => Some((same_segment(segment)?, 1, "0".into())),
+        [a, b, c] => lattice_branch([a, b, c], true),
+        _ => None,
     }
-    let [a, b, c] = parts[..] else { return None };
-    [(a, b, c), (b, a, c), (c, a, b)].into_iter().find_map(|(segment, x, y)| {
-        let w = same_segment(segment)?;
-        let ((vx, rx), ox) = residue(x, w)?;
-        let ((vy, ry), oy) = residue(y, w)?;
-        let both = matches!((vx, vy), (Var::Query, Var::Key) | (Var::Key, Var::Query));
-        (both && rx == ry && ox == oy).then_some((w, rx, ox))
-    })
-}
-
-/// `R(x) == O` or `O == R(x)`, `O` in `0..R` reading the positions only as `x / W`:
-/// ((x, R), O's source with `s` for `x / W`).
-fn residue(node: &Node, w: i64) -> Option<((Var, i64), String)> {
-    let Kind::Binary(Binary::Eq, a, b) = &node.kind else { return None };
-    let ((x, r), o) = match (residue_of(a, w), residue_of(b, w)) {
-        (Some(r), _) => (r, b.as_ref()),
-        (None, Some(r)) => (r, a.as_ref()),
-        _ => return None,
-    };
-    if !in_range(o, r) {
-        return None;
-    }
-    Some(((x, r), print_offset(o, Some((x, w)))?))
 }
 
 #[cfg(test)]

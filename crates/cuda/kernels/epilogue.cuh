@@ -83,16 +83,16 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 // Does a backward launch add its dK, dV into the buffers rather than write them? Then a
 // row no query reaches may be left alone (adding zero), as a block that visits nothing.
 __device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumulate || p.kv_group > 1; }
-// dK (scaled) and dV rows of this thread: dK columns 8 NC slice .. + 8 NC - 1 (all D, or a
-// warp's slice of D), dV columns 8 NCV slice .. of DV likewise; query head h's contribution
-// to K/V head h / kv_group: written (in f32, or with `half_out` in the inputs' 16-bit
-// type), or added (bwd_adds_kv): as global reductions into buffers the host has zeroed or
-// holds running sums in. Under grouped-query
-// attention the kv_group query heads of a K/V head add into the same rows from different
-// blocks; with `accumulate` (a ring step's or a pattern branch's launch) one block adds
-// into each row, and a reduction still needs no read: a load, add and store per pair
-// waited for each load in turn (dk and dv may alias, so no load moves above a store), some
-// 30 us per wave of blocks whatever the block's work.
+// dK and dV rows of this thread (dS already holds the softmax scale, dscores_t): dK
+// columns 8 NC slice .. + 8 NC - 1 (all D, or a warp's slice of D), dV columns 8 NCV
+// slice .. of DV likewise; query head h's contribution to K/V head h / kv_group: written
+// (in f32, or with `half_out` in the inputs' 16-bit type), or added (bwd_adds_kv): as
+// global reductions into buffers the host has zeroed or holds running sums in. Under
+// grouped-query attention the kv_group query heads of a K/V head add into the same rows
+// from different blocks; with `accumulate` (a ring step's or a pattern branch's launch)
+// one block adds into each row, and a reduction still needs no read: a load, add and
+// store per pair waited for each load in turn (dk and dv may alias, so no load moves
+// above a store), some 30 us per wave of blocks whatever the block's work.
 template <int NC, int NCV = NC>
 __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const float (&dk)[NC][4],
                                            const float (&dv)[NCV][4], const int (&krow)[2], int slice, int t) {
@@ -104,7 +104,7 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
         const size_t base = row * D + slice * NC * 8, vbase = row * DV + slice * NCV * 8;
         #pragma unroll
         for (int i = 0; i < N; ++i) {
-            float vk[2] = {i < NC ? dk[i][2 * r] * p.scale : 0.f, i < NC ? dk[i][2 * r + 1] * p.scale : 0.f};
+            float vk[2] = {i < NC ? dk[i][2 * r] : 0.f, i < NC ? dk[i][2 * r + 1] : 0.f};
             float vv[2] = {i < NCV ? dv[i][2 * r] : 0.f, i < NCV ? dv[i][2 * r + 1] : 0.f};
             if (bwd_adds_kv(p)) {
                 if (i < NC) red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);

@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
                           tile_full(p, b, h, q0, BM, k0, klimit);
         mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, k0 + warp * 16 + g, kpos, kseg, q0, qs.pos(), t);
         probs_t(p, s, qs.lse2(), t);
-        dscores_t(dp, s, qs.delta(), t);
+        dscores_t(dp, s, qs.delta(), p.scale, t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
         // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
         // 16 kk + 8 (j >> 1) + 2t, +1.
@@ -156,8 +156,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
                     if (qrow[r]) {
-                        red_add2(qrow[r] + cb * 8, c0[2 * r] * p.scale, c0[2 * r + 1] * p.scale);
-                        red_add2(qrow[r] + cb * 8 + 8, c1[2 * r] * p.scale, c1[2 * r + 1] * p.scale);
+                        red_add2(qrow[r] + cb * 8, c0[2 * r], c0[2 * r + 1]);
+                        red_add2(qrow[r] + cb * 8 + 8, c1[2 * r], c1[2 * r + 1]);
                     }
             }
         }

@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
                           tile_full(p, b, h, q0, BM, k0, klimit);
         mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, kw + g, kpos, kseg, q0 + sl * QW, qs.pos() + sl * QW, t);
         probs_t(p, s, qs.lse2() + sl * QW, t);
-        dscores_t(dp, s, qs.delta() + sl * QW, t);
+        dscores_t(dp, s, qs.delta() + sl * QW, p.scale, t);
         // P^T and dS^T (16-bit) into sP, sS: register j of 16-query block kk holds key row
         // 16 kg + g + 8 (j & 1), query columns QW sl + 16 kk + 8 (j >> 1) + 2t, +1 (the A
         // fragment layout, which the ldmatrix reads below give back).
@@ -194,8 +194,8 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
                     if (qrow[r]) {
-                        red_add2(qrow[r] + cb * 8, c0[2 * r] * p.scale, c0[2 * r + 1] * p.scale);
-                        red_add2(qrow[r] + cb * 8 + 8, c1[2 * r] * p.scale, c1[2 * r + 1] * p.scale);
+                        red_add2(qrow[r] + cb * 8, c0[2 * r], c0[2 * r + 1]);
+                        red_add2(qrow[r] + cb * 8 + 8, c1[2 * r], c1[2 * r + 1]);
                     }
             }
         }

@@ -147,7 +147,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             probs_t(p, s, qs.lse2(), t);
             wg_wait<0>();  // dP^T is done
             fence_acc(dp);
-            dscores_t(dp, s, qs.delta(), t);
+            dscores_t(dp, s, qs.delta(), p.scale, t);
             pack_p<WB_QSUB>(reinterpret_cast<u32(&)[WB_QSUB][BN / 16][4]>(da),
                             reinterpret_cast<float(&)[WB_QSUB][NKB][4]>(dp));
             u32 pa[QB / 16][4];
@@ -164,13 +164,13 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
                 for (int j = 0; j < 4; ++j) da[kk][j] = 0;
         }
         u16* const sSt = sm.ds_tile(it);  // this tile's dS^T
+        // Per 16 query columns, the warp's 16 x 16 block as four 8 x 8 matrices in one
+        // stmatrix: matrix j is da[..][j] (rows 8 (j & 1).., columns 8 (j >> 1)..), and lane
+        // L gives the address of row L & 7 of matrix L >> 3.
+        const int st_row = wg * BN + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
         #pragma unroll
         for (int kk = 0; kk < QB / 16; ++kk)
-            #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<u32*>(sSt + swz_blocks<WB_KEYS>(wg * BN + warp * 16 + g + 8 * (j & 1),
-                                                                 2 * kk + (j >> 1)) +
-                                        2 * t) = da[kk][j];
+            stmatrix_x4(sSt + swz_blocks<WB_KEYS>(st_row, 2 * kk + (lane >> 4)), da[kk]);
         // One buffer: the last tile's reductions have read it (long since; the barrier orders
         // this wait before every thread's staging below).
         if (WB_DQ_BUFFERS == 1 && leader && it > 0) bulk_wait_read<0>();
@@ -212,7 +212,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
                     const int row = warp * 16 + g + 8 * r, chunk = 2 * (i & 3) + (t >> 1);
                     const float x = odd ? c[i ^ 2][2 * r] : c[i][2 * r], y = odd ? c[i ^ 2][2 * r + 1] : c[i][2 * r + 1];
                     *reinterpret_cast<float2*>(stage_f + (i >> 2) * 64 * 32 + row * 32 + ((chunk ^ swz) << 2) +
-                                               2 * (t & 1)) = make_float2(x * p.scale, y * p.scale);
+                                               2 * (t & 1)) = make_float2(x, y);
                 }
             fence_async_smem();
             if (wg == 0)  // the warpgroup's staging is complete
@@ -231,7 +231,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
                 if (row < 0) continue;
                 float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + dq_col + 2 * t;
                 #pragma unroll
-                for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r] * p.scale, c[i][2 * r + 1] * p.scale);
+                for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r], c[i][2 * r + 1]);
             }
         }
         reduced = box;

@@ -47,6 +47,15 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Four 8 x 8 matrices of 16-bit pairs from the warp's registers into shared memory: lane L
+// gives the address of row L & 7 of matrix L >> 3, and register j of lane (g, t) holds
+// matrix j's row g, columns 2 t and 2 t + 1 (an mma fragment's layout).
+__device__ __forceinline__ void stmatrix_x4(u16* dst, const u32 (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     (u32)__cvta_generic_to_shared(dst)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 // Shared memory written through the generic proxy (cp.async, st.shared) becomes visible to
 // the tensor cores' async proxy only after this fence (and a barrier across writers).
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

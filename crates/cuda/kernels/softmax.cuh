@@ -83,15 +83,18 @@ __device__ __forceinline__ void probs_t(const Params& p, float (&s)[NB][4], cons
         for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
     });
 }
-// dp <- dS^T = P^T o (dP^T - delta), with P^T from probs_t and the query tile's delta (sD)
-// per column. (Separate from probs_t: the wgmma backward computes P^T while the tensor
-// cores still compute dP^T.)
+// dp <- scale dS^T = P^T o (scale dP^T - scale delta), with P^T from probs_t and the query
+// tile's delta (sD) per column. The softmax scale is taken here, once per element in the
+// FMA that subtracts delta, so that dQ = (scale dS) K and dK = (scale dS)^T Q need no
+// multiply per element of their own. (Separate from probs_t: the wgmma backward computes
+// P^T while the tensor cores still compute dP^T.)
 template <int NB>
-__device__ __forceinline__ void dscores_t(float (&dp)[NB][4], const float (&s)[NB][4], const float* sD, int t) {
+__device__ __forceinline__ void dscores_t(float (&dp)[NB][4], const float (&s)[NB][4], const float* sD, float scale,
+                                          int t) {
     each_column_t<NB>(t, [&](int qc, int nb, int e) {
-        const float dl = sD[qc];
+        const float dl = sD[qc] * scale;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * (dp[nb][2 * r + e] - dl);
+        for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * fmaf(dp[nb][2 * r + e], scale, -dl);
     });
 }
 

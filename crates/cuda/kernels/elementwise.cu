@@ -113,10 +113,3 @@ extern "C" __global__ void to_half(const float* x, u32* y, size_t pairs) {
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < pairs; e += (size_t)gridDim.x * blockDim.x)
         y[e] = pack2(x[2 * e], x[2 * e + 1]);
 }
-
-// x <- s * x over an f32 buffer: a pattern's output scale applied to a finished output, to
-// the backward's delta (1 / s) and to its gradients (s) (crate::output_scale).
-extern "C" __global__ void scale_f32(float* x, float s, size_t n) {
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
-        x[e] *= s;
-}

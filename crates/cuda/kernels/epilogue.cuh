@@ -1,12 +1,15 @@
 // Epilogues: the forward's O / l and LSE per row (or the fused online-softmax merge into
 // an accumulator), and the backward's dK, dV rows and dQ reductions.
 
-// The epilogue: O / l and the LSE of each row, or, with `accumulate`, this launch's result
-// merged into the partial already in out / lse (the online-softmax merge of merge_partials,
+// The epilogue: sigma O / l and the LSE of each row (sigma = p.out_scale, the pattern's
+// output scale or 1; the LSE stays O's), or, with `accumulate`, this launch's result merged
+// into the partial already in out / lse (the online-softmax merge of merge_partials,
 // fused): a dilated pattern's branches and a ring step's pieces build one accumulator
-// without a separate merge pass over the whole output per launch. Every lane of a row's
-// quad reads the old LSE before lane 0 overwrites it (one warp owns each row; __syncwarp
-// orders the two).
+// without a separate merge pass over the whole output per launch. The merge's weights come
+// from the LSEs alone, so it is linear in the outputs: merging sigma O_2 into sigma O_1
+// gives sigma merge(O_1, O_2), and launches that each scale their own result build the
+// scaled accumulator. Every lane of a row's quad reads the old LSE before lane 0
+// overwrites it (one warp owns each row; __syncwarp orders the two).
 template <int WMT>
 __device__ __forceinline__ void store_forward(const Params& p, int b, int h, const float (&o)[WMT][DV / 8][4],
                                               const float (&m)[WMT][2], const float (&l)[WMT][2], int qbase, int t) {
@@ -35,7 +38,7 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
             float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
             if (!p.accumulate) {
-                const float inv = lr > 0.f ? 1.f / lr : 0.f;
+                const float inv = lr > 0.f ? p.out_scale / lr : 0.f;
                 if (p.half_out) {
                     // The same element offsets in a 16-bit tensor: two values per 32-bit store.
                     u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
@@ -55,8 +58,8 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             const float a = lold[mt][r], mx = fmaxf(a, lnew);
             if (mx == NEG_INF) continue;  // both empty: the identity already there stays
             const float ea = expf(a - mx), eb = expf(lnew - mx), sum = ea + eb;
-            // Weights of the old partial and of this launch's normalised output O / l.
-            const float wa = ea / sum, wb = lr > 0.f ? eb / sum / lr : 0.f;
+            // Weights of the old partial and of this launch's output sigma O / l.
+            const float wa = ea / sum, wb = lr > 0.f ? p.out_scale * eb / sum / lr : 0.f;
             #pragma unroll
             for (int i = 0; i < DV / 8; ++i) {
                 float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
@@ -83,7 +86,8 @@ __device__ __forceinline__ void red_add2(float* dst, float x, float y) {
 // Does a backward launch add its dK, dV into the buffers rather than write them? Then a
 // row no query reaches may be left alone (adding zero), as a block that visits nothing.
 __device__ __forceinline__ bool bwd_adds_kv(const Params& p) { return p.accumulate || p.kv_group > 1; }
-// dK and dV rows of this thread (dS already holds the softmax scale, dscores_t): dK
+// dK and dV rows of this thread (dS already holds the softmax scale and the output scale
+// sigma, dscores_t; dV = sigma P^T dO takes sigma here, once per element): dK
 // columns 8 NC slice .. + 8 NC - 1 (all D, or a warp's slice of D), dV columns 8 NCV
 // slice .. of DV likewise; query head h's contribution to K/V head h / kv_group: written
 // (in f32, or with `half_out` in the inputs' 16-bit type), or added (bwd_adds_kv): as
@@ -105,7 +109,8 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
         #pragma unroll
         for (int i = 0; i < N; ++i) {
             float vk[2] = {i < NC ? dk[i][2 * r] : 0.f, i < NC ? dk[i][2 * r + 1] : 0.f};
-            float vv[2] = {i < NCV ? dv[i][2 * r] : 0.f, i < NCV ? dv[i][2 * r + 1] : 0.f};
+            const float sigma = p.out_scale;
+            float vv[2] = {i < NCV ? dv[i][2 * r] * sigma : 0.f, i < NCV ? dv[i][2 * r + 1] * sigma : 0.f};
             if (bwd_adds_kv(p)) {
                 if (i < NC) red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
                 if (i < NCV) red_add2(p.dv + vbase + i * 8 + 2 * t, vv[0], vv[1]);

@@ -52,4 +52,6 @@ struct Params {
                                // each value written once (accumulate 0; dk, dv: kv_group 1)
     float scale;
     float scale_log2;          // scale * log2(e)
+    float out_scale;           // factor of the output rows and gradients (crate::output_scale), else 1
+    float delta_scale;         // backward: factor of delta, 1 / the pattern's output scale, else 1
 };

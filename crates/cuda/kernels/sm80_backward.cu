@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
                           tile_full(p, b, h, q0, BM, k0, klimit);
         mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, k0 + warp * 16 + g, kpos, kseg, q0, qs.pos(), t);
         probs_t(p, s, qs.lse2(), t);
-        dscores_t(dp, s, qs.delta(), p.scale, t);
+        dscores_t(p, dp, s, qs.delta(), t);
         // dS^T (16-bit) as the A operand of dK and, through sS, of dQ: register
         // da[kk][j] holds key row warp*16 + g + 8 (j & 1), query columns
         // 16 kk + 8 (j >> 1) + 2t, +1.

@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
                           tile_full(p, b, h, q0, BM, k0, klimit);
         mask_scores_t(p, b, h, mask_kind(p, full), klimit, s, kw + g, kpos, kseg, q0 + sl * QW, qs.pos() + sl * QW, t);
         probs_t(p, s, qs.lse2() + sl * QW, t);
-        dscores_t(dp, s, qs.delta() + sl * QW, p.scale, t);
+        dscores_t(p, dp, s, qs.delta() + sl * QW, t);
         // P^T and dS^T (16-bit) into sP, sS: register j of 16-query block kk holds key row
         // 16 kg + g + 8 (j & 1), query columns QW sl + 16 kk + 8 (j >> 1) + 2t, +1 (the A
         // fragment layout, which the ldmatrix reads below give back).

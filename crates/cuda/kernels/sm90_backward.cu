@@ -147,7 +147,7 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             probs_t(p, s, qs.lse2(), t);
             wg_wait<0>();  // dP^T is done
             fence_acc(dp);
-            dscores_t(dp, s, qs.delta(), p.scale, t);
+            dscores_t(p, dp, s, qs.delta(), t);
             pack_p<WB_QSUB>(reinterpret_cast<u32(&)[WB_QSUB][BN / 16][4]>(da),
                             reinterpret_cast<float(&)[WB_QSUB][NKB][4]>(dp));
             u32 pa[QB / 16][4];

@@ -83,18 +83,22 @@ __device__ __forceinline__ void probs_t(const Params& p, float (&s)[NB][4], cons
         for (int r = 0; r < 2; ++r) s[nb][2 * r + e] = ex2(fmaf(s[nb][2 * r + e], p.scale_log2, -l2));
     });
 }
-// dp <- scale dS^T = P^T o (scale dP^T - scale delta), with P^T from probs_t and the query
-// tile's delta (sD) per column. The softmax scale is taken here, once per element in the
-// FMA that subtracts delta, so that dQ = (scale dS) K and dK = (scale dS)^T Q need no
-// multiply per element of their own. (Separate from probs_t: the wgmma backward computes
-// P^T while the tensor cores still compute dP^T.)
+// dp <- c dS^T = P^T o (c dP^T - c' delta), with P^T from probs_t and the query tile's
+// delta (sD) per column. c = scale sigma_call: the softmax scale times the pattern's
+// output scale sigma where the call applies it (p.out_scale; 1 where it defers it, and for
+// most patterns, crate::output_scale). c' = c p.delta_scale = c / sigma: delta is
+// rowsum(dout o out) over the finished, scaled output, sigma times O's own. Both factors
+// are taken here, once per element in the FMA that subtracts delta, so that dQ = (c dS) K
+// and dK = (c dS)^T Q need no multiply per element of their own. (Separate from probs_t:
+// the wgmma backward computes P^T while the tensor cores still compute dP^T.)
 template <int NB>
-__device__ __forceinline__ void dscores_t(float (&dp)[NB][4], const float (&s)[NB][4], const float* sD, float scale,
+__device__ __forceinline__ void dscores_t(const Params& p, float (&dp)[NB][4], const float (&s)[NB][4], const float* sD,
                                           int t) {
+    const float c = p.scale * p.out_scale, cd = c * p.delta_scale;
     each_column_t<NB>(t, [&](int qc, int nb, int e) {
-        const float dl = sD[qc] * scale;
+        const float dl = sD[qc] * cd;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * fmaf(dp[nb][2 * r + e], scale, -dl);
+        for (int r = 0; r < 2; ++r) dp[nb][2 * r + e] = s[nb][2 * r + e] * fmaf(dp[nb][2 * r + e], c, -dl);
     });
 }
 

@@ -19,8 +19,8 @@ pub(crate) enum Saved<'a> {
 }
 
 /// The per-query-row inputs `bwd_delta` takes from a forward result and its upstream
-/// gradient, as the backward kernels read them: `delta = rowsum(dO * O)` (divided by a
-/// pattern's output scale where it applies, [`crate::output_scale`]) and `lse2 = lse
+/// gradient, as the backward kernels read them: `delta = rowsum(dO * O)` (which the
+/// kernels divide by a pattern's output scale, [`crate::output_scale`]) and `lse2 = lse
 /// log2(e)`. They depend on the query rows' output and gradient alone, so calls over the
 /// same query rows and different keys (a ring's steps and pieces) can share them: the
 /// pass over O and dO (`b n h d` values each) runs once instead of once per call.
@@ -38,12 +38,9 @@ pub(crate) enum KvDest<'a> {
 
 /// Whether dK, dV rows are added into rather than written by one block: with `add`, when
 /// several launches reach them (dilated branches, compact launches), or when a K/V head's
-/// query heads (grouped-query attention) add their contributions from different blocks;
-/// and f32 sums where a pattern's output scale multiplies them afterwards
-/// ([`crate::output_scale`]).
+/// query heads (grouped-query attention) add their contributions from different blocks.
 pub(crate) fn kv_accumulates(prep: &Prepared, add: bool) -> bool {
     add || prep.shape.kv_group() > 1
-        || prep.scales_output()
         || prep.launches.len() > 1
         || prep.launches.iter().any(|(l, _)| matches!(l.map, IndexMap::Compact { .. }))
 }
@@ -221,7 +218,6 @@ impl Gpu {
             l.arg(&batch).arg(&rows).arg(&heads);
             // SAFETY: shapes checked above.
             unsafe { l.launch(elementwise(s.lse_len() * DELTA_LANES)) }?;
-            self.unscale_delta(prep)?;
         }
         if !add {
             st.memset_zeros(&mut *dq)?;
@@ -234,12 +230,9 @@ impl Gpu {
                     st.memset_zeros(&mut *dk)?;
                     st.memset_zeros(&mut *dv)?;
                 }
-                {
-                    // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
-                    let ((dkp, _i), (dvp, _j)) = (dk.device_ptr_mut(st), dv.device_ptr_mut(st));
-                    self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, writer, false)?;
-                }
-                self.scale_grads(prep, [dq, dk, dv])
+                // Written (`_mut`: a ring sends dk, dv on its NCCL stream right after).
+                let ((dkp, _i), (dvp, _j)) = (dk.device_ptr_mut(st), dv.device_ptr_mut(st));
+                self.backward_launches(prep, [q, k, v, dout], dq, [dkp, dvp], accumulate, writer, false)
             }
             KvDest::Half(dk, dv) => {
                 let ((dkp, _i), (dvp, _j)) = (dk.data.device_ptr_mut(st), dv.data.device_ptr_mut(st));
@@ -298,7 +291,7 @@ impl Gpu {
                 half_out: half as i32,
                 ..l.params
             };
-            let base = prep.with_tables(base, l, r.row, st);
+            let base = prep.with_output_scale(prep.with_tables(base, l, r.row, st));
             let cols = Params {
                 plan_ptr: plan.cols_ptr.device_ptr(st).0,
                 plan_idx: plan.cols_idx.device_ptr(st).0,

@@ -25,8 +25,8 @@ impl Gpu {
     /// ([`LaunchSpec::writes_every_row`]): the call runs one first, else fills `out` with
     /// the merge identity; every other launch (a dilated pattern's branches) merges its
     /// result into `out` in the kernel's epilogue (the
-    /// online-softmax merge, fused: no scratch partials, no separate merge pass). A
-    /// pattern's output scale is applied last ([`crate::output_scale`]).
+    /// online-softmax merge, fused: no scratch partials, no separate merge pass). Each
+    /// launch's epilogue applies the pattern's output scale ([`crate::output_scale`]).
     pub fn forward_into(
         &self,
         prep: &mut Prepared,
@@ -47,7 +47,7 @@ impl Gpu {
         for (n, i) in prep.launch_order().enumerate() {
             self.forward_launch(prep, &prep.launches[i], q, k, v, Dest::Partial(out), n > 0)?;
         }
-        self.finish_output(prep, &mut out.out)
+        Ok(())
     }
 
     /// Merge the attention of `q` over `k`, `v` into the partial `acc` in place:
@@ -116,7 +116,7 @@ impl Gpu {
             half_out: half as i32,
             ..l.params
         };
-        let params = prep.with_tables(params, l, r.row, st);
+        let params = prep.with_output_scale(prep.with_tables(params, l, r.row, st));
         let dims = l.forward_dims(self.sms);
         let kernel = prep.kernels.get(dims.kernel);
         let mut launch = st.launch_builder(kernel);

@@ -30,8 +30,6 @@ pub(crate) struct Kernels {
     pub(crate) delta_half: CudaFunction,
     /// f32 -> the module's 16-bit type ([`Gpu::to_half_into`]).
     pub(crate) to_half: CudaFunction,
-    /// `x <- s x` over an f32 buffer (a pattern's output scale, [`Gpu::scale_in_place`]).
-    pub(crate) scale: CudaFunction,
 }
 
 impl Kernels {
@@ -231,7 +229,6 @@ impl Gpu {
             delta: load("bwd_delta", 0)?,
             delta_half: load("bwd_delta_half", 0)?,
             to_half: load("to_half", 0)?,
-            scale: load("scale_f32", 0)?,
         });
         self.kernels.lock().expect("kernel cache lock").insert(variant, k.clone());
         Ok(k)

@@ -284,6 +284,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
         causal: spec.causal as i32,
         scale: scale as f32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        out_scale: 1.0,
+        delta_scale: 1.0,
         ..Params::default()
     };
     let (qa, ka) = chunk.axes(shape);

@@ -136,6 +136,13 @@ params! {
     scale: f32,
     /// scale * log2(e).
     scale_log2: f32,
+    /// The factor of this launch's output rows (forward) and gradients (backward):
+    /// the pattern's output scale where the call applies it, else 1
+    /// (`crate::output_scale`).
+    out_scale: f32,
+    /// The backward's factor of delta: 1 / the pattern's output scale where the pattern
+    /// has one (applied by the call or deferred to its caller), else 1.
+    delta_scale: f32,
 }
 
 // SAFETY: plain-old-data, `repr(C)`, laid out as the CUDA struct (asserted when the
@@ -200,13 +207,13 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 19 pointers, 42 ints, 2 floats, padded to a multiple of 8 bytes (the pointers'
+        // 19 pointers, 42 ints, 4 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 42 * 4 + 2 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 19 + 42 + 2);
+        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 42 * 4 + 4 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 19 + 42 + 4);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
         assert_eq!(Params::LAYOUT[19], ("batch", 152));
-        assert_eq!(Params::LAYOUT.last(), Some(&("scale_log2", 152 + 43 * 4)));
+        assert_eq!(Params::LAYOUT.last(), Some(&("delta_scale", 152 + 45 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

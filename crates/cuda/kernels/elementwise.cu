@@ -1,6 +1,6 @@
 // Elementwise kernels in grid-stride loops (a thread per element, or DELTA_LANES per row): the
 // online-softmax merge of two partials, the merge identity, the backward's per-row
-// delta and lse2, the conversion of f32 results to 16 bits, and the scaling of an f32 buffer.
+// delta and lse2, and the conversion of f32 results to 16 bits.
 
 // The online-softmax merge of two partials (reference: Partial::merge). Writes a new
 // result; never touches its inputs. One thread per output element (DV per row).

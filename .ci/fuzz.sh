@@ -4,7 +4,7 @@
 # the input and cargo-fuzz saves it under fuzz/artifacts/<target>/; turn it into a
 # regression test and commit it to the corpus).
 #
-#   FUZZ_SECONDS   seconds per target (default 40; 7 targets take 5 minutes)
+#   FUZZ_SECONDS   seconds per target (default 40; 9 targets take 6 minutes)
 #
 # The fuzz crate is outside the workspace. libfuzzer-sys needs nightly features: a stable
 # toolchain with RUSTC_BOOTSTRAP=1 is enough. The sanitizer is off (safe Rust: the

@@ -7,6 +7,8 @@
 //! The planted mismatches copy `kernels/` to a temporary directory, change one thing the
 //! host also knows (a `Params` field's place, a shared-memory layout, a block's threads),
 //! and expect NVRTC to refuse with the contract's message naming it.
+//!
+//! The modules compile on every core (about 8 minutes of NVRTC on one), each line with its time.
 
 use ringdil_cuda::compile::compile_uncached;
 use ringdil_cuda::{CudaError, Dtype, Family, Variant};
@@ -34,11 +36,8 @@ fn planted(tag: &str, file: &str, old: &str, new: &str) -> PathBuf {
     dir
 }
 
-fn refused(family: Family, arch: &str, dir: &Path, expect: &str) -> Result<(), String> {
-    refused_at(family, arch, dir, expect, 128)
-}
-
-fn refused_at(family: Family, arch: &str, dir: &Path, expect: &str, head_dim: usize) -> Result<(), String> {
+/// Passes when NVRTC refuses the module of `kernels/` copy `dir` with a log containing `expect`.
+fn refused(family: Family, arch: &str, dir: &Path, expect: &str, head_dim: usize) -> Result<(), String> {
     match compile_uncached(arch, family, Variant::new(Dtype::Bf16, head_dim), Some(dir), "") {
         Err(CudaError::Compile { log, .. }) if log.contains(expect) => Ok(()),
         Err(e) => Err(format!("{family:?}: refused, but without {expect:?}: {e}")),
@@ -72,6 +71,52 @@ fn expression_module(family: Family, arch: &str, narrow: bool) -> Result<(), Str
     compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// One check: its name and the compile that decides it.
+type Job = (String, Box<dyn FnOnce() -> Result<(), String> + Send>);
+
+/// `compile_uncached` for one module, reduced to pass / the error's text.
+fn compiles(arch: &'static str, family: Family, variant: Variant) -> Job {
+    let name = format!("{arch} {} compiles", variant.tag());
+    (name, Box::new(move || compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string())))
+}
+
+/// Runs the jobs on as many threads as the machine has cores (NVRTC compiles separate
+/// programs concurrently; one module takes seconds to tens of seconds, and CI's 2 cores
+/// would otherwise idle one), and prints each result in the jobs' order with its time.
+fn run(jobs: Vec<Job>) -> Vec<String> {
+    let names: Vec<String> = jobs.iter().map(|(name, _)| name.clone()).collect();
+    // Reversed, so that popping the back takes the jobs in their order.
+    let queue = std::sync::Mutex::new(jobs.into_iter().map(|(_, job)| job).enumerate().rev().collect::<Vec<_>>());
+    let results = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(names.len());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let Some((i, job)) = queue.lock().unwrap().pop() else { break };
+                    let start = std::time::Instant::now();
+                    let r = job();
+                    results.lock().unwrap().push((i, r, start.elapsed().as_secs_f64()));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|(i, ..)| *i);
+    let mut failures = Vec::new();
+    for (i, r, seconds) in results {
+        match r {
+            Ok(()) => println!("ok   {} ({seconds:.1} s)", names[i]),
+            Err(e) => {
+                println!("FAIL {} ({seconds:.1} s): {e}", names[i]);
+                failures.push(names[i].clone());
+            }
+        }
+    }
+    println!("{} passed, {} failed", names.len() - failures.len(), failures.len());
+    failures
+}
+
 fn main() {
     // SAFETY: only tries to dlopen the NVRTC library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
@@ -82,30 +127,16 @@ fn main() {
         println!("kernels_compile: skipped: no NVRTC library");
         return;
     }
-    let mut failures = Vec::new();
-    let mut passed = 0;
-    let mut check = |name: String, r: Result<(), String>| match r {
-        Ok(()) => {
-            println!("ok   {name}");
-            passed += 1;
-        }
-        Err(e) => {
-            println!("FAIL {name}: {e}");
-            failures.push(name);
-        }
-    };
+    let mut jobs: Vec<Job> = Vec::new();
     // Every element type and head dim without documents; the document variant (whose
     // code does not depend on the element type) in bf16.
     for (family, arch) in TARGETS {
         for dtype in [Dtype::Bf16, Dtype::F16] {
             for head_dim in [64, 128] {
                 for documents in [false, true] {
-                    if documents && dtype == Dtype::F16 {
-                        continue;
+                    if !(documents && dtype == Dtype::F16) {
+                        jobs.push(compiles(arch, family, Variant::new(dtype, head_dim).with_documents(documents)));
                     }
-                    let variant = Variant::new(dtype, head_dim).with_documents(documents);
-                    let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-                    check(format!("{arch} {} compiles", variant.tag()), r);
                 }
             }
         }
@@ -114,16 +145,12 @@ fn main() {
     // that splits D at 192 and 256), in bf16 alone: their code does not depend on the element
     // type beyond the conversions the modules above compile, and CI's 2 cores pay for each.
     for head_dim in [96, 192, 256] {
-        let variant = Variant::new(Dtype::Bf16, head_dim);
-        let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-        check(format!("sm_80 {} compiles", variant.tag()), r);
+        jobs.push(compiles("sm_80", Family::Mma, Variant::new(Dtype::Bf16, head_dim)));
     }
     // MLA's d_qk = 192 with d_v = 128: V, O and dO tiles 128 wide beside 192-wide
     // Q and K, dK and dV column slices apart in the backward.
     for (head_dim, value_dim) in Family::value_dim_pairs().iter().copied() {
-        let variant = Variant::new(Dtype::Bf16, head_dim).with_value_dim(value_dim);
-        let r = compile_uncached("sm_80", Family::Mma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-        check(format!("sm_80 {} compiles", variant.tag()), r);
+        jobs.push(compiles("sm_80", Family::Mma, Variant::new(Dtype::Bf16, head_dim).with_value_dim(value_dim)));
     }
     // The wgmma family's forward at 192 and 256 (two stages whose K and V are handed over
     // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason,
@@ -131,8 +158,7 @@ fn main() {
     let wide = [192, 256].map(|d| Variant::new(Dtype::Bf16, d));
     let pairs = Family::value_dim_pairs().iter().map(|&(d, dv)| Variant::new(Dtype::Bf16, d).with_value_dim(dv));
     for variant in wide.into_iter().chain(pairs) {
-        let r = compile_uncached("sm_90a", Family::Wgmma, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-        check(format!("sm_90a {} compiles", variant.tag()), r);
+        jobs.push(compiles("sm_90a", Family::Wgmma, variant));
     }
     // A field moved on the kernel side only: the offset asserts name it.
     let swapped = planted(
@@ -148,46 +174,55 @@ fn main() {
         "#if !defined(__has_builtin) || !__has_builtin(__builtin_offsetof)\n#error no offsetof\n#endif\n",
     )
     .is_ok();
+    let mut refusal = |name: String, family: Family, arch: &'static str, dir: &Path, expect: &'static str, d: usize| {
+        let dir = dir.to_path_buf();
+        jobs.push((name, Box::new(move || refused(family, arch, &dir, expect, d))));
+    };
     for (family, arch) in TARGETS {
         if offsets {
-            check(format!("{arch}: a reordered Params field"), refused(family, arch, &swapped, "Params::"));
+            refusal(format!("{arch}: a reordered Params field"), family, arch, &swapped, "Params::", 128);
         } else {
             println!("skip {arch}: a reordered Params field (this NVRTC has no __builtin_offsetof)");
         }
-        check(format!("{arch}: a retyped Params field"), refused(family, arch, &kv_swap, "Params"));
+        refusal(format!("{arch}: a retyped Params field"), family, arch, &kv_swap, "Params", 128);
     }
     // Shared-memory layouts and block shapes that stop matching the family table.
     let fwd = planted("fwd-smem", "sm90_forward_layout.cuh", "SLOT_INTS = 8;", "SLOT_INTS = 9;");
-    check("sm_90a: forward layout".into(), refused(Family::Wgmma, "sm_90a", &fwd, "forward shared memory differs"));
+    refusal("sm_90a: forward layout".into(), Family::Wgmma, "sm_90a", &fwd, "forward shared memory differs", 128);
     let bwd = planted("bwd-smem", "sm90_backward_layout.cuh", "+ 3 * BWD_STAGES * 8;", "+ 4 * BWD_STAGES * 8;");
-    check("sm_90a: backward layout".into(), refused(Family::Wgmma, "sm_90a", &bwd, "backward shared memory differs"));
+    refusal("sm_90a: backward layout".into(), Family::Wgmma, "sm_90a", &bwd, "backward shared memory differs", 128);
     let threads = planted("threads", "sm90_forward_layout.cuh", "CONSUMERS = 128 * WGS,", "CONSUMERS = 96 * WGS,");
-    check("sm_90a: forward threads".into(), refused(Family::Wgmma, "sm_90a", &threads, "block threads differ"));
+    refusal("sm_90a: forward threads".into(), Family::Wgmma, "sm_90a", &threads, "block threads differ", 128);
     let mma = planted("mma-smem", "sm80_forward.cu", "(FBM * D + FWD_STAGES * KV_STAGE)", "(FBM * D + 3 * KV_STAGE)");
-    check("sm_80: forward layout".into(), refused(Family::Mma, "sm_80", &mma, "forward shared memory differs"));
+    refusal("sm_80: forward layout".into(), Family::Mma, "sm_80", &mma, "forward shared memory differs", 128);
     let wide = planted("mma-wide", "sm80_backward_wide.cu", "(WB_DS_BUFFERS + BWD_P_TILES)", "(WB_DS_BUFFERS + 0)");
-    let r = refused_at(Family::Mma, "sm_80", &wide, "backward shared memory differs", 256);
-    check("sm_80: wide backward layout (d = 256)".into(), r);
+    refusal(
+        "sm_80: wide backward layout (d = 256)".into(),
+        Family::Mma,
+        "sm_80",
+        &wide,
+        "backward shared memory differs",
+        256,
+    );
     // A mask expression compiled into a module of each family (issue 21; the host compiler
     // runs the same C against the evaluator in `tests/expr_c.rs`).
     for (family, arch) in TARGETS {
-        check(format!("{arch}: a module with a 64-bit mask expression"), expression_module(family, arch, false));
-        check(format!("{arch}: a module with a 32-bit mask expression"), expression_module(family, arch, true));
+        for (bits, narrow) in [(64, false), (32, true)] {
+            let name = format!("{arch}: a module with a {bits}-bit mask expression");
+            jobs.push((name, Box::new(move || expression_module(family, arch, narrow))));
+        }
     }
     // The mask-table lookup (PATTERN_TABLE) compiled into a module of each family.
     for (family, arch) in TARGETS {
-        let variant = Variant::new(Dtype::Bf16, 128).with_table(true);
-        let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-        check(format!("{arch}: a module with the mask-table lookup"), r);
+        let (_, job) = compiles(arch, family, Variant::new(Dtype::Bf16, 128).with_table(true));
+        jobs.push((format!("{arch}: a module with the mask-table lookup"), job));
     }
     // The hole cut of a nested union's pieces, in a module of each family.
     for (family, arch) in TARGETS {
-        let variant = Variant::new(Dtype::F16, 64).with_holes(true);
-        let r = compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string());
-        check(format!("{arch}: a module with the hole cut of union pieces"), r);
+        let (_, job) = compiles(arch, family, Variant::new(Dtype::F16, 64).with_holes(true));
+        jobs.push((format!("{arch}: a module with the hole cut of union pieces"), job));
     }
-    println!("{passed} passed, {} failed", failures.len());
-    if !failures.is_empty() {
+    if !run(jobs).is_empty() {
         std::process::exit(1);
     }
 }

@@ -21,6 +21,12 @@ typedef unsigned int u32;
 
 #define D HEAD_DIM
 #define DV HEAD_DIM_V  // head dim of v, d_out, out, dv (D but for d_qk = 192, d_v = 128)
+// The tensors' own head dims, rows DM (q, k, dq, dk) and DVM (v, d_out, out, dv) elements
+// apart in global memory. D and DV are the register and shared-memory tiles' widths: the
+// same, except in the wgmma family at d = 96, whose tiles are 128 wide (two TMA boxes of 64
+// columns in the 128-byte swizzle) with columns DM.. zero: loaded as zeros, never stored.
+#define DM HEAD_DIM_MEM
+#define DVM HEAD_DIM_V_MEM
 #define CH (D / 8)     // 16-byte chunks per row of q, k
 #define NKB (BN / 8)  // 8-key column blocks of a plan tile's scores
 #define NEG_INF (__int_as_float(0xff800000))

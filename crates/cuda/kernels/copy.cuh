@@ -14,8 +14,9 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // Asynchronously copy ROWS rows (launch indices c0..) of query head h's view of a tensor
-// of W columns (its head h / a.group) into a swizzled tile;
-// rows outside the range or in a hole are zero-filled (so that 0 * garbage never yields NaN).
+// (its head h / a.group) into a swizzled tile W columns wide; the tensor's rows are WMEM
+// columns (DM for a tile of D, DVM for one of DV), and tile columns WMEM.. are zero-filled,
+// as are rows outside the range or in a hole (so that 0 * garbage never yields NaN).
 // Each of THREADS threads (threadIdx.x mod THREADS: a warp of the block may load alone)
 // copies the same CPT 16-byte chunks of every (THREADS / LPR)-th row: a fixed trip count,
 // one address per row, no per-chunk division. LPR, the threads of a row, is its chunk count
@@ -25,11 +26,13 @@ __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0
 template <int ROWS = 64, int THREADS = NTHREADS, bool BLOCKS = false, int W = D>
 __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params& p, const Axis& a, int b, int h,
                                           int c0) {
+    constexpr int WMEM = W == D ? DM : DVM;
+    static_assert(W == D || W == DV, "load_tile: a tile of q / k's or of v's width");
     constexpr int CHW = W / 8, CPT = THREADS % CHW == 0 ? 1 : 3, LPR = CHW / CPT;
     constexpr int STEP = THREADS / LPR;  // rows per pass
     static_assert(CHW % CPT == 0 && THREADS % LPR == 0 && ROWS % STEP == 0, "tile rows must split evenly over the threads");
     const int tid = threadIdx.x % THREADS, r0 = tid / LPR, ch = tid % LPR;
-    const u16* base = g + ((size_t)b * a.rows * a.heads + h / a.group) * W + ch * 8;
+    const u16* base = g + ((size_t)b * a.rows * a.heads + h / a.group) * WMEM + ch * 8;
     #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
         const int r = r0 + i * STEP;
@@ -37,8 +40,13 @@ __device__ __forceinline__ void load_tile(u16* tile, const u16* g, const Params&
         #pragma unroll
         for (int j = 0; j < CPT; ++j) {
             const int c = ch + j * LPR;
-            cp_async16(tile + (BLOCKS ? swz_blocks<ROWS>(r, c) : swz<W>(r, c)),
-                       row >= 0 ? base + (size_t)row * a.heads * W + j * LPR * 8 : g, row >= 0);
+            u16* const at = tile + (BLOCKS ? swz_blocks<ROWS>(r, c) : swz<W>(r, c));
+            if constexpr (WMEM == W) {
+                cp_async16(at, row >= 0 ? base + (size_t)row * a.heads * W + j * LPR * 8 : g, row >= 0);
+            } else {
+                const bool valid = row >= 0 && c * 8 < WMEM;
+                cp_async16(at, valid ? base + (size_t)row * a.heads * WMEM + j * LPR * 8 : g, valid);
+            }
         }
     }
 }

@@ -3,12 +3,12 @@
 // delta and lse2, and the conversion of f32 results to 16 bits.
 
 // The online-softmax merge of two partials (reference: Partial::merge). Writes a new
-// result; never touches its inputs. One thread per output element (DV per row).
+// result; never touches its inputs. One thread per output element (DVM per row).
 extern "C" __global__ void merge_partials(const float* oa, const float* la, const float* ob, const float* lb,
                                           float* out, float* lse, int batch, int rows, int heads) {
-    const size_t total = (size_t)batch * rows * heads * DV;
+    const size_t total = (size_t)batch * rows * heads * DVM;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        size_t row = e / DV;  // (b, i, h)
+        size_t row = e / DVM;  // (b, i, h)
         int hh = (int)(row % heads);
         size_t bi = row / heads;
         int i = (int)(bi % rows), bb = (int)(bi / rows);
@@ -22,7 +22,7 @@ extern "C" __global__ void merge_partials(const float* oa, const float* la, cons
             wb = eb / sum;
         }
         out[e] = wa * oa[e] + wb * ob[e];
-        if (e % DV == 0) lse[li] = L;
+        if (e % DVM == 0) lse[li] = L;
     }
 }
 
@@ -33,7 +33,7 @@ extern "C" __global__ void fill_empty_lse(float* lse, size_t n) {
         lse[e] = NEG_INF;
 }
 
-// delta_i = sum_d dout_id * out_id over the DV columns (flash-attention 2's D), and the
+// delta_i = sum_d dout_id * out_id over the DVM columns (flash-attention 2's D), and the
 // row's lse in the form the backward's P = exp2(s * scale * log2(e) - lse2) takes:
 // lse2 = lse * log2(e), +inf for a row that saw no key (lse = -inf; then P = 0, never
 // inf * 0). Both then reach the backward's query stages by cp.async, with no arithmetic on
@@ -44,7 +44,7 @@ extern "C" __global__ void fill_empty_lse(float* lse, size_t n) {
 // (a thread per row would load 2 bytes from each of 32 lines per instruction).
 // `out` is the forward's f32 output (bwd_delta) or its 16-bit rounding (bwd_delta_half:
 // flash-attention's choice, since a training step keeps only the 16-bit output). Rows
-// start 2 * DV bytes apart from 16-byte aligned tensors (the callers' buffers are).
+// start 2 * DVM bytes apart from 16-byte aligned tensors (the callers' buffers are).
 __device__ __forceinline__ void load8(const u16* x, float v[8]) {
     const uint4 w = *reinterpret_cast<const uint4*>(x);
     const u32 p[4] = {w.x, w.y, w.z, w.w};
@@ -74,10 +74,10 @@ __device__ __forceinline__ void delta_rows(const u16* dout, const Out* out, cons
         float acc = 0.f;
         if (row < total) {
             #pragma unroll
-            for (int c = lane; c < DV / 8; c += DELTA_LANES) {
+            for (int c = lane; c < DVM / 8; c += DELTA_LANES) {
                 float a[8], b[8];
-                load8(dout + row * DV + c * 8, a);
-                load8(out + row * DV + c * 8, b);
+                load8(dout + row * DVM + c * 8, a);
+                load8(out + row * DVM + c * 8, b);
                 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc += a[j] * b[j];
             }

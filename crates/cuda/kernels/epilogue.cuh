@@ -35,20 +35,20 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             const int qrow = qrows[mt][r];
             if (qrow < 0) continue;
             const float lnew = lr > 0.f ? (m[mt][r] + log2f(lr)) * LN2 : NEG_INF;
-            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
+            float* orow = p.out + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DVM;
             float* lrow = p.lse + ((size_t)b * p.heads + h) * p.q_rows + qrow;
             if (!p.accumulate) {
                 const float inv = lr > 0.f ? p.out_scale / lr : 0.f;
                 if (p.half_out) {
                     // The same element offsets in a 16-bit tensor: two values per 32-bit store.
-                    u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DV;
+                    u16* hrow = reinterpret_cast<u16*>(p.out) + (((size_t)b * p.q_rows + qrow) * p.heads + h) * DVM;
                     #pragma unroll
-                    for (int i = 0; i < DV / 8; ++i)
+                    for (int i = 0; i < DVM / 8; ++i)
                         *reinterpret_cast<u32*>(hrow + i * 8 + 2 * t) =
                             pack2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
                 } else {
                     #pragma unroll
-                    for (int i = 0; i < DV / 8; ++i)
+                    for (int i = 0; i < DVM / 8; ++i)
                         *reinterpret_cast<float2*>(orow + i * 8 + 2 * t) =
                             make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
                 }
@@ -61,7 +61,7 @@ __device__ __forceinline__ void store_forward(const Params& p, int b, int h, con
             // Weights of the old partial and of this launch's output sigma O / l.
             const float wa = ea / sum, wb = lr > 0.f ? p.out_scale * eb / sum / lr : 0.f;
             #pragma unroll
-            for (int i = 0; i < DV / 8; ++i) {
+            for (int i = 0; i < DVM / 8; ++i) {
                 float2* at = reinterpret_cast<float2*>(orow + i * 8 + 2 * t);
                 const float2 old = *at;
                 *at = make_float2(wa * old.x + wb * o[mt][i][2 * r], wa * old.y + wb * o[mt][i][2 * r + 1]);
@@ -105,24 +105,28 @@ __device__ __forceinline__ void store_dkdv(const Params& p, int b, int h, const 
     for (int r = 0; r < 2; ++r) {
         if (krow[r] < 0) continue;
         const size_t row = ((size_t)b * p.k_rows + krow[r]) * p.kv_heads + h / p.kv_group;
-        const size_t base = row * D + slice * NC * 8, vbase = row * DV + slice * NCV * 8;
+        const size_t base = row * DM + slice * NC * 8, vbase = row * DVM + slice * NCV * 8;
         #pragma unroll
         for (int i = 0; i < N; ++i) {
+            // Columns the tensors have (the wgmma tiles' zero columns DM.. are not stored;
+            // DM == D folds the tests away).
+            const bool kin = i < NC && (DM == D || slice * NC * 8 + i * 8 < DM),
+                       vin = i < NCV && (DVM == DV || slice * NCV * 8 + i * 8 < DVM);
             float vk[2] = {i < NC ? dk[i][2 * r] : 0.f, i < NC ? dk[i][2 * r + 1] : 0.f};
             const float sigma = p.out_scale;
             float vv[2] = {i < NCV ? dv[i][2 * r] * sigma : 0.f, i < NCV ? dv[i][2 * r + 1] * sigma : 0.f};
             if (bwd_adds_kv(p)) {
-                if (i < NC) red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
-                if (i < NCV) red_add2(p.dv + vbase + i * 8 + 2 * t, vv[0], vv[1]);
+                if (kin) red_add2(p.dk + base + i * 8 + 2 * t, vk[0], vk[1]);
+                if (vin) red_add2(p.dv + vbase + i * 8 + 2 * t, vv[0], vv[1]);
             } else if (p.half_out) {
                 // Written once (no accumulate, one query head per K/V head): 16-bit results.
-                if (i < NC)
+                if (kin)
                     *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dk) + base + i * 8 + 2 * t) = pack2(vk[0], vk[1]);
-                if (i < NCV)
+                if (vin)
                     *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p.dv) + vbase + i * 8 + 2 * t) = pack2(vv[0], vv[1]);
             } else {
-                if (i < NC) *reinterpret_cast<float2*>(p.dk + base + i * 8 + 2 * t) = make_float2(vk[0], vk[1]);
-                if (i < NCV) *reinterpret_cast<float2*>(p.dv + vbase + i * 8 + 2 * t) = make_float2(vv[0], vv[1]);
+                if (kin) *reinterpret_cast<float2*>(p.dk + base + i * 8 + 2 * t) = make_float2(vk[0], vk[1]);
+                if (vin) *reinterpret_cast<float2*>(p.dv + vbase + i * 8 + 2 * t) = make_float2(vv[0], vv[1]);
             }
         }
     }

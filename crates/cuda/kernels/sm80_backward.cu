@@ -141,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) attn_bwd(const Params p) 
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = qs.row()[warp * 16 + g + 8 * r];
-                qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + 2 * t : nullptr;
+                qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * DM + 2 * t : nullptr;
             }
             #pragma unroll
             for (int cb = 0; cb < D / 8; cb += 2) {

@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(BWD_THREADS) attn_bwd(const Params 
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = qs.row()[kg * 16 + g + 8 * r];
-                qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + sl * DS + 2 * t : nullptr;
+                qrow[r] = row >= 0 ? p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * DM + sl * DS + 2 * t : nullptr;
             }
             #pragma unroll
             for (int cb = 0; cb < DS / 8; cb += 2) {

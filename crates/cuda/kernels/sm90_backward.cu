@@ -220,8 +220,11 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             else
                 bar_sync<3, 128>();
             if (leader) {
-                tma_reduce_add(&dq_map, stage_f, dq_col, h, qrow0, R, b);
-                tma_reduce_add(&dq_map, stage_f + 64 * 32, dq_col + 32, h, qrow0, R, b);
+                // Boxes of 32 columns that dq has (at d = 96, the tile's last 32 are zeros
+                // past its rows: not reduced; DM == D folds the tests away).
+                if (DM == D || dq_col < DM) tma_reduce_add(&dq_map, stage_f, dq_col, h, qrow0, R, b);
+                if (DM == D || dq_col + 32 < DM)
+                    tma_reduce_add(&dq_map, stage_f + 64 * 32, dq_col + 32, h, qrow0, R, b);
                 bulk_commit();
             }
         } else {
@@ -229,9 +232,10 @@ __device__ __forceinline__ void bwd_consumer(const Params& p, const BwdSmem& sm,
             for (int r = 0; r < 2; ++r) {
                 const int row = qs.row()[dq_row + warp * 16 + g + 8 * r];
                 if (row < 0) continue;
-                float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * D + dq_col + 2 * t;
+                float* dst = p.dq + (((size_t)b * p.q_rows + row) * p.heads + h) * DM + dq_col + 2 * t;
                 #pragma unroll
-                for (int i = 0; i < 8; ++i) red_add2(dst + i * 8, c[i][2 * r], c[i][2 * r + 1]);
+                for (int i = 0; i < 8; ++i)
+                    if (DM == D || dq_col + i * 8 < DM) red_add2(dst + i * 8, c[i][2 * r], c[i][2 * r + 1]);
             }
         }
         reduced = box;

@@ -27,11 +27,12 @@ pub const MMA_THREADS: u32 = 128;
 /// Head dims of the mma family: every one that flash-attention 3 serves.
 const MMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
 
-/// Head dims of the wgmma family's forward: its TMA boxes are 64 columns wide, so every
-/// multiple of 64 that the mma family serves (96 runs the mma family's kernels on sm_90,
-/// [`Family::for_head_dim`]). Above d = 128 only the two-warpgroup kernel (`attn_fwd_128`)
-/// is compiled: a consumer's O is 64 x D f32, D / 2 registers per thread (128 at d = 256).
-const WGMMA_HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
+/// Head dims of the wgmma family's forward: every one the mma family serves. Its TMA
+/// boxes are 64 columns wide, so its tiles are a multiple of 64 wide
+/// ([`Family::tile_dim`]: d = 96 computes in tiles of 128, their last 32 columns zero).
+/// Above d = 128 only the two-warpgroup kernel (`attn_fwd_128`) is compiled: a consumer's
+/// O is 64 x D f32, D / 2 registers per thread (128 at d = 256).
+const WGMMA_HEAD_DIMS: &[usize] = &[64, 96, 128, 192, 256];
 
 /// Head dims of v (and d_out, the output, dV) other than q's that the kernels pair with a
 /// q / k head dim: MLA's d_qk = 192, d_v = 128. Only kernels above d = 128 take two dims
@@ -40,9 +41,10 @@ const WGMMA_HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 /// (its backward at 192 is the mma family's).
 const VALUE_DIMS: &[(usize, usize)] = &[(192, 128)];
 
-/// Head dims of the wgmma family's backward: its tiles are tuned for these two; the
-/// backward of the others runs the mma family's kernel ([`Family::backward_family`]).
-const WGMMA_BACKWARD_HEAD_DIMS: &[usize] = &[64, 128];
+/// Head dims of the wgmma family's backward: its tiles are tuned for 64 and 128 (96 runs
+/// in the tiles of 128, [`Family::tile_dim`]); the backward of the others runs the mma
+/// family's kernel ([`Family::backward_family`]).
+const WGMMA_BACKWARD_HEAD_DIMS: &[usize] = &[64, 96, 128];
 
 /// Threads of the producer warpgroup of a wgmma block (`WG_PRODUCERS`).
 pub const PRODUCER_THREADS: u32 = 128;
@@ -100,6 +102,21 @@ impl Family {
     /// backward at 192 is the mma family's).
     pub fn has_value_dim(self, head_dim: usize, value_dim: usize) -> bool {
         value_dim == head_dim || VALUE_DIMS.contains(&(head_dim, value_dim))
+    }
+
+    /// The width of this family's register and shared-memory tiles for a tensor head dim
+    /// `dim` (`HEAD_DIM`, `HEAD_DIM_V`; the tensors' own are `HEAD_DIM_MEM`,
+    /// `HEAD_DIM_V_MEM`): `dim` itself in the mma family; in the wgmma family the next
+    /// multiple of 64, since its operands are TMA boxes of 64 columns in the 128-byte
+    /// swizzle. At d = 96 a tile is 128 wide: the boxes read columns 96.. as zeros (past the
+    /// tensor's rows), the gathers zero-fill them, they add nothing to `Q K^T`, and the
+    /// epilogues store none of them. The 64-byte swizzle a 32-column part would need, and
+    /// descriptors of its own, would save the quarter of the MMA work those zeros take.
+    pub fn tile_dim(self, dim: usize) -> usize {
+        match self {
+            Family::Mma => dim,
+            Family::Wgmma => dim.next_multiple_of(64),
+        }
     }
 
     /// The (q / k, v) head-dim pairs with different dims that the kernels run.
@@ -269,6 +286,7 @@ impl Family {
     /// ([`SM90_SMEM_PER_BLOCK`]), else one: d = 256 (a 64 KB Q tile beside two 64 KB
     /// stages) and MLA's 192 / 128 (48 KB beside two 80 KB stages of 128 keys). mma: one.
     pub fn forward_q_buffers(self, head_dim: usize, value_dim: usize) -> usize {
+        let (head_dim, value_dim) = (self.tile_dim(head_dim), self.tile_dim(value_dim));
         match self {
             Family::Wgmma if self.wgmma_forward_smem(head_dim, value_dim, 2) <= SM90_SMEM_PER_BLOCK as usize => 2,
             _ => 1,
@@ -382,6 +400,7 @@ impl Family {
     /// slack to round the base up to 1 KB in the kernel (the swizzle of its operands is a
     /// function of address bits). V's rows are `value_dim` wide.
     pub fn forward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
+        let (head_dim, value_dim) = (self.tile_dim(head_dim), self.tile_dim(value_dim));
         let bytes = match self {
             Family::Mma => self.forward_q_tile() * head_dim * 2 + self.forward_kv_smem(head_dim, value_dim),
             Family::Wgmma => self.wgmma_forward_smem(head_dim, value_dim, self.forward_q_buffers(head_dim, value_dim)),
@@ -416,6 +435,7 @@ impl Family {
     /// align the base (the kernel checks that it starts 1 KB-aligned, as sm_90 places it).
     /// V and dO rows are `value_dim` wide.
     pub fn backward_smem(self, head_dim: usize, value_dim: usize) -> u32 {
+        let (head_dim, value_dim) = (self.tile_dim(head_dim), self.tile_dim(value_dim));
         let (q_tile, stages) = (self.backward_q_tile(head_dim), self.backward_stages());
         let keys = TILE * self.backward_key_tiles();
         let stage = q_tile * (head_dim + value_dim) * 2 + 4 * q_tile * 4;

@@ -14,7 +14,7 @@ fn kernel_family_follows_the_architecture() {
     // Head dims the wgmma family has no kernels for run the mma family's on sm_90 (227 KB
     // of shared memory per block); above d = 128 its forward runs with mma's backward.
     let (sm90, sm80, sm86) = (SM90_SMEM_PER_BLOCK, 163 * 1024, 99 * 1024);
-    for d in [64, 128] {
+    for d in [64, 96, 128] {
         assert_eq!(Family::Wgmma.for_head_dim(d, d, sm90), Some(Family::Wgmma));
         assert_eq!(Family::Wgmma.backward_family(d), Family::Wgmma);
     }
@@ -28,7 +28,15 @@ fn kernel_family_follows_the_architecture() {
         assert_eq!(Family::Mma.for_head_dim(d, d, sm90), Some(Family::Mma));
         assert_eq!(Family::Mma.backward_family(d), Family::Mma);
     }
-    assert_eq!(Family::Wgmma.for_head_dim(96, 96, sm90), Some(Family::Mma));
+    // d = 96 on wgmma: tiles of 128 (two 64-column TMA boxes), so the d = 128 blocks' shared
+    // memory; the mma family's tiles keep the rows' width.
+    assert_eq!((Family::Wgmma.tile_dim(96), Family::Mma.tile_dim(96)), (128, 96));
+    for d in [64, 128, 192, 256] {
+        assert_eq!((Family::Wgmma.tile_dim(d), Family::Mma.tile_dim(d)), (d, d));
+    }
+    assert_eq!(Family::Wgmma.forward_smem(96, 96), Family::Wgmma.forward_smem(128, 128));
+    assert_eq!(Family::Wgmma.backward_smem(96, 96), Family::Wgmma.backward_smem(128, 128));
+    assert!(Family::Mma.forward_smem(96, 96) < Family::Mma.forward_smem(128, 128));
     // d_qk = 192 with d_v = 128 (MLA): on sm_90 the wgmma forward (with the mma
     // backward), the mma family's kernels where forced and on sm_80 (128 KB forward,
     // 138 KB backward); no other pair of different dims.

@@ -112,8 +112,8 @@ impl Gpu {
 
     /// Device name, NVRTC target and kernel family, the head dims (and pairs of q's and v's
     /// head dims) another family runs and those whose backward another family runs, e.g.
-    /// "NVIDIA H100 80GB HBM3 (sm_90a, wgmma kernels; d = 96, 192 with d_v = 128: mma,
-    /// sm_90; backward d = 192, 256: mma, sm_90)".
+    /// "NVIDIA H200 (sm_90a, wgmma kernels; backward d = 192, 256, 192 with d_v = 128: mma,
+    /// sm_90)".
     pub fn describe(&self) -> Result<String> {
         let (name, family) = (self.ctx.name()?, self.family.name());
         let (mut whole, mut backward) = (Vec::<(String, Family)>::new(), Vec::<(String, Family)>::new());

@@ -89,8 +89,10 @@ pub fn defines(family: Family, variant: Variant) -> Vec<Define> {
     debug_assert!(f.has_value_dim(head_dim, value_dim), "{f:?} has no kernels for d = {head_dim}, d_v = {value_dim}");
     let d = |name, value: usize, doc| Define { name, value: value as i64, doc };
     let mut out = vec![
-        d("HEAD_DIM", head_dim, "head dimension of q and k (register tiles)"),
-        d("HEAD_DIM_V", value_dim, "head dimension of v, d_out, the output and dv"),
+        d("HEAD_DIM", f.tile_dim(head_dim), "head dimension of q and k's register and shared-memory tiles"),
+        d("HEAD_DIM_V", f.tile_dim(value_dim), "head dimension of the tiles of v, d_out, the output and dv"),
+        d("HEAD_DIM_MEM", head_dim, "head dimension of the q, k, dq, dk tensors (row width in memory)"),
+        d("HEAD_DIM_V_MEM", value_dim, "head dimension of the v, d_out, out, dv tensors (row width in memory)"),
         d("IS_F16", (dtype == Dtype::F16) as usize, "16-bit inputs: f16 (1) or bf16 (0)"),
         d("WGMMA", (f == Family::Wgmma) as usize, "kernel family: wgmma + TMA (1) or mma.sync (0)"),
         d("DOCS", variant.documents as usize, "launches may carry packed documents (document cut compiled in)"),
@@ -254,6 +256,29 @@ mod tests {
         let c = contract(Family::Mma, Variant::new(Dtype::Bf16, 128));
         assert!(c.contains("#define FBM 128 ") && c.contains("#define FBN 64 ") && c.contains("#define WGMMA 0 "));
         assert!(c.contains("#define DOCS 0 "));
+        // d = 96: the wgmma tiles are 128 wide over rows of 96 (the d = 128 module's
+        // geometry); the mma family's tiles are the rows' own width.
+        let (w96, w128) = (
+            contract(Family::Wgmma, Variant::new(Dtype::Bf16, 96)),
+            contract(Family::Wgmma, Variant::new(Dtype::Bf16, 128)),
+        );
+        for line in [
+            "#define HEAD_DIM 128 ",
+            "#define HEAD_DIM_V 128 ",
+            "#define HEAD_DIM_MEM 96 ",
+            "#define HEAD_DIM_V_MEM 96 ",
+        ] {
+            assert!(w96.contains(line), "{line} missing from the wgmma d = 96 contract");
+        }
+        let geometry = |c: &str| {
+            c.lines()
+                .filter(|l| l.contains("_SMEM_BYTES") || l.contains("#define FBN "))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(geometry(&w96), geometry(&w128));
+        let m96 = contract(Family::Mma, Variant::new(Dtype::Bf16, 96));
+        assert!(m96.contains("#define HEAD_DIM 96 ") && m96.contains("#define HEAD_DIM_MEM 96 "));
     }
 
     #[test]

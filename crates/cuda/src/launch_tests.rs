@@ -354,12 +354,17 @@ fn bad_arguments_are_typed_errors_naming_the_value() {
         err(&Shape { head_dim: 80, ..shape }, &dense(), &whole),
         "head_dim 80 has no GPU kernel; supported: 64, 96, 128, 192, 256"
     );
-    // The wgmma family has forward kernels for the multiples of 64 (a device runs d = 96
-    // with mma's: Gpu::family_for).
-    let d96 = Shape { head_dim: 96, ..shape };
+    // The wgmma family has kernels for every head dim the mma family has (d = 96 in tiles of
+    // 128: Family::tile_dim); the launch keeps the tensors' dims.
+    let d96 = Shape::square(1, 100, 2, 96);
+    let l = launches_for(&d96, &dense(), &whole, Family::Wgmma).unwrap();
+    assert_eq!(
+        (l[0].head_dim, l[0].value_dim, l[0].forward_dims(132).smem),
+        (96, 96, Family::Wgmma.forward_smem(128, 128))
+    );
     assert!(matches!(
-        launches_for(&d96, &dense(), &whole, Family::Wgmma),
-        Err(CudaError::UnsupportedHeadDim { head_dim: 96, supported }) if supported == [64, 128, 192, 256]
+        launches_for(&Shape { head_dim: 80, ..shape }, &dense(), &whole, Family::Wgmma),
+        Err(CudaError::UnsupportedHeadDim { head_dim: 80, supported }) if supported == [64, 96, 128, 192, 256]
     ));
     // v's head dim: MLA's 192 / 128 in both families (wgmma: its forward, the mma
     // backward); any other pair named with both dims and what runs.

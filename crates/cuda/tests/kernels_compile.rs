@@ -154,8 +154,9 @@ fn main() {
     }
     // The wgmma family's forward at 192 and 256 (two stages whose K and V are handed over
     // apart, one Q buffer at 256; no backward of its own), bf16 alone for the same reason,
-    // and at MLA's 192 / 128 (V's tiles and O 128 wide).
-    let wide = [192, 256].map(|d| Variant::new(Dtype::Bf16, d));
+    // at MLA's 192 / 128 (V's tiles and O 128 wide), and at 96 (forward and backward in
+    // tiles of 128 over rows of 96: Family::tile_dim).
+    let wide = [96, 192, 256].map(|d| Variant::new(Dtype::Bf16, d));
     let pairs = Family::value_dim_pairs().iter().map(|&(d, dv)| Variant::new(Dtype::Bf16, d).with_value_dim(dv));
     for variant in wide.into_iter().chain(pairs) {
         jobs.push(compiles("sm_90a", Family::Wgmma, variant));

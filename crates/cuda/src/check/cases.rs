@@ -242,7 +242,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 319);
+        assert_eq!(c.len(), 321);
         assert_eq!(c.iter().filter(|x| x.value_dim != x.head_dim).count(), 20);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 25);
         // The table module's 16, the head-group combine's 4 and the packed tables' 2 as

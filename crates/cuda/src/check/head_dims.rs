@@ -1,13 +1,15 @@
 //! The cases of the head dims beyond 64 and 128: d = 96, 192 and 256 (flash-attention 3's
-//! others). 96 runs the mma family's kernels on every device ([`crate::Family::for_head_dim`]),
-//! with its own swizzle (12 chunks per row) and 3-chunk copies. 192 and 256 run, on sm_90,
+//! others). 96 runs, on sm_90, the wgmma kernels of d = 128 over rows of 96
+//! ([`crate::Family::tile_dim`]: boxes and gathers read columns 96.. as zeros, the
+//! epilogues store none of them), and the mma family's with its own swizzle (12 chunks per
+//! row) and 3-chunk copies where that family runs. 192 and 256 run, on sm_90,
 //! the wgmma forward (two consumer warpgroups, K and V handed over apart) and everywhere the
 //! mma backward whose warps split D (`kernels/sm80_backward_wide.cu`,
 //! [`crate::Family::backward_family`]); the mma family's forward has 8-warp blocks there.
 //!
 //! For each element type and of these head dims: forward dense, causal, sliding window
 //! and LongNet; a dilated ring step; a causal backward with key padding and a grouped-query
-//! one. At 192 and 256 (bf16), dense forwards with several work items per block of the
+//! one. At 96, 192 and 256 (bf16), dense forwards with several work items per block of the
 //! wgmma forward (its one Q buffer at d = 256 reused), outside the quick list. Every name starts with `d=D ` (`gpu_check --only "d=256"` runs one head dim's).
 
 use super::cases::{Case, Kind, fit_spec, sizes};
@@ -81,26 +83,29 @@ pub(super) fn add_forwards(add: &mut Add<'_>, rng: &mut SplitMix64) -> (GpuSpec,
     (longnet, causal)
 }
 
-/// Forward cases at d = 192 and 256 (bf16, dense, causal and not) whose 128-row work items
-/// number at least two per block of a 132-multiprocessor device (the wgmma forward's grid
-/// is one block per multiprocessor): a block's second item reuses its Q buffer (one at
-/// d = 256: the producer waits for the first item's last S) and its K/V stages' phases.
+/// Forward cases at d = 96, 192 and 256 (bf16, dense, causal and not) whose 128-row work
+/// items number at least two per block of a 132-multiprocessor device (the wgmma forward's
+/// grid is one block per multiprocessor): a block's second item reuses its Q buffer (one at
+/// d = 256: the producer waits for the first item's last S) and its K/V stages' phases (at
+/// d = 96, the 192-row kernel's, over tiles of 128 columns).
 /// The random sizes above give most blocks one item. Fixed sizes, no draws from the rng.
 fn several_items_per_block() -> Vec<Case> {
     let mut out = Vec::new();
-    for head_dim in [192, 256] {
+    for head_dim in HEAD_DIMS {
         for causal in [false, true] {
             let what = if causal { "dense causal" } else { "dense" };
             let name = format!("d={head_dim} {what}, several items per block");
             let spec = GpuSpec::new(GpuPattern::Dense).causal(causal);
-            out.push(Case::new(Kind::Forward, &name, (Dtype::Bf16, head_dim), [2, SEVERAL_SEQ, SEVERAL_HEADS], spec));
+            // d = 96's dense launches run the 192-row kernel (tiles of 128 columns).
+            let seq = if head_dim <= 128 { SEVERAL_SEQ * 3 / 2 } else { SEVERAL_SEQ };
+            out.push(Case::new(Kind::Forward, &name, (Dtype::Bf16, head_dim), [2, seq, SEVERAL_HEADS], spec));
         }
     }
     out
 }
 
-/// The sizes of [`several_items_per_block`]: 10 tiles of 128 rows x 16 heads x 2 batch
-/// rows = 320 items.
+/// The sizes of [`several_items_per_block`]: 10 tiles of 128 rows (of 192 at d = 96: 1.5
+/// times the length) x 16 heads x 2 batch rows = 320 items.
 const SEVERAL_SEQ: usize = 1280;
 const SEVERAL_HEADS: usize = 16;
 
@@ -112,12 +117,12 @@ mod tests {
     fn every_new_head_dim_has_forward_ring_and_backward_cases_named_by_it() {
         let mut rng = SplitMix64::new(7);
         let c = cases(&mut rng, false);
-        assert_eq!(c.len(), 2 * HEAD_DIMS.len() * 7 + 4);
+        assert_eq!(c.len(), 2 * HEAD_DIMS.len() * 7 + 2 * HEAD_DIMS.len());
         assert_eq!(cases(&mut SplitMix64::new(7), true).len(), 2 * HEAD_DIMS.len() * 7);
         for d in HEAD_DIMS {
             let tag = format!("d={d} ");
             let of_d: Vec<&Case> = c.iter().filter(|x| x.name.starts_with(&tag)).collect();
-            assert_eq!(of_d.len(), if d == 96 { 14 } else { 16 });
+            assert_eq!(of_d.len(), 16);
             assert!(of_d.iter().all(|x| x.head_dim == d));
             for kind in [Kind::Forward, Kind::RingStep, Kind::Backward] {
                 for dtype in [Dtype::Bf16, Dtype::F16] {
@@ -130,11 +135,13 @@ mod tests {
             assert!(x.heads % x.kv_heads == 0, "{}", x.name);
             x.spec.validate(x.batch, x.heads, x.seq).unwrap();
         }
-        // Two items or more per block of 132 (the wgmma forward's 128-row tiles).
+        // Two items or more per block of 132 (the wgmma forward's dense tiles: 192 rows up to
+        // d = 128, 128 above).
         let several: Vec<&Case> = c.iter().filter(|x| x.name.contains("several items per block")).collect();
-        assert_eq!(several.len(), 4);
+        assert_eq!(several.len(), 6);
         for x in several {
-            assert!(x.seq.div_ceil(128) * x.heads * x.batch >= 2 * 132, "{}", x.name);
+            let rows = if x.head_dim <= 128 { 192 } else { 128 };
+            assert!(x.seq.div_ceil(rows) * x.heads * x.batch >= 2 * 132, "{}", x.name);
         }
     }
 }

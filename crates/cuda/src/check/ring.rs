@@ -160,8 +160,8 @@ type Size = ((usize, (usize, usize), usize, usize, usize), &'static [&'static st
 
 /// The sizes: two multi-head ones, then grouped-query (8:2, with LongNet offsets that
 /// differ within a group) and multi-query attention; then the head dims beyond 64 and 128
-/// (96, 192, 256: on sm_90 96 runs the mma kernels and 192, 256 the wgmma forward with
-/// the mma backward), causal and dilated only; last MLA's v narrower than q and k (192 /
+/// (96, 192, 256: on sm_90 96 runs the wgmma kernels of d = 128 over rows of 96 and 192,
+/// 256 the wgmma forward with the mma backward), causal and dilated only; last MLA's v narrower than q and k (192 /
 /// 128, on the mma kernels), grouped-query, with a LongNet pattern whose pieces travel
 /// as kept head rows (V's rows at 128, K's at 192).
 const SIZES: [Size; 8] = [

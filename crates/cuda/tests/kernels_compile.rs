@@ -74,10 +74,14 @@ fn expression_module(family: Family, arch: &str, narrow: bool) -> Result<(), Str
 /// One check: its name and the compile that decides it.
 type Job = (String, Box<dyn FnOnce() -> Result<(), String> + Send>);
 
-/// `compile_uncached` for one module, reduced to pass / the error's text.
-fn compiles(arch: &'static str, family: Family, variant: Variant) -> Job {
-    let name = format!("{arch} {} compiles", variant.tag());
+/// `compile_uncached` for one module, reduced to pass / the error's text, named `name`.
+fn compile_job(name: String, arch: &'static str, family: Family, variant: Variant) -> Job {
     (name, Box::new(move || compile_uncached(arch, family, variant, None, "").map(|_| ()).map_err(|e| e.to_string())))
+}
+
+/// [`compile_job`] named by the module.
+fn compiles(arch: &'static str, family: Family, variant: Variant) -> Job {
+    compile_job(format!("{arch} {} compiles", variant.tag()), arch, family, variant)
 }
 
 /// Runs the jobs on as many threads as the machine has cores (NVRTC compiles separate
@@ -215,13 +219,13 @@ fn main() {
     }
     // The mask-table lookup (PATTERN_TABLE) compiled into a module of each family.
     for (family, arch) in TARGETS {
-        let (_, job) = compiles(arch, family, Variant::new(Dtype::Bf16, 128).with_table(true));
-        jobs.push((format!("{arch}: a module with the mask-table lookup"), job));
+        let name = format!("{arch}: a module with the mask-table lookup");
+        jobs.push(compile_job(name, arch, family, Variant::new(Dtype::Bf16, 128).with_table(true)));
     }
     // The hole cut of a nested union's pieces, in a module of each family.
     for (family, arch) in TARGETS {
-        let (_, job) = compiles(arch, family, Variant::new(Dtype::F16, 64).with_holes(true));
-        jobs.push((format!("{arch}: a module with the hole cut of union pieces"), job));
+        let name = format!("{arch}: a module with the hole cut of union pieces");
+        jobs.push(compile_job(name, arch, family, Variant::new(Dtype::F16, 64).with_holes(true)));
     }
     if !run(jobs).is_empty() {
         std::process::exit(1);

@@ -34,7 +34,7 @@ for r in $(seq 1 "$rounds"); do
       run=("$path")
     fi
     start=$SECONDS
-    "${run[@]}" --sections "$sections" --label "$name" \
+    "${run[@]}" --sections "$sections" --label "$name" --date "$(date -u +%F)" \
       --json "$scratch/$name-$r.json" --md "$scratch/$name-$r.md" > "$scratch/$name-$r.out" 2>&1 \
       || { echo "ab_kernels: $name round $r failed (log: $scratch/$name-$r.out)" >&2; tail -5 "$scratch/$name-$r.out" >&2; exit 1; }
     echo "ab_kernels: $name round $r: $((SECONDS - start)) s" >&2

@@ -43,7 +43,7 @@ fn main() {
     let only = args.value("--only");
     let shard = args.value("--shard");
     let from = args.integer::<usize>("--from").unwrap_or(0);
-    let (k, n) = match shard.as_deref().map(parse_shard) {
+    let (k, n) = match shard.as_deref().map(shards::parse_shard) {
         None => (0, 1),
         Some(Ok(kn)) => kn,
         Some(Err(e)) => {
@@ -158,65 +158,17 @@ fn finish(
 /// counts. A case of `numbers` in no shard's log (a shard that stopped) fails.
 fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: String) -> ! {
     let start = Instant::now();
-    let exe = std::env::current_exe().unwrap_or_else(|e| args.fail(1, format!("own path: {e}")));
     let base = args.value("--log").unwrap_or_else(|| {
         std::env::temp_dir().join(format!("gpu-check-{}.md", std::process::id())).display().to_string()
     });
-    let paths: Vec<String> = (0..jobs).map(|k| format!("{base}.shard-{k}-of-{jobs}.md")).collect();
-    let children: Vec<_> = paths
-        .iter()
-        .enumerate()
-        .map(|(k, path)| {
-            let add = [
-                "--seed".into(),
-                seed.to_string(),
-                "--shard".into(),
-                format!("{k}/{jobs}"),
-                "--log".into(),
-                path.clone(),
-            ];
-            let shard = shards::shard_args(args.rest(), &["--jobs", "--seed", "--log"], &add);
-            std::process::Command::new(&exe)
-                .args(shard)
-                .spawn()
-                .unwrap_or_else(|e| args.fail(1, format!("starting shard {k}/{jobs}: {e}")))
-        })
-        .collect();
-    for (k, mut child) in children.into_iter().enumerate() {
-        child.wait().unwrap_or_else(|e| args.fail(1, format!("waiting for shard {k}/{jobs}: {e}")));
-    }
-    let logs: Vec<(String, String)> =
-        paths.iter().map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default())).collect();
+    let add = ["--seed".to_string(), seed.to_string()];
+    let logs = shards::run_shards(args.rest(), &["--seed"], &add, jobs, &base).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
     let missing: Vec<usize> = numbers.iter().copied().filter(|n| merged.numbers.binary_search(n).is_err()).collect();
     let mut text = header + &merged.rows;
     if !missing.is_empty() {
         writeln!(text, "\nNot run (a shard stopped first; counted as failed): cases {missing:?}").unwrap();
     }
-    paths.iter().for_each(|p| drop(std::fs::remove_file(p)));
     let counts = (merged.passed, merged.failed + missing.len());
     finish(args, text, &merged.worst, counts, &format!("{} cases in {jobs} shards", numbers.len()), start);
-}
-
-/// `K/N` with `K < N`, or an error naming the value.
-fn parse_shard(text: &str) -> Result<(usize, usize), String> {
-    let bad = || format!("--shard {text:?}: expected K/N with 0 <= K < N");
-    let (k, n) = text.split_once('/').ok_or_else(bad)?;
-    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-    if k < n { Ok((k, n)) } else { Err(bad()) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_shard;
-
-    #[test]
-    fn shards_are_k_of_n_with_k_below_n() {
-        assert_eq!(parse_shard("0/1"), Ok((0, 1)));
-        assert_eq!(parse_shard("2/3"), Ok((2, 3)));
-        for bad in ["3/3", "0/0", "1", "a/2", "1/b", "-1/2", ""] {
-            let e = parse_shard(bad).unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
-        }
-    }
 }

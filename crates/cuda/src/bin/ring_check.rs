@@ -19,6 +19,7 @@
 //!
 //! ```text
 //! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks (ring, Ulysses, hybrid), one GPU
+//! ring_check --jobs N [same options]                                   # the same in N processes (--shard K/N each)
 //! ring_check --nproc W [--rings R] [same options]                      # NCCL, one process per GPU
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
 //! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
@@ -27,7 +28,10 @@
 //! `--schedules ring,hybrid` checks only the schedules named (`Kind::name`; all by
 //! default; virtual ranks run the ring, Ulysses and the hybrid); `--only TEXT` only the
 //! cases whose description (the log's case column) contains TEXT, e.g. `d_v=128`. `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
-//! check is `ringdil_cuda::check::faults`.
+//! check is `ringdil_cuda::check::faults`. `--jobs N` runs the virtual-rank check as N
+//! processes on the one GPU, each the cases of every N-th pattern (`--shard K/N`), so that
+//! the kernel modules' compiles on a fresh machine run side by side; the rows of the log
+//! are numbered by case and schedule, the same in every shard, and merged by number.
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
 
@@ -45,7 +49,7 @@ use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
     run_threads_with, timeout_from_env,
 };
-use ringdil_cuda::programs::{Args, CheckLog, Program};
+use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_cuda::tensors::DevicePartial;
@@ -65,19 +69,27 @@ fn header(title: &str, device: &str, run: &DistRun) -> String {
 
 /// Write the log (`--log`) and the summary; true when every case passed.
 fn finish(log: &CheckLog, header: &str, run: &DistRun, seconds: f64) -> bool {
+    let worst: String =
+        log.worst().iter().map(|(key, err, bound)| format!("| {key} | {err:.2e} | {bound} |\n")).collect();
+    write_log(header, log.rows(), &worst, (log.passed(), log.failed()), run, seconds)
+}
+
+/// The log from its parts: the case rows (`| N | result | case | errors |`, the table
+/// [`shards::merge_logs`] reads back), the worst-error rows (`| key | worst | bound |`)
+/// and the counts.
+fn write_log(
+    header: &str,
+    rows: &str,
+    worst: &str,
+    (passed, failed): (usize, usize),
+    run: &DistRun,
+    seconds: f64,
+) -> bool {
     let mut out = header.to_string();
-    writeln!(out, "\n| result | case | relative errors |\n|---|---|---|").unwrap();
-    out.push_str(log.rows());
-    writeln!(
-        out,
-        "\n## Worst errors (bound {} each)\n\n| schedule / quantity | worst |\n|---|---|",
-        bound(Dtype::Bf16)
-    )
-    .unwrap();
-    for (key, err, _) in log.worst() {
-        writeln!(out, "| {key} | {err:.2e} |").unwrap();
-    }
-    let (passed, failed) = (log.passed(), log.failed());
+    writeln!(out, "\n## Cases\n\n| # | result | case | relative errors |\n|---|---|---|---|").unwrap();
+    out.push_str(rows);
+    writeln!(out, "\n## Worst errors\n\n| schedule / quantity | worst | bound |\n|---|---|---|").unwrap();
+    out.push_str(worst);
     writeln!(out, "\n**{passed} passed, {failed} failed** in {seconds:.1} s.").unwrap();
     if let Some(path) = &run.log {
         std::fs::write(path, &out).expect("write log");
@@ -100,18 +112,33 @@ struct DistRun {
     schedules: Vec<Kind>,
     /// `--only TEXT`: the cases whose description contains TEXT (all by default).
     only: Option<String>,
+    /// `--shard K/N` (virtual ranks): the cases of the patterns whose index is K mod N.
+    shard: Option<(usize, usize)>,
 }
 
 impl DistRun {
-    /// The cases of `ranks` per ring and `rings` rings that this run checks.
-    fn cases(&self, ranks: &[usize], rings: usize) -> Vec<Case> {
+    /// The cases of `ranks` per ring and `rings` rings that this run checks, each with its
+    /// index in the list `--only` leaves (its rows' numbers come from it, so that they are
+    /// the same in every shard).
+    fn cases(&self, ranks: &[usize], rings: usize) -> Vec<(usize, Case)> {
         let mut all = cases(ranks, rings);
         if let Some(t) = &self.only {
             all.retain(|c| describe(c).contains(t.as_str()));
         }
-        all
+        all.into_iter().enumerate().collect()
+    }
+
+    /// In this run's shard: every case of one pattern goes to one shard, so that the
+    /// pattern's kernel modules compile in one process only.
+    fn in_shard(&self, c: &Case) -> bool {
+        self.shard.is_none_or(|(k, n)| c.key.1 % n == k)
     }
 }
+
+/// The schedules on virtual ranks, with the name of each in the log; a row's number is
+/// `case index * VIRTUAL.len() + schedule index`.
+const VIRTUAL: [(&str, Kind); 3] =
+    [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)];
 
 /// The schedules named by `--schedules` (comma-separated names of `Kind::name`), or all.
 fn schedules(args: &Args) -> Vec<Kind> {
@@ -157,7 +184,18 @@ fn main() {
         mode: if threads.is_some() { "one thread per GPU" } else { "one process per GPU" },
         schedules: schedules(&args),
         only: args.value("--only"),
+        shard: args.value("--shard").map(|s| shards::parse_shard(&s).unwrap_or_else(|e| args.fail(2, e))),
     };
+    let jobs = args.integer::<usize>("--jobs");
+    match (jobs, &run.shard, world) {
+        (Some(0), _, _) => args.fail(2, "--jobs 0: expected at least 1 process"),
+        (Some(j), Some(_), _) => args.fail(2, format!("--jobs {j} with --shard: --jobs runs the shards itself")),
+        (Some(j), _, Some(w)) => args.fail(2, format!("--jobs {j} with {w} ranks: --jobs shards the virtual-rank run")),
+        (None, Some(_), Some(w)) => {
+            args.fail(2, format!("--shard with {w} ranks: --shard shards the virtual-rank run"))
+        }
+        _ => {}
+    }
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
             let exe = std::env::current_exe().expect("own path");
@@ -175,7 +213,10 @@ fn main() {
             Ok(None) => args.skip(),
             Err(e) => args.fail(1, e),
         },
-        (None, None, None) => virtual_main(&args.gpu(), &run),
+        (None, None, None) => match jobs {
+            Some(j) => virtual_jobs(&args, &args.gpu(), &run, j),
+            None => virtual_main(&args.gpu(), &run),
+        },
         (Some(env), _, _) => match env.connect() {
             Ok(Some((gpu, comm))) => dist_main(&gpu, &comm, &run),
             Ok(None) => args.skip(),
@@ -191,37 +232,67 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let mut log = CheckLog::default();
     let mut cache = Cache::new();
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
-    for c in run.cases(&[2, 3, 4], 1).iter() {
+    let list = run.cases(&[2, 3, 4], 1);
+    for (ci, c) in list.iter().filter(|(_, c)| run.in_shard(c)) {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
-        let virtual_runs =
-            [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)];
-        for (name, schedule) in virtual_runs.into_iter().filter(|(_, k)| run.schedules.contains(k)) {
+        for (si, &(name, schedule)) in VIRTUAL.iter().enumerate().filter(|(_, (_, k))| run.schedules.contains(k)) {
+            let (number, label) = (ci * VIRTUAL.len() + si, format!("{name} | {}", describe(c)));
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
-                    let label = format!("{name} | {}", describe(c));
-                    log.record(None, &label, name, &compare(c, &parts, &[res], &inp.reference), "");
+                    log.record(Some(number), &label, name, &compare(c, &parts, &[res], &inp.reference), "");
                 }
-                Err(e) => {
-                    println!("FAIL {name} | {}: {e}", describe(c));
-                    log.record_error();
-                }
+                Err(e) => log.record_errored(number, &label, &e.to_string()),
             }
         }
     }
-    too_many_pieces(&mut log);
+    // The typed-error check needs no GPU: the unsharded run or the shards' parent has it.
+    if run.shard.is_none() {
+        too_many_pieces(&mut log, list.len() * VIRTUAL.len());
+    }
     finish(&log, &header("Ring check (virtual ranks, one GPU)", &device, run), run, start.elapsed().as_secs_f64())
+}
+
+/// `--jobs N` on virtual ranks: this program as shards `K/N` ([`shards::run_shards`]),
+/// then one log from theirs, with the typed-error check. A row no shard wrote (a shard
+/// that stopped) counts as failed and is named.
+fn virtual_jobs(args: &Args, gpu: &Gpu, run: &DistRun, jobs: usize) -> bool {
+    let start = std::time::Instant::now();
+    let device = gpu.describe().unwrap_or_default();
+    let base = run.log.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ring-check-{}.md", std::process::id())).display().to_string()
+    });
+    let logs = shards::run_shards(args.rest(), &[], &[], jobs, &base).unwrap_or_else(|e| args.fail(1, e));
+    let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
+    let list = run.cases(&[2, 3, 4], 1);
+    let expected = list.iter().flat_map(|(ci, _)| {
+        VIRTUAL
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, k))| run.schedules.contains(k))
+            .map(move |(si, _)| ci * VIRTUAL.len() + si)
+    });
+    let missing: Vec<usize> = expected.filter(|n| merged.numbers.binary_search(n).is_err()).collect();
+    let mut log = CheckLog::default();
+    too_many_pieces(&mut log, list.len() * VIRTUAL.len());
+    let mut rows = merged.rows + log.rows();
+    if !missing.is_empty() {
+        writeln!(rows, "\nNot run (a shard stopped first; counted as failed): rows {missing:?}").unwrap();
+    }
+    let counts = (merged.passed + log.passed(), merged.failed + log.failed() + missing.len());
+    let title = format!("Ring check (virtual ranks, one GPU, {jobs} processes)");
+    write_log(&header(&title, &device, run), &rows, &merged.worst, counts, run, start.elapsed().as_secs_f64())
 }
 
 /// A layout whose rank holds more runs than the ring launches per step must be a typed
 /// error naming the rank (descending tokens: every run is one token long).
-fn too_many_pieces(log: &mut CheckLog) {
+fn too_many_pieces(log: &mut CheckLog, number: usize) {
     let order: Vec<usize> = (0..64).rev().collect();
     let chunks = ChunkPlan::new(64, 2, &Layout::Permuted { order, boundaries: None }).expect("layout");
     let e = DistPlan::new(chunks, GpuSpec::new(GpuPattern::Dense), 1, 1, 64);
     let ok = matches!(&e, Err(DistError::TooManyPieces { rank: 0, .. }));
     let message = e.err().map(|e| e.to_string()).unwrap_or_default();
-    log.record_answer(ok, &format!("descending permutation: typed error `{message}`"));
+    log.record_answer(number, ok, &format!("descending permutation: typed error `{message}`"));
 }
 
 /// Global rank 0 receives every other rank's [out, lse, dq, dk, dv] pieces over the
@@ -294,7 +365,8 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
     let device = format!("{} x {w} ranks{shape} (NCCL, {})", gpu.describe().unwrap_or_default(), run.mode);
     let mut log = CheckLog::default();
     let mut cache = Cache::new();
-    for c in run.cases(&[p], grid.rings()).iter() {
+    let list = run.cases(&[p], grid.rings());
+    for (ci, c) in &list {
         let parts = ring_parts(c, &grid).expect("plan");
         let mine = &parts[ring];
         let inp = cached(&mut cache, c, run.seed, me == 0);
@@ -305,6 +377,7 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         let virt: Option<Vec<HostResult>> = (me == 0)
             .then(|| parts.iter().map(|part| run_virtual(gpu, c, part, &inp).expect("virtual ranks")).collect());
         for &schedule in &run.schedules {
+            let si = SCHEDULES.iter().position(|&k| k == schedule).expect("a schedule of SCHEDULES");
             let out = rank.forward(schedule, &data).expect("forward");
             let grads = rank.backward(schedule, &data, &out, &dout).expect("backward");
             // One communicator at a time on this GPU: the ring's transfers are finished
@@ -346,12 +419,13 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                     write!(extra, " | max abs diff ring vs virtual ranks {diff:.1e}").unwrap();
                 }
                 let label = format!("{} | {}", schedule.name(), describe(c));
-                log.record(None, &label, schedule.name(), &compare(c, &parts, &res, &inp.reference), &extra);
+                let number = ci * SCHEDULES.len() + si;
+                log.record(Some(number), &label, schedule.name(), &compare(c, &parts, &res, &inp.reference), &extra);
             }
         }
     }
     if me == 0 {
-        too_many_pieces(&mut log);
+        too_many_pieces(&mut log, list.len() * SCHEDULES.len());
         let title = format!("Ring check ({w} GPUs{shape}, NCCL, {})", run.mode);
         finish(&log, &header(&title, &device, run), run, start.elapsed().as_secs_f64())
     } else {

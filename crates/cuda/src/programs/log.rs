@@ -41,10 +41,10 @@ impl CheckLog {
         ok
     }
 
-    /// Record a case whose answer is yes or no, with no errors to show (a typed error
-    /// that must appear): its table row only.
-    pub fn record_answer(&mut self, ok: bool, label: &str) {
-        writeln!(self.rows, "| {} | {label} |  |", verdict(ok)).expect("write to a String");
+    /// Record case `number`, whose answer is yes or no, with no errors to show (a typed
+    /// error that must appear): its table row only.
+    pub fn record_answer(&mut self, number: usize, ok: bool, label: &str) {
+        writeln!(self.rows, "| {number} | {} | {label} |  |", verdict(ok)).expect("write to a String");
         self.count(ok);
     }
 
@@ -108,14 +108,14 @@ mod tests {
         assert!(log.record(Some(0), "case a", "Forward", &[metric("out", 1e-3), metric("lse", 2e-3)], ""));
         assert!(!log.record(None, "case b", "Forward", &[metric("out", 5e-2), metric("lse", f64::NAN)], " | x"));
         assert!(log.record(None, "case c", "Backward", &[metric("out", 4e-3)], ""));
-        log.record_answer(true, "typed error");
+        log.record_answer(3, true, "typed error");
         log.record_error();
         assert_eq!(
             log.rows(),
             "| 0 | pass | case a | out 1.00e-3, lse 2.00e-3 |\n\
              | **FAIL** | case b | out 5.00e-2, lse NaN | x |\n\
              | pass | case c | out 4.00e-3 |\n\
-             | pass | typed error |  |\n"
+             | 3 | pass | typed error |  |\n"
         );
         assert_eq!((log.passed(), log.failed()), (3, 2));
         let worst = log.worst();

@@ -1,9 +1,11 @@
-//! One log from a check run in shards (`gpu_check --jobs N`: N processes with the same
-//! seed, process K running the cases whose number is K mod N). The expensive part of a check
-//! is NVRTC compiling each case's kernel modules on one CPU core; shards compile in
-//! parallel on one GPU. Each shard writes its own log ([`CheckLog`]'s numbered rows and
-//! worst-error table); the merge orders the rows by case number, refuses a number seen
-//! twice, keeps the worst error per quantity over the shards, and counts the verdicts.
+//! A check run in shards (`gpu_check --jobs N`, `ring_check --jobs N`): N processes of
+//! the program with the same seed, process K running its share of the cases (`--shard
+//! K/N`), and one log from theirs. The expensive part of a check on a fresh machine is
+//! compiling each case's kernel modules (NVRTC, then the driver's JIT of the PTX), one CPU
+//! core per process; shards compile in parallel on one GPU. Each shard writes its own log
+//! ([`CheckLog`]'s numbered rows and worst-error table); the merge orders the rows by case
+//! number, refuses a number seen twice, keeps the worst error per quantity over the
+//! shards, and counts the verdicts.
 //!
 //! [`CheckLog`]: super::CheckLog
 
@@ -94,6 +96,50 @@ pub fn shard_args(args: &[String], drop: &[&str], add: &[String]) -> Vec<String>
     out
 }
 
+/// `K/N` with `K < N` (`--shard`), or an error naming the value.
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard {text:?}: expected K/N with 0 <= K < N");
+    let (k, n) = text.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if k < n { Ok((k, n)) } else { Err(bad()) }
+}
+
+/// Run this program `jobs` times at once, shard `K` with the arguments `rest` less the
+/// options `replace` (each with its value) plus `--shard K/jobs --log PATH` and `add`, where
+/// PATH is `{base}.shard-K-of-{jobs}.md`; wait for every shard, then return each shard's
+/// log path and text (empty for a shard that wrote none) and remove the files.
+pub fn run_shards(
+    rest: &[String],
+    replace: &[&str],
+    add: &[String],
+    jobs: usize,
+    base: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let paths: Vec<String> = (0..jobs).map(|k| format!("{base}.shard-{k}-of-{jobs}.md")).collect();
+    let mut replaced = replace.to_vec();
+    replaced.extend(["--jobs", "--shard", "--log"]);
+    let children = paths
+        .iter()
+        .enumerate()
+        .map(|(k, path)| {
+            let mut own = vec!["--shard".to_string(), format!("{k}/{jobs}"), "--log".into(), path.clone()];
+            own.extend_from_slice(add);
+            std::process::Command::new(&exe)
+                .args(shard_args(rest, &replaced, &own))
+                .spawn()
+                .map_err(|e| format!("starting shard {k}/{jobs}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for (k, mut child) in children.into_iter().enumerate() {
+        child.wait().map_err(|e| format!("waiting for shard {k}/{jobs}: {e}"))?;
+    }
+    let logs = paths.iter().map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default())).collect();
+    // A shard that wrote no log left nothing to remove.
+    paths.iter().for_each(|p| drop(std::fs::remove_file(p)));
+    Ok(logs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +195,29 @@ mod tests {
         assert!(e.contains("cut.md") && e.contains("case 5"), "{e}");
         let e = merge_logs(&[("notes.md".into(), "# notes\n| 1 | pass |\n".into())]).unwrap_err();
         assert!(e.contains("notes.md") && e.contains("Cases"), "{e}");
+    }
+
+    /// ring_check's rows name a case with bars inside (`virtual | P=2 ... | dense | ...`)
+    /// and may carry cells after the errors: the number and the result are the first two
+    /// cells, and the row is kept whole.
+    #[test]
+    fn rows_with_bars_in_their_case_are_kept_whole() {
+        let row = "| 7 | pass | virtual ulysses | P=2 striped | causal | B=1 N=1000 | out 1.48e-3 | K/V moved 12 |";
+        let m = merge_logs(&[("r".into(), log(&[row, "| 3 | **FAIL** | virtual | P=3 | dense | out NaN |"], &[]))])
+            .unwrap();
+        assert_eq!(m.numbers, [3, 7]);
+        assert_eq!((m.passed, m.failed), (1, 1));
+        assert_eq!(m.rows.lines().nth(1), Some(row));
+    }
+
+    #[test]
+    fn shards_are_k_of_n_with_k_below_n() {
+        assert_eq!(parse_shard("0/1"), Ok((0, 1)));
+        assert_eq!(parse_shard("2/3"), Ok((2, 3)));
+        for bad in ["3/3", "0/0", "1", "a/2", "1/b", "-1/2", ""] {
+            let e = parse_shard(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
     }
 
     #[test]

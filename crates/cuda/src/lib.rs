@@ -57,6 +57,7 @@ pub mod params;
 pub mod plan;
 pub mod pool;
 pub mod programs;
+pub mod ptx_cache;
 pub mod shape;
 pub mod spec;
 pub mod spec_documents;

@@ -8,9 +8,10 @@
 //! host also knows (a `Params` field's place, a shared-memory layout, a block's threads),
 //! and expect NVRTC to refuse with the contract's message naming it.
 //!
-//! The modules compile on every core (about 8 minutes of NVRTC on one), each line with its time.
+//! The modules compile on every core (about 8 minutes of NVRTC on one), each line with its time;
+//! one of them through the disk cache (`ringdil_cuda::ptx_cache`), which must then read it back.
 
-use ringdil_cuda::compile::compile_uncached;
+use ringdil_cuda::compile::{Origin, compile_on_disk, compile_uncached, translation};
 use ringdil_cuda::{CudaError, Dtype, Family, Variant};
 use std::path::{Path, PathBuf};
 
@@ -84,6 +85,28 @@ fn compiles(arch: &'static str, family: Family, variant: Variant) -> Job {
     compile_job(format!("{arch} {} compiles", variant.tag()), arch, family, variant)
 }
 
+/// Compiles the module of `variant` through the disk cache ([`compile_on_disk`]) into an
+/// empty directory, then again: the first comes from NVRTC and leaves one entry, the
+/// second is read from it, the same PTX text.
+fn compiles_through_disk_cache(arch: &'static str, family: Family, variant: Variant) -> Job {
+    let name = format!("{arch} {} compiles, then is read from the disk cache", variant.tag());
+    let job = move || {
+        let dir = std::env::temp_dir().join(format!("ringdil-ptx-cache-{}", std::process::id()));
+        drop(std::fs::remove_dir_all(&dir));
+        let unit = translation(arch, family, variant, None, "").map_err(|e| e.to_string())?;
+        let (first, from) = compile_on_disk(&dir, &unit).map_err(|e| e.to_string())?;
+        let (second, again) = compile_on_disk(&dir, &unit).map_err(|e| e.to_string())?;
+        let entries = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.count();
+        std::fs::remove_dir_all(&dir).map_err(|e| e.to_string())?;
+        match (from, again, entries) {
+            (Origin::Nvrtc, Origin::Disk, 1) if first.to_src() == second.to_src() => Ok(()),
+            (Origin::Nvrtc, Origin::Disk, 1) => Err("the entry read back differs from NVRTC's PTX".into()),
+            other => Err(format!("expected (Nvrtc, Disk, 1 entry), got {other:?}")),
+        }
+    };
+    (name, Box::new(job))
+}
+
 /// Runs the jobs on as many threads as the machine has cores (NVRTC compiles separate
 /// programs concurrently; one module takes seconds to tens of seconds, and CI's 2 cores
 /// would otherwise idle one), and prints each result in the jobs' order with its time.
@@ -138,8 +161,12 @@ fn main() {
         for dtype in [Dtype::Bf16, Dtype::F16] {
             for head_dim in [64, 128] {
                 for documents in [false, true] {
-                    if !(documents && dtype == Dtype::F16) {
-                        jobs.push(compiles(arch, family, Variant::new(dtype, head_dim).with_documents(documents)));
+                    let variant = Variant::new(dtype, head_dim).with_documents(documents);
+                    // One module also goes through the disk cache (no second NVRTC run).
+                    if family == Family::Mma && variant == Variant::new(Dtype::Bf16, 64) {
+                        jobs.push(compiles_through_disk_cache(arch, family, variant));
+                    } else if !(documents && dtype == Dtype::F16) {
+                        jobs.push(compiles(arch, family, variant));
                     }
                 }
             }

@@ -1,0 +1,173 @@
+//! NVRTC's output kept on disk, so that a new process (a notebook's restarted kernel, the
+//! next script of a training job, each shard of a check) does not compile again a kernel
+//! module that an earlier one compiled.
+//!
+//! # Why
+//! A module is compiled at the first call that needs it: NVRTC takes 10-30 s of one CPU
+//! core per module, then the driver turns the PTX into machine code (the driver keeps that
+//! step's result in its own disk cache, `~/.nv/ComputeCache`, keyed by the PTX). Without
+//! this cache every process paid NVRTC again for the same source.
+//!
+//! # Key
+//! A file holds the PTX of one compilation and is named by the SHA-256 of everything
+//! that decides it: the translation unit's whole text (kernel files and generated headers:
+//! the contract, the expression, the tile sizes), NVRTC's options (target, defines) and
+//! NVRTC's version. Any change to one of them names another file, so a stale entry is never
+//! read. A file is written under a temporary name and renamed into place, so a reader sees
+//! all of it or nothing.
+//!
+//! # Where
+//! [`CACHE_ENV`] names the directory (`off` turns the cache off); unset, it is
+//! `$XDG_CACHE_HOME/ringdil/ptx`, else `$HOME/.cache/ringdil/ptx`; with neither, there is
+//! no cache. A directory that cannot be created or written only costs the compile.
+
+use sha2::{Digest, Sha256};
+use std::ffi::OsString;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// The cache directory, or `off`.
+pub const CACHE_ENV: &str = "RINGDIL_PTX_CACHE";
+
+/// The directory of the cache, `None` when it is off or there is no home to put it in.
+pub fn dir() -> Option<PathBuf> {
+    dir_from(|name| std::env::var_os(name))
+}
+
+/// [`dir`] with the environment read through `var`.
+fn dir_from(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty());
+    match set(CACHE_ENV) {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => {
+            let base = set("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+            Some(base.join("ringdil").join("ptx"))
+        }
+    }
+}
+
+/// The key of one compilation: SHA-256 (hex) of its source, its options and the NVRTC
+/// version, each part length-prefixed so that no two different inputs run together.
+pub fn key(source: &str, options: &[String], nvrtc: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    part(source.as_bytes());
+    for o in options {
+        part(o.as_bytes());
+    }
+    part(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    h.finalize().iter().fold(String::with_capacity(64), |mut s, b| {
+        write!(s, "{b:02x}").expect("write to a String");
+        s
+    })
+}
+
+/// The file of module `module` under `key`.
+fn path(dir: &Path, module: &str, key: &str) -> PathBuf {
+    dir.join(format!("{module}-{key}.ptx"))
+}
+
+/// The PTX stored for (`module`, `key`), if any.
+pub fn load(dir: &Path, module: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(path(dir, module, key)).ok()
+}
+
+/// Store `ptx` for (`module`, `key`): written to a name of this process, then renamed into
+/// place (a rename within one directory replaces the target whole). Failures are ignored:
+/// the next process compiles instead.
+pub fn store(dir: &Path, module: &str, key: &str, ptx: &str) {
+    let target = path(dir, module, key);
+    let temporary = dir.join(format!(".{module}-{key}.{}.tmp", std::process::id()));
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&temporary, ptx))
+        .and_then(|()| std::fs::rename(&temporary, &target));
+    if written.is_err() {
+        // A partial temporary file is no entry; leave nothing behind.
+        drop(std::fs::remove_file(&temporary));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_directory_follows_the_variable_then_xdg_then_home() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+        };
+        assert_eq!(dir_from(env(&[(CACHE_ENV, "/c"), ("HOME", "/h")])), Some(PathBuf::from("/c")));
+        assert_eq!(dir_from(env(&[(CACHE_ENV, "off"), ("HOME", "/h")])), None);
+        assert_eq!(
+            dir_from(env(&[(CACHE_ENV, ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
+            Some(PathBuf::from("/x/ringdil/ptx"))
+        );
+        assert_eq!(
+            dir_from(env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.cache/ringdil/ptx"))
+        );
+        assert_eq!(dir_from(env(&[])), None);
+    }
+
+    #[test]
+    fn the_key_changes_with_the_source_the_options_and_the_version() {
+        let base = key("src", &opts(&["--gpu-architecture=sm_90a"]), (13, 0));
+        assert_eq!(base.len(), 64);
+        assert_eq!(base, key("src", &opts(&["--gpu-architecture=sm_90a"]), (13, 0)));
+        for other in [
+            key("src ", &opts(&["--gpu-architecture=sm_90a"]), (13, 0)),
+            key("src", &opts(&["--gpu-architecture=sm_80"]), (13, 0)),
+            key("src", &opts(&["--gpu-architecture=sm_90a", "-DX=1"]), (13, 0)),
+            key("src", &opts(&["--gpu-architecture=sm_90a"]), (13, 1)),
+            // Parts do not run together: the same bytes split differently.
+            key("srcA", &opts(&["B"]), (13, 0)),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert_ne!(key("srcA", &opts(&["B"]), (13, 0)), key("src", &opts(&["AB"]), (13, 0)));
+    }
+
+    /// SHA-256 itself, against the standard's test vector, so that a key is the digest
+    /// the docs say (and the same on every machine and Rust version).
+    #[test]
+    fn sha256_of_abc_is_the_published_digest() {
+        let digest: String = Sha256::digest(b"abc").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(digest, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn a_stored_entry_is_read_back_and_a_missing_one_is_none() {
+        let dir = std::env::temp_dir().join(format!("ringdil-ptx-cache-test-{}", std::process::id()));
+        drop(std::fs::remove_dir_all(&dir));
+        let k = key("src", &[], (13, 0));
+        assert_eq!(load(&dir, "m", &k), None);
+        store(&dir, "m", &k, ".version 8.8\n");
+        assert_eq!(load(&dir, "m", &k).as_deref(), Some(".version 8.8\n"));
+        assert_eq!(load(&dir, "other", &k), None);
+        // No temporary file is left next to the entry.
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_directory_costs_only_the_entry() {
+        // A directory path below a file cannot be created.
+        let file = std::env::temp_dir().join(format!("ringdil-ptx-cache-file-{}", std::process::id()));
+        std::fs::write(&file, "x").unwrap();
+        let dir = file.join("ptx");
+        store(&dir, "m", "k", "ptx");
+        assert_eq!(load(&dir, "m", "k"), None);
+        std::fs::remove_file(&file).unwrap();
+    }
+}

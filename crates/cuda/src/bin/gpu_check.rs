@@ -158,9 +158,7 @@ fn finish(
 /// counts. A case of `numbers` in no shard's log (a shard that stopped) fails.
 fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: String) -> ! {
     let start = Instant::now();
-    let base = args.value("--log").unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("gpu-check-{}.md", std::process::id())).display().to_string()
-    });
+    let base = shards::log_base(args.value("--log"), "gpu-check");
     let add = ["--seed".to_string(), seed.to_string()];
     let logs = shards::run_shards(args.rest(), &["--seed"], &add, jobs, &base).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));

@@ -139,6 +139,15 @@ impl DistRun {
 /// `case index * VIRTUAL.len() + schedule index`.
 const VIRTUAL: [(&str, Kind); 3] =
     [("virtual", Kind::Ring), ("virtual ulysses", Kind::Ulysses), ("virtual hybrid", Kind::Hybrid)];
+/// The rank counts of the virtual-rank check.
+const VIRTUAL_RANKS: [usize; 3] = [2, 3, 4];
+
+impl DistRun {
+    /// The virtual-rank schedules `--schedules` keeps: (index in [`VIRTUAL`], name, kind).
+    fn virtual_schedules(&self) -> impl Iterator<Item = (usize, &'static str, Kind)> + '_ {
+        VIRTUAL.into_iter().enumerate().filter(|(_, (_, k))| self.schedules.contains(k)).map(|(si, (n, k))| (si, n, k))
+    }
+}
 
 /// The schedules named by `--schedules` (comma-separated names of `Kind::name`), or all.
 fn schedules(args: &Args) -> Vec<Kind> {
@@ -232,11 +241,11 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let mut log = CheckLog::default();
     let mut cache = Cache::new();
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
-    let list = run.cases(&[2, 3, 4], 1);
+    let list = run.cases(&VIRTUAL_RANKS, 1);
     for (ci, c) in list.iter().filter(|(_, c)| run.in_shard(c)) {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
-        for (si, &(name, schedule)) in VIRTUAL.iter().enumerate().filter(|(_, (_, k))| run.schedules.contains(k)) {
+        for (si, name, schedule) in run.virtual_schedules() {
             let (number, label) = (ci * VIRTUAL.len() + si, format!("{name} | {}", describe(c)));
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
@@ -259,19 +268,11 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
 fn virtual_jobs(args: &Args, gpu: &Gpu, run: &DistRun, jobs: usize) -> bool {
     let start = std::time::Instant::now();
     let device = gpu.describe().unwrap_or_default();
-    let base = run.log.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("ring-check-{}.md", std::process::id())).display().to_string()
-    });
+    let base = shards::log_base(run.log.clone(), "ring-check");
     let logs = shards::run_shards(args.rest(), &[], &[], jobs, &base).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
-    let list = run.cases(&[2, 3, 4], 1);
-    let expected = list.iter().flat_map(|(ci, _)| {
-        VIRTUAL
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, k))| run.schedules.contains(k))
-            .map(move |(si, _)| ci * VIRTUAL.len() + si)
-    });
+    let list = run.cases(&VIRTUAL_RANKS, 1);
+    let expected = list.iter().flat_map(|(ci, _)| run.virtual_schedules().map(move |(si, ..)| ci * VIRTUAL.len() + si));
     let missing: Vec<usize> = expected.filter(|n| merged.numbers.binary_search(n).is_err()).collect();
     let mut log = CheckLog::default();
     too_many_pieces(&mut log, list.len() * VIRTUAL.len());

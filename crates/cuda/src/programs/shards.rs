@@ -104,6 +104,14 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     if k < n { Ok((k, n)) } else { Err(bad()) }
 }
 
+/// Where the shards' logs go: next to `log` (the run's `--log`), else in the temporary
+/// directory as `{program}-{pid}.md`.
+pub fn log_base(log: Option<String>, program: &str) -> String {
+    log.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("{program}-{}.md", std::process::id())).display().to_string()
+    })
+}
+
 /// Run this program `jobs` times at once, shard `K` with the arguments `rest` less the
 /// options `replace` (each with its value) plus `--shard K/jobs --log PATH` and `add`, where
 /// PATH is `{base}.shard-K-of-{jobs}.md`; wait for every shard, then return each shard's

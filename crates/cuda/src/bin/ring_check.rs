@@ -29,7 +29,7 @@
 //! default; virtual ranks run the ring, Ulysses and the hybrid); `--only TEXT` only the
 //! cases whose description (the log's case column) contains TEXT, e.g. `d_v=128`. `--timeout T` sets the watchdog's timeout (`RINGDIL_TIMEOUT_S`, 0 = off); the stall
 //! check is `ringdil_cuda::check::faults`. `--jobs N` runs the virtual-rank check as N
-//! processes on the one GPU, each the cases of every N-th pattern (`--shard K/N`), so that
+//! processes on the one GPU, each the cases of every N-th (size, pattern) key (`--shard K/N`), so that
 //! the kernel modules' compiles on a fresh machine run side by side; the rows of the log
 //! are numbered by case and schedule, the same in every shard, and merged by number.
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
@@ -112,7 +112,7 @@ struct DistRun {
     schedules: Vec<Kind>,
     /// `--only TEXT`: the cases whose description contains TEXT (all by default).
     only: Option<String>,
-    /// `--shard K/N` (virtual ranks): the cases of the patterns whose index is K mod N.
+    /// `--shard K/N` (virtual ranks): the cases of every N-th input key ([`DistRun::in_shard`]).
     shard: Option<(usize, usize)>,
 }
 
@@ -128,11 +128,29 @@ impl DistRun {
         all.into_iter().enumerate().collect()
     }
 
-    /// In this run's shard: every case of one pattern goes to one shard, so that the
-    /// pattern's kernel modules compile in one process only.
-    fn in_shard(&self, c: &Case) -> bool {
-        self.shard.is_none_or(|(k, n)| c.key.1 % n == k)
+    /// The cases of `list` in this run's shard `K/N`: those of every N-th input key
+    /// (size, pattern), counted in the order the keys first appear, from the K-th. A key's
+    /// cases (every rank count, layout and schedule) share their inputs and reference
+    /// ([`cached`]), so they stay in one process; a kernel module that several shards
+    /// need compiles once through the PTX disk cache. With more shards than keys the
+    /// shards past the last key get no case.
+    fn in_shard<'a>(&self, list: &'a [(usize, Case)]) -> Vec<&'a (usize, Case)> {
+        shard_by_key(list, self.shard)
     }
+}
+
+/// [`DistRun::in_shard`] for shard `shard` (`None`: every case).
+fn shard_by_key(list: &[(usize, Case)], shard: Option<(usize, usize)>) -> Vec<&(usize, Case)> {
+    let mut keys: Vec<(usize, usize)> = Vec::new();
+    list.iter()
+        .filter(|(_, c)| {
+            let ordinal = keys.iter().position(|k| *k == c.key).unwrap_or_else(|| {
+                keys.push(c.key);
+                keys.len() - 1
+            });
+            shard.is_none_or(|(k, n)| ordinal % n == k)
+        })
+        .collect()
 }
 
 /// The schedules on virtual ranks, with the name of each in the log; a row's number is
@@ -242,7 +260,7 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let mut cache = Cache::new();
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
     let list = run.cases(&VIRTUAL_RANKS, 1);
-    for (ci, c) in list.iter().filter(|(_, c)| run.in_shard(c)) {
+    for (ci, c) in run.in_shard(&list) {
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
         for (si, name, schedule) in run.virtual_schedules() {
@@ -431,5 +449,34 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
         finish(&log, &header(&title, &device, run), run, start.elapsed().as_secs_f64())
     } else {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// Shards of the whole virtual-rank list cover it once, keep each key's cases
+    /// together, and with 24 processes (more than the 12 patterns) none is idle.
+    #[test]
+    fn shards_cover_the_cases_once_and_keep_a_key_together() {
+        let list: Vec<(usize, Case)> = cases(&VIRTUAL_RANKS, 1).into_iter().enumerate().collect();
+        let keys: HashSet<_> = list.iter().map(|(_, c)| c.key).collect();
+        assert!(keys.len() > 24, "{} keys", keys.len());
+        for n in [1, 5, 16, 24] {
+            let mut seen = vec![0usize; list.len()];
+            let mut shard_of_key = HashMap::new();
+            for k in 0..n {
+                let shard = shard_by_key(&list, Some((k, n)));
+                assert!(!shard.is_empty(), "shard {k}/{n} has no case");
+                for (i, c) in shard {
+                    seen[*i] += 1;
+                    assert_eq!(*shard_of_key.entry(c.key).or_insert(k), k, "key {:?} split over shards", c.key);
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1), "{n} shards: a case run {:?} times", seen.iter().max());
+        }
+        assert_eq!(shard_by_key(&list, None).len(), list.len());
     }
 }

@@ -53,22 +53,26 @@ pub fn compile(arch: &str, family: Family, variant: Variant) -> Result<Ptx> {
 /// Where a module's PTX came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// Read from the disk cache.
+    /// Read from the disk cache (perhaps after waiting for the process compiling it).
     Disk,
     /// Compiled by NVRTC (and stored).
     Nvrtc,
 }
 
-/// The PTX of `unit` from the disk cache in `cache_dir`, else compiled by NVRTC and
-/// stored there.
+/// The PTX of `unit` from the disk cache in `cache_dir` (stored already, or by another
+/// process that was compiling it: [`ptx_cache::claim`]), else compiled by NVRTC and stored
+/// there.
 pub fn compile_on_disk(cache_dir: &Path, unit: &Translation) -> Result<(Ptx, Origin)> {
     let key = ptx_cache::key(&unit.source, &unit.options, nvrtc_version()?);
-    if let Some(text) = ptx_cache::load(cache_dir, &unit.module, &key) {
-        return Ok((Ptx::from_src(text), Origin::Disk));
+    match ptx_cache::claim(cache_dir, &unit.module, &key) {
+        ptx_cache::Claim::Ready(text) => Ok((Ptx::from_src(text), Origin::Disk)),
+        // The claim is held until the entry is stored (or NVRTC failed: then released).
+        ptx_cache::Claim::Compile(_claim) => {
+            let ptx = nvrtc(unit)?;
+            ptx_cache::store(cache_dir, &unit.module, &key, &ptx.to_src());
+            Ok((ptx, Origin::Nvrtc))
+        }
     }
-    let ptx = nvrtc(unit)?;
-    ptx_cache::store(cache_dir, &unit.module, &key, &ptx.to_src());
-    Ok((ptx, Origin::Nvrtc))
 }
 
 /// NVRTC's version (major, minor), part of the disk cache's key.

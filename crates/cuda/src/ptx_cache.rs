@@ -16,6 +16,15 @@
 //! read. A file is written under a temporary name and renamed into place, so a reader sees
 //! all of it or nothing.
 //!
+//! # One compile per entry
+//! Processes started together (the shards of `gpu_check --jobs`, `ring_check --jobs`)
+//! need the same modules at the same moment. The first to miss an entry claims its
+//! compile by creating `<entry>.lock` exclusively, with its process id in it; the others
+//! wait for the entry instead of compiling it too ([`claim`]). A claim ends when its
+//! holder stores the entry or gives up (the lock is removed either way, [`Compile`]'s
+//! drop); a lock whose process is gone (killed mid-compile: `/proc/<pid>` absent) or older
+//! than [`STALE_AFTER`] is taken over, so a dead holder costs a waiter one poll.
+//!
 //! # Where
 //! [`CACHE_ENV`] names the directory (`off` turns the cache off); unset, it is
 //! `$XDG_CACHE_HOME/ringdil/ptx`, else `$HOME/.cache/ringdil/ptx`; with neither, there is
@@ -25,6 +34,7 @@ use sha2::{Digest, Sha256};
 use std::ffi::OsString;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 /// The cache directory, or `off`.
 pub const CACHE_ENV: &str = "RINGDIL_PTX_CACHE";
@@ -91,6 +101,82 @@ pub fn store(dir: &Path, module: &str, key: &str, ptx: &str) {
         // A partial temporary file is no entry; leave nothing behind.
         drop(std::fs::remove_file(&temporary));
     }
+}
+
+/// A lock older than this is taken over whatever its holder: longer than any module's
+/// compile (the largest take about a minute of one core, several at once on a loaded host).
+pub const STALE_AFTER: Duration = Duration::from_secs(600);
+/// How often a waiter looks for the entry.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The compile of one entry, claimed by this process: its lock, removed on drop (after
+/// [`store`], or when the compile failed, so that a waiter compiles instead). `None`
+/// where there is no lock to hold (a directory that cannot be written).
+pub struct Compile(Option<PathBuf>);
+
+impl Drop for Compile {
+    fn drop(&mut self) {
+        if let Some(lock) = &self.0 {
+            drop(std::fs::remove_file(lock));
+        }
+    }
+}
+
+/// What [`claim`] found.
+pub enum Claim {
+    /// The entry's PTX: stored already, or by the process that held its compile.
+    Ready(String),
+    /// This process compiles the entry; store it before dropping the claim.
+    Compile(Compile),
+}
+
+/// The entry (`module`, `key`) if stored, else the right to compile it, waiting while a
+/// live process holds that right (module docs, "One compile per entry").
+pub fn claim(dir: &Path, module: &str, key: &str) -> Claim {
+    let lock = dir.join(format!("{module}-{key}.lock"));
+    loop {
+        if let Some(ptx) = load(dir, module, key) {
+            return Claim::Ready(ptx);
+        }
+        if std::fs::create_dir_all(dir).is_err() {
+            return Claim::Compile(Compile(None));
+        }
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+            Ok(mut file) => {
+                use std::io::Write as _;
+                drop(write!(file, "{}", std::process::id()));
+                // The holder may have stored the entry between the load and the lock.
+                if let Some(ptx) = load(dir, module, key) {
+                    drop(std::fs::remove_file(&lock));
+                    return Claim::Ready(ptx);
+                }
+                return Claim::Compile(Compile(Some(lock)));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if held_by_the_dead(&lock) {
+                    // Taken over: the next pass creates it anew (or waits for a faster taker).
+                    drop(std::fs::remove_file(&lock));
+                } else {
+                    std::thread::sleep(POLL);
+                }
+            }
+            Err(_) => return Claim::Compile(Compile(None)),
+        }
+    }
+}
+
+/// Is `lock` left by a process that no longer runs, or older than [`STALE_AFTER`]? A lock
+/// that vanished meanwhile is no one's (false: the caller looks again).
+fn held_by_the_dead(lock: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(lock) else { return false };
+    let age = meta.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok());
+    if age.is_some_and(|a| a > STALE_AFTER) {
+        return true;
+    }
+    // The holder's id (an empty file: its holder is between create and write).
+    let pid = std::fs::read_to_string(lock).ok().and_then(|s| s.trim().parse::<u32>().ok());
+    let proc = Path::new("/proc");
+    matches!(pid, Some(pid) if proc.is_dir() && !proc.join(pid.to_string()).exists())
 }
 
 #[cfg(test)]
@@ -160,6 +246,57 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ringdil-ptx-{name}-{}", std::process::id()));
+        drop(std::fs::remove_dir_all(&dir));
+        dir
+    }
+
+    #[test]
+    fn a_second_claimer_waits_for_the_first_ones_entry() {
+        let dir = scratch("claim-wait");
+        let Claim::Compile(first) = claim(&dir, "m", "k") else { panic!("an empty cache has no entry") };
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || match claim(&dir, "m", "k") {
+                Claim::Ready(ptx) => ptx,
+                Claim::Compile(_) => panic!("compiled while the first claim was held"),
+            })
+        };
+        std::thread::sleep(3 * POLL);
+        assert!(!waiter.is_finished(), "the waiter returned before the entry was stored");
+        store(&dir, "m", "k", "ptx of m");
+        drop(first);
+        assert_eq!(waiter.join().unwrap(), "ptx of m");
+        // The lock is gone with the claim; only the entry is left.
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["m-k.ptx"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_claim_given_up_or_left_by_a_dead_process_passes_on() {
+        let dir = scratch("claim-dead");
+        // Given up (a compile that failed): the waiter compiles.
+        let Claim::Compile(first) = claim(&dir, "m", "k") else { panic!("no entry yet") };
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || matches!(claim(&dir, "m", "k"), Claim::Compile(_)))
+        };
+        std::thread::sleep(3 * POLL);
+        drop(first);
+        assert!(waiter.join().unwrap(), "the waiter did not take the compile over");
+        // A lock whose process is gone (no such pid) is taken over at once, where the
+        // system lists its processes under /proc.
+        if Path::new("/proc").is_dir() {
+            std::fs::write(dir.join("m-k.lock"), "4294967295").unwrap();
+            let start = std::time::Instant::now();
+            assert!(matches!(claim(&dir, "m", "k"), Claim::Compile(_)));
+            assert!(start.elapsed() < STALE_AFTER / 10);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn an_unwritable_directory_costs_only_the_entry() {
         // A directory path below a file cannot be created.
@@ -168,6 +305,8 @@ mod tests {
         let dir = file.join("ptx");
         store(&dir, "m", "k", "ptx");
         assert_eq!(load(&dir, "m", "k"), None);
+        // No lock can be taken there: the caller compiles, unlocked.
+        assert!(matches!(claim(&dir, "m", "k"), Claim::Compile(Compile(None))));
         std::fs::remove_file(&file).unwrap();
     }
 }

@@ -47,6 +47,8 @@ fn bad_jobs_and_shards_are_named() {
         (&["--shard", "x"], "--shard \"x\""),
         (&["--jobs", "2", "--threads", "2"], "--jobs 2 with 2 ranks"),
         (&["--shard", "0/2", "--nproc", "2"], "--shard with 2 ranks"),
+        (&["--time-limit", "60"], "--time-limit 60 without --jobs"),
+        (&["--jobs", "2", "--time-limit", "soon"], "--time-limit takes an integer, got \"soon\""),
     ] {
         let (code, err) = ring_check(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");

@@ -2,7 +2,7 @@
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
 //! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]
-//! [--only TEXT] [--shard K/N | --jobs N] [--from I]`
+//! [--only TEXT] [--shard K/N | --jobs N [--time-limit S]] [--from I]`
 //!
 //! `--shard K/N` runs the cases whose index is K mod N, with the inputs they get in the
 //! whole list: N processes (one per GPU) with the same seed run the whole check between
@@ -10,7 +10,8 @@
 //! cases before index I (a run cut short, resumed with the same seed). `--jobs N` starts
 //! the N shards itself, side by side on this machine's GPU (each process compiles its own
 //! cases' kernel modules, one CPU core each: the slow part of a check), and merges their
-//! logs into `--log` (`ringdil_cuda::programs::shards`).
+//! logs into `--log` (`ringdil_cuda::programs::shards`); `--time-limit S` stops the shards
+//! still running after S seconds, and the cases they did not reach fail.
 //!
 //! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
 //! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
@@ -57,6 +58,7 @@ fn main() {
         (Some(j), Some(s)) => args.fail(2, format!("--jobs {j} with --shard {s}: --jobs runs the shards itself")),
         _ => {}
     }
+    shards::time_limit(&args, jobs);
     let list: Vec<(usize, _)> = cases(seed, false)
         .into_iter()
         .enumerate()
@@ -160,7 +162,9 @@ fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: Stri
     let start = Instant::now();
     let base = shards::log_base(args.value("--log"), "gpu-check");
     let add = ["--seed".to_string(), seed.to_string()];
-    let logs = shards::run_shards(args.rest(), &["--seed"], &add, jobs, &base).unwrap_or_else(|e| args.fail(1, e));
+    let limit = shards::time_limit(args, Some(jobs));
+    let logs =
+        shards::run_shards(args.rest(), &["--seed"], &add, jobs, &base, limit).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
     let missing: Vec<usize> = numbers.iter().copied().filter(|n| merged.numbers.binary_search(n).is_err()).collect();
     let mut text = header + &merged.rows;

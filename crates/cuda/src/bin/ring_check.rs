@@ -19,7 +19,7 @@
 //!
 //! ```text
 //! ring_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu]  # virtual ranks (ring, Ulysses, hybrid), one GPU
-//! ring_check --jobs N [same options]                                   # the same in N processes (--shard K/N each)
+//! ring_check --jobs N [--time-limit S] [same options]                  # the same in N processes (--shard K/N each)
 //! ring_check --nproc W [--rings R] [same options]                      # NCCL, one process per GPU
 //! ring_check --threads W [--rings R] [same options]                    # NCCL, one thread per GPU
 //! ring_check --nproc 1 --nnodes H --node-rank I --id-file PATH [...]   # one of H hosts
@@ -32,6 +32,9 @@
 //! processes on the one GPU, each the cases of every N-th (size, pattern) key (`--shard K/N`), so that
 //! the kernel modules' compiles on a fresh machine run side by side; the rows of the log
 //! are numbered by case and schedule, the same in every shard, and merged by number.
+//! Every process rewrites its log before each case; `--time-limit S` stops the shards
+//! still running after S seconds and merges what they wrote, the rows they did not reach
+//! counted as failed (a run that must end within a wall-clock limit).
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
 
@@ -223,6 +226,7 @@ fn main() {
         }
         _ => {}
     }
+    shards::time_limit(&args, jobs);
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
             let exe = std::env::current_exe().expect("own path");
@@ -260,7 +264,11 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let mut cache = Cache::new();
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
     let list = run.cases(&VIRTUAL_RANKS, 1);
-    for (ci, c) in run.in_shard(&list) {
+    let head = header("Ring check (virtual ranks, one GPU)", &device, run);
+    let mine = run.in_shard(&list);
+    for (done, (ci, c)) in mine.iter().enumerate() {
+        write_partial(&log, &head, run, (done, mine.len()));
+        let (ci, c) = (*ci, c);
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
         for (si, name, schedule) in run.virtual_schedules() {
@@ -277,7 +285,20 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     if run.shard.is_none() {
         too_many_pieces(&mut log, list.len() * VIRTUAL.len());
     }
-    finish(&log, &header("Ring check (virtual ranks, one GPU)", &device, run), run, start.elapsed().as_secs_f64())
+    finish(&log, &head, run, start.elapsed().as_secs_f64())
+}
+
+/// The log so far (`--log`), rewritten before each case, so that a run cut short (a time
+/// limit, a kernel fault that ends the process) keeps the rows it checked; `--jobs`
+/// merges such a log like a finished one, its missing rows counted as failed.
+fn write_partial(log: &CheckLog, header: &str, run: &DistRun, (done, total): (usize, usize)) {
+    if let Some(path) = &run.log {
+        let mut out = header.to_string();
+        writeln!(out, "\n## Cases\n\n| # | result | case | relative errors |\n|---|---|---|---|").unwrap();
+        out.push_str(log.rows());
+        writeln!(out, "\n(run in progress: {done} of {total} cases done)").unwrap();
+        std::fs::write(path, out).expect("write log");
+    }
 }
 
 /// `--jobs N` on virtual ranks: this program as shards `K/N` ([`shards::run_shards`]),
@@ -287,7 +308,8 @@ fn virtual_jobs(args: &Args, gpu: &Gpu, run: &DistRun, jobs: usize) -> bool {
     let start = std::time::Instant::now();
     let device = gpu.describe().unwrap_or_default();
     let base = shards::log_base(run.log.clone(), "ring-check");
-    let logs = shards::run_shards(args.rest(), &[], &[], jobs, &base).unwrap_or_else(|e| args.fail(1, e));
+    let limit = shards::time_limit(args, Some(jobs));
+    let logs = shards::run_shards(args.rest(), &[], &[], jobs, &base, limit).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
     let list = run.cases(&VIRTUAL_RANKS, 1);
     let expected = list.iter().flat_map(|(ci, _)| run.virtual_schedules().map(move |(si, ..)| ci * VIRTUAL.len() + si));

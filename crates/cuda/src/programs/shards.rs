@@ -10,6 +10,8 @@
 //! [`CheckLog`]: super::CheckLog
 
 use std::fmt::Write;
+use std::process::Child;
+use std::time::{Duration, Instant};
 
 /// The merged rows and worst errors of several shards' logs.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,11 +29,15 @@ pub struct Merged {
 
 /// Merge the texts of the shards' logs. A log that is not a check log (no case table), a
 /// row whose result is neither `pass` nor `**FAIL**`, or a case number in two logs is an
-/// error naming it.
+/// error naming it; an empty one (a shard that wrote none) adds nothing.
 pub fn merge_logs(logs: &[(String, String)]) -> Result<Merged, String> {
     let mut rows: Vec<(usize, &str)> = Vec::new();
     let mut worst: Vec<(String, f64, String)> = Vec::new();
     for (name, text) in logs {
+        // A shard that stopped before its first case wrote nothing: its rows are missing.
+        if text.is_empty() {
+            continue;
+        }
         let (_, tables) =
             text.split_once("## Cases").ok_or_else(|| format!("{name}: not a check log (no \"## Cases\" table)"))?;
         let (cases, worst_table) = tables.split_once("## Worst errors").unwrap_or((tables, ""));
@@ -114,19 +120,22 @@ pub fn log_base(log: Option<String>, program: &str) -> String {
 
 /// Run this program `jobs` times at once, shard `K` with the arguments `rest` less the
 /// options `replace` (each with its value) plus `--shard K/jobs --log PATH` and `add`, where
-/// PATH is `{base}.shard-K-of-{jobs}.md`; wait for every shard, then return each shard's
-/// log path and text (empty for a shard that wrote none) and remove the files.
+/// PATH is `{base}.shard-K-of-{jobs}.md`; wait for every shard, or stop those still running
+/// after `limit` ([`wait_all`]), then return each shard's log path and text (empty for a
+/// shard that wrote none) and remove the files. A shard rewrites its log as it goes, so
+/// one stopped or dead keeps the rows it checked.
 pub fn run_shards(
     rest: &[String],
     replace: &[&str],
     add: &[String],
     jobs: usize,
     base: &str,
+    limit: Option<Duration>,
 ) -> Result<Vec<(String, String)>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let paths: Vec<String> = (0..jobs).map(|k| format!("{base}.shard-{k}-of-{jobs}.md")).collect();
     let mut replaced = replace.to_vec();
-    replaced.extend(["--jobs", "--shard", "--log"]);
+    replaced.extend(["--jobs", "--shard", "--log", TIME_LIMIT]);
     let children = paths
         .iter()
         .enumerate()
@@ -139,8 +148,11 @@ pub fn run_shards(
                 .map_err(|e| format!("starting shard {k}/{jobs}: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    for (k, mut child) in children.into_iter().enumerate() {
-        child.wait().map_err(|e| format!("waiting for shard {k}/{jobs}: {e}"))?;
+    for k in wait_all(children, limit).map_err(|e| format!("waiting for the shards: {e}"))? {
+        eprintln!(
+            "shard {k}/{jobs}: stopped at the time limit ({TIME_LIMIT} {}s)",
+            limit.unwrap_or_default().as_secs()
+        );
     }
     let logs = paths.iter().map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default())).collect();
     // A shard that wrote no log left nothing to remove.
@@ -148,9 +160,66 @@ pub fn run_shards(
     Ok(logs)
 }
 
+/// The option of `--jobs` that stops the shards still running after so many seconds, so
+/// that a run under a wall-clock limit (a device call) ends with its merged log.
+pub const TIME_LIMIT: &str = "--time-limit";
+
+/// `--time-limit S` of `args`: only with `--jobs` (`jobs`), whose shards it stops; a
+/// bad value or one without `--jobs` stops the program with exit code 2, naming it.
+pub fn time_limit(args: &super::Args, jobs: Option<usize>) -> Option<Duration> {
+    let limit = args.integer::<u64>(TIME_LIMIT)?;
+    if jobs.is_none() {
+        args.fail(2, format!("{TIME_LIMIT} {limit} without --jobs: it stops the shards of --jobs N"));
+    }
+    Some(Duration::from_secs(limit))
+}
+
+/// Wait for every child; with `limit`, kill those still running when it has passed.
+/// Returns the indices of the children it killed.
+pub fn wait_all(children: Vec<Child>, limit: Option<Duration>) -> std::io::Result<Vec<usize>> {
+    let deadline = limit.map(|l| Instant::now() + l);
+    let mut running: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let mut killed = Vec::new();
+    while running.iter().any(Option::is_some) {
+        for slot in running.iter_mut() {
+            if let Some(child) = slot
+                && child.try_wait()?.is_some()
+            {
+                *slot = None;
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            for (k, slot) in running.iter_mut().enumerate() {
+                if let Some(mut child) = slot.take() {
+                    // Already gone is fine: it ended between the poll and the kill.
+                    drop(child.kill());
+                    child.wait()?;
+                    killed.push(k);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(killed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Children that end are waited for; one still running at the limit is killed, and
+    /// the wait ends soon after the limit, not with the child.
+    #[cfg(unix)]
+    #[test]
+    fn the_time_limit_stops_only_the_children_still_running() {
+        let spawn = |cmd: &str, arg: &str| std::process::Command::new(cmd).arg(arg).spawn().unwrap();
+        let start = Instant::now();
+        let killed = wait_all(vec![spawn("sleep", "0.1"), spawn("sleep", "30")], Some(Duration::from_millis(700)));
+        assert_eq!(killed.unwrap(), [1]);
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(10), "{took:?}");
+        assert_eq!(wait_all(vec![spawn("sleep", "0.1")], None).unwrap(), Vec::<usize>::new());
+    }
 
     fn log(rows: &[&str], worst: &[&str]) -> String {
         let mut t = String::from(
@@ -203,6 +272,9 @@ mod tests {
         assert!(e.contains("cut.md") && e.contains("case 5"), "{e}");
         let e = merge_logs(&[("notes.md".into(), "# notes\n| 1 | pass |\n".into())]).unwrap_err();
         assert!(e.contains("notes.md") && e.contains("Cases"), "{e}");
+        // An empty log (a shard that wrote none) adds no row and is no error.
+        let m = merge_logs(&[("a".into(), log(&["| 4 | pass | A | out 1.00e-3 |"], &[])), ("b".into(), String::new())]);
+        assert_eq!(m.unwrap().numbers, [4]);
     }
 
     /// ring_check's rows name a case with bars inside (`virtual | P=2 ... | dense | ...`)

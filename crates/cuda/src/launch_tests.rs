@@ -452,18 +452,11 @@ fn head_slices_carry_their_global_heads() {
 
 /// `dilated_expr` branches with offsets per head and segment on the pieces of a ring (the
 /// zigzag layout's chunks of contiguous rows, the striped layout's rows of stride P, for
-/// P = 2, 3, 4, on both families): one launch per branch; on compact launches the kernels'
-/// row map (`row_of` in `kernels/index_map.cuh`, transcribed here: index c is kept position
-/// t of segment s, G = c + cbase = s m + t, position s w + o(h, s) + t r) yields only
-/// positions the branch keeps for the head, inside the sequence, whose index the host's
-/// inverse (`IndexMap::index_of`, which the plans use) gives back; and every pair the branch
-/// allows (same segment, both kept: the rule written out here, not the planner's) lies at
-/// launch indices inside the launch (`IndexMap::index_of`) in a tile that the forward and
-/// the backward plans visit.
+/// P = 2, 3, 4, on both families): one launch per branch, each checked by
+/// [`check_branch_launch`].
 #[test]
 fn dilated_expr_launches_on_ring_pieces_visit_every_allowed_pair() {
     use crate::check::dilated_expr::pattern;
-    use crate::plan::Side;
     use ringdil_reference::pattern::expr::ExprCombine::SoftmaxDenominator;
     let (n, heads) = (1000, 4);
     let patterns = [
@@ -483,79 +476,100 @@ fn dilated_expr_launches_on_ring_pieces_visit_every_allowed_pair() {
         let spec = GpuSpec::new(pat.clone()).causal(causal);
         let branches = crate::dilated_expr::compact_branches(&pat, heads, n).unwrap();
         for p in [2usize, 3, 4] {
-            // (offset, stride, rows): the zigzag layout's 2P chunks, the striped layout's P ranks.
-            let c = n / (2 * p);
-            let zigzag = (0..2 * p).map(|i| (i * c, 1, if i == 2 * p - 1 { n - i * c } else { c }));
-            let axes: Vec<(usize, usize, usize)> = zigzag.chain((0..p).map(|r| (r, p, (n - r).div_ceil(p)))).collect();
-            let pairs =
-                axes.iter().flat_map(|&q| axes.iter().map(move |&k| (q, k))).filter(|(q, k)| (q.1 == 1) == (k.1 == 1));
-            for ((qo, qs, qr), (ko, ks, kr)) in pairs {
-                let shape =
-                    Shape { batch: 1, heads, kv_heads: heads, head_dim: 64, value_dim: 64, q_rows: qr, k_rows: kr };
-                let chunk = Chunk { q_stride: qs, k_stride: ks, ..Chunk::new(qo, ko, n) };
-                let at = format!("P = {p}, queries ({qo}, {qs}, {qr}), keys ({ko}, {ks}, {kr})");
+            for (q, k) in ring_piece_pairs(n, p) {
+                let shape = Shape {
+                    batch: 1,
+                    heads,
+                    kv_heads: heads,
+                    head_dim: 64,
+                    value_dim: 64,
+                    q_rows: q.rows,
+                    k_rows: k.rows,
+                };
+                let chunk = Chunk { q_stride: q.stride, k_stride: k.stride, ..Chunk::new(q.offset, k.offset, n) };
                 for family in [Family::Wgmma, Family::Mma] {
+                    let at = format!("P = {p}, queries {q:?}, keys {k:?}, {family:?}");
                     let launches = launches_for(&shape, &spec, &chunk, family).unwrap();
                     assert_eq!(launches.len(), branches.len(), "{at}");
                     for (l, b) in launches.iter().zip(&branches) {
-                        let (nq, nk) = l.map.extents();
-                        let pp = l.params;
-                        assert_eq!((pp.nq as usize, pp.nk as usize), (nq, nk), "{at}");
-                        // The segment and offset of `pos` if the branch keeps it for head h.
-                        let kept = |pos: usize, h: usize| {
-                            let s = pos / b.segment;
-                            let o = b.offset(h, s);
-                            let t = (pos - s * b.segment).checked_sub(o)?;
-                            (t % b.dilation == 0).then_some((s, o))
-                        };
-                        for h in 0..heads {
-                            if pp.compact == 1 {
-                                let m = pp.dil_per_seg as usize;
-                                for (side, (offset, rows), count, cbase) in [
-                                    (Side::Query, (qo, qr), nq, pp.q_cbase as usize),
-                                    (Side::Key, (ko, kr), nk, pp.k_cbase as usize),
-                                ] {
-                                    for g in cbase..cbase + count {
-                                        let (s, t) = (g / m, g % m);
-                                        let o = if s < pp.dil_segments as usize { b.offset(h, s) } else { 0 };
-                                        let pos = s * pp.dil_segment as usize + o + t * pp.dil_rate as usize;
-                                        if pos < (s + 1) * pp.dil_segment as usize
-                                            && pos >= offset
-                                            && pos - offset < rows
-                                        {
-                                            assert!(
-                                                pos < n && kept(pos, h).is_some(),
-                                                "{at}, head {h}: row of position {pos}"
-                                            );
-                                            // The host's inverse finds the kernels' index again.
-                                            assert_eq!(l.map.index_of(side, pos, o), Some(g - cbase), "{at}, head {h}");
-                                        }
-                                    }
-                                }
-                            }
-                            for qpos in (0..qr).map(|i| qo + i * qs) {
-                                let Some((sq, oq)) = kept(qpos, h) else { continue };
-                                for kpos in (0..kr).map(|j| ko + j * ks) {
-                                    let Some((sk, ok)) = kept(kpos, h) else { continue };
-                                    if sq != sk || (causal && kpos > qpos) {
-                                        continue;
-                                    }
-                                    let pair = format!("{at}, {family:?}, head {h}, query {qpos}, key {kpos}");
-                                    let qc = l.map.index_of(Side::Query, qpos, oq).expect(&pair);
-                                    let kc = l.map.index_of(Side::Key, kpos, ok).expect(&pair);
-                                    assert!(qc < nq && kc < nk, "{pair}: indices ({qc}, {kc}) outside ({nq}, {nk})");
-                                    assert!(
-                                        l.fwd.contains(qc / l.fwd_q_tile, kc / l.fwd_k_tile),
-                                        "{pair}: forward plan"
-                                    );
-                                    assert!(
-                                        l.cols.contains(kc / crate::family::TILE, qc / crate::family::TILE),
-                                        "{pair}: backward plan"
-                                    );
-                                }
-                            }
-                        }
+                        check_branch_launch(l, b, (q, k), (heads, n, causal), &at);
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The (query, key) axes of a ring of `p` ranks over `n` positions: every pair of the
+/// zigzag layout's `2p` chunks (`n / 2p` rows, the last taking the rest) and every pair of
+/// the striped layout's ranks (rank `r`: positions `r + i p`).
+fn ring_piece_pairs(n: usize, p: usize) -> Vec<(crate::plan::Axis, crate::plan::Axis)> {
+    use crate::plan::Axis;
+    let c = n / (2 * p);
+    let zigzag: Vec<Axis> = (0..2 * p)
+        .map(|i| Axis { offset: i * c, stride: 1, rows: if i == 2 * p - 1 { n - i * c } else { c } })
+        .collect();
+    let striped: Vec<Axis> = (0..p).map(|r| Axis { offset: r, stride: p, rows: (n - r).div_ceil(p) }).collect();
+    [zigzag, striped].iter().flat_map(|axes| axes.iter().flat_map(|&q| axes.iter().map(move |&k| (q, k)))).collect()
+}
+
+/// Launch `l` of compact branch `b` over axes `(q, k)` of a pattern of `heads` heads over
+/// `n` positions: on a compact launch the kernels' row map (`row_of` in
+/// `kernels/index_map.cuh`, transcribed here: index c is kept position t of segment s,
+/// G = c + cbase = s m + t, position s w + o(h, s) + t r) yields only positions the branch
+/// keeps for the head, inside the sequence, whose index the host's inverse
+/// (`IndexMap::index_of`, which the plans use) gives back; and every pair the branch allows
+/// (same segment, both kept: the rule written out here, not the planner's) lies at launch
+/// indices inside the launch in a tile that the forward and the backward plans visit.
+fn check_branch_launch(
+    l: &LaunchSpec,
+    b: &ringdil_reference::pattern::expr::CompactBranch,
+    (q, k): (crate::plan::Axis, crate::plan::Axis),
+    (heads, n, causal): (usize, usize, bool),
+    at: &str,
+) {
+    use crate::plan::Side;
+    let (nq, nk) = l.map.extents();
+    let pp = l.params;
+    assert_eq!((pp.nq as usize, pp.nk as usize), (nq, nk), "{at}");
+    // The segment and offset of `pos` if the branch keeps it for head h.
+    let kept = |pos: usize, h: usize| {
+        let s = pos / b.segment;
+        let o = b.offset(h, s);
+        let t = (pos - s * b.segment).checked_sub(o)?;
+        (t % b.dilation == 0).then_some((s, o))
+    };
+    for h in 0..heads {
+        let sides = [(Side::Query, q, nq, pp.q_cbase as usize), (Side::Key, k, nk, pp.k_cbase as usize)];
+        for (side, axis, count, cbase) in sides.into_iter().filter(|_| pp.compact == 1) {
+            let m = pp.dil_per_seg as usize;
+            for g in cbase..cbase + count {
+                let (s, t) = (g / m, g % m);
+                let o = if s < pp.dil_segments as usize { b.offset(h, s) } else { 0 };
+                let pos = s * pp.dil_segment as usize + o + t * pp.dil_rate as usize;
+                if pos < (s + 1) * pp.dil_segment as usize && pos >= axis.offset && pos - axis.offset < axis.rows {
+                    assert!(pos < n && kept(pos, h).is_some(), "{at}, head {h}: row of position {pos}");
+                    // The host's inverse finds the kernels' index again.
+                    assert_eq!(l.map.index_of(side, pos, o), Some(g - cbase), "{at}, head {h}");
+                }
+            }
+        }
+        for qpos in (0..q.rows).map(|i| q.offset + i * q.stride) {
+            let Some((sq, oq)) = kept(qpos, h) else { continue };
+            for kpos in (0..k.rows).map(|j| k.offset + j * k.stride) {
+                match kept(kpos, h) {
+                    Some((sk, ok)) if sk == sq && !(causal && kpos > qpos) => {
+                        let pair = format!("{at}, head {h}, query {qpos}, key {kpos}");
+                        let qc = l.map.index_of(Side::Query, qpos, oq).expect(&pair);
+                        let kc = l.map.index_of(Side::Key, kpos, ok).expect(&pair);
+                        assert!(qc < nq && kc < nk, "{pair}: indices ({qc}, {kc}) outside ({nq}, {nk})");
+                        assert!(l.fwd.contains(qc / l.fwd_q_tile, kc / l.fwd_k_tile), "{pair}: forward plan");
+                        assert!(
+                            l.cols.contains(kc / crate::family::TILE, qc / crate::family::TILE),
+                            "{pair}: backward plan"
+                        );
+                    }
+                    _ => {}
                 }
             }
         }

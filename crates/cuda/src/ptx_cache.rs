@@ -233,8 +233,7 @@ mod tests {
 
     #[test]
     fn a_stored_entry_is_read_back_and_a_missing_one_is_none() {
-        let dir = std::env::temp_dir().join(format!("ringdil-ptx-cache-test-{}", std::process::id()));
-        drop(std::fs::remove_dir_all(&dir));
+        let dir = scratch("cache-test");
         let k = key("src", &[], (13, 0));
         assert_eq!(load(&dir, "m", &k), None);
         store(&dir, "m", &k, ".version 8.8\n");
@@ -252,22 +251,25 @@ mod tests {
         dir
     }
 
+    /// A claim of entry ("m", "k") in `dir` by another thread, started now.
+    fn claim_elsewhere(dir: &Path) -> std::thread::JoinHandle<Claim> {
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || claim(&dir, "m", "k"))
+    }
+
     #[test]
     fn a_second_claimer_waits_for_the_first_ones_entry() {
         let dir = scratch("claim-wait");
         let Claim::Compile(first) = claim(&dir, "m", "k") else { panic!("an empty cache has no entry") };
-        let waiter = {
-            let dir = dir.clone();
-            std::thread::spawn(move || match claim(&dir, "m", "k") {
-                Claim::Ready(ptx) => ptx,
-                Claim::Compile(_) => panic!("compiled while the first claim was held"),
-            })
-        };
+        let waiter = claim_elsewhere(&dir);
         std::thread::sleep(3 * POLL);
         assert!(!waiter.is_finished(), "the waiter returned before the entry was stored");
         store(&dir, "m", "k", "ptx of m");
         drop(first);
-        assert_eq!(waiter.join().unwrap(), "ptx of m");
+        match waiter.join().unwrap() {
+            Claim::Ready(ptx) => assert_eq!(ptx, "ptx of m"),
+            Claim::Compile(_) => panic!("compiled while the first claim was held"),
+        }
         // The lock is gone with the claim; only the entry is left.
         let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["m-k.ptx"]);
@@ -279,13 +281,10 @@ mod tests {
         let dir = scratch("claim-dead");
         // Given up (a compile that failed): the waiter compiles.
         let Claim::Compile(first) = claim(&dir, "m", "k") else { panic!("no entry yet") };
-        let waiter = {
-            let dir = dir.clone();
-            std::thread::spawn(move || matches!(claim(&dir, "m", "k"), Claim::Compile(_)))
-        };
+        let waiter = claim_elsewhere(&dir);
         std::thread::sleep(3 * POLL);
         drop(first);
-        assert!(waiter.join().unwrap(), "the waiter did not take the compile over");
+        assert!(matches!(waiter.join().unwrap(), Claim::Compile(_)), "the waiter did not take the compile over");
         // A lock whose process is gone (no such pid) is taken over at once, where the
         // system lists its processes under /proc.
         if Path::new("/proc").is_dir() {

@@ -26,7 +26,7 @@ use ringdil_cuda::check::{
 use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use std::fmt::Write;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn main() {
     let args = Args::from_env(Program::GpuCheck);
@@ -58,7 +58,7 @@ fn main() {
         (Some(j), Some(s)) => args.fail(2, format!("--jobs {j} with --shard {s}: --jobs runs the shards itself")),
         _ => {}
     }
-    shards::time_limit(&args, jobs);
+    let limit = shards::time_limit(&args, jobs);
     let list: Vec<(usize, _)> = cases(seed, false)
         .into_iter()
         .enumerate()
@@ -98,7 +98,7 @@ fn main() {
     writeln!(header, "## Cases\n\n| # | result | case | errors |\n|---|---|---|---|").unwrap();
     if let Some(jobs) = jobs {
         let numbers: Vec<usize> = list.iter().map(|&(i, _)| i).collect();
-        run_jobs(&args, jobs, seed, &numbers, header);
+        run_jobs(&args, jobs, limit, seed, &numbers, header);
     }
     let mut log = CheckLog::default();
     let start = Instant::now();
@@ -157,12 +157,12 @@ fn finish(
 /// compiles, one CPU core each, run side by side), each writing its own log next to
 /// `--log` (or in the temporary directory), then one log from theirs
 /// ([`shards::merge_logs`]): `header`, the rows by case number, the worst errors, the
-/// counts. A case of `numbers` in no shard's log (a shard that stopped) fails.
-fn run_jobs(args: &Args, jobs: usize, seed: u64, numbers: &[usize], header: String) -> ! {
+/// counts. A case of `numbers` in no shard's log (a shard that stopped, or was stopped at
+/// `limit`, `--time-limit`) fails.
+fn run_jobs(args: &Args, jobs: usize, limit: Option<Duration>, seed: u64, numbers: &[usize], header: String) -> ! {
     let start = Instant::now();
     let base = shards::log_base(args.value("--log"), "gpu-check");
     let add = ["--seed".to_string(), seed.to_string()];
-    let limit = shards::time_limit(args, Some(jobs));
     let logs =
         shards::run_shards(args.rest(), &["--seed"], &add, jobs, &base, limit).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));

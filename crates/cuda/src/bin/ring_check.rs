@@ -58,6 +58,7 @@ use ringdil_cuda::spec::{GpuPattern, GpuSpec};
 use ringdil_cuda::tensors::DevicePartial;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use std::fmt::Write;
+use std::time::Duration;
 
 /// The log's header: what ran, where, and what passing means.
 fn header(title: &str, device: &str, run: &DistRun) -> String {
@@ -77,6 +78,9 @@ fn finish(log: &CheckLog, header: &str, run: &DistRun, seconds: f64) -> bool {
     write_log(header, log.rows(), &worst, (log.passed(), log.failed()), run, seconds)
 }
 
+/// The head of the log's case table (its rows follow, `| N | result | case | errors |`).
+const CASES_TABLE: &str = "\n## Cases\n\n| # | result | case | relative errors |\n|---|---|---|---|\n";
+
 /// The log from its parts: the case rows (`| N | result | case | errors |`, the table
 /// [`shards::merge_logs`] reads back), the worst-error rows (`| key | worst | bound |`)
 /// and the counts.
@@ -89,7 +93,7 @@ fn write_log(
     seconds: f64,
 ) -> bool {
     let mut out = header.to_string();
-    writeln!(out, "\n## Cases\n\n| # | result | case | relative errors |\n|---|---|---|---|").unwrap();
+    out.push_str(CASES_TABLE);
     out.push_str(rows);
     writeln!(out, "\n## Worst errors\n\n| schedule / quantity | worst | bound |\n|---|---|---|").unwrap();
     out.push_str(worst);
@@ -115,7 +119,7 @@ struct DistRun {
     schedules: Vec<Kind>,
     /// `--only TEXT`: the cases whose description contains TEXT (all by default).
     only: Option<String>,
-    /// `--shard K/N` (virtual ranks): the cases of every N-th input key ([`DistRun::in_shard`]).
+    /// `--shard K/N` (virtual ranks): the cases of every N-th input key ([`shard_by_key`]).
     shard: Option<(usize, usize)>,
 }
 
@@ -130,19 +134,14 @@ impl DistRun {
         }
         all.into_iter().enumerate().collect()
     }
-
-    /// The cases of `list` in this run's shard `K/N`: those of every N-th input key
-    /// (size, pattern), counted in the order the keys first appear, from the K-th. A key's
-    /// cases (every rank count, layout and schedule) share their inputs and reference
-    /// ([`cached`]), so they stay in one process; a kernel module that several shards
-    /// need compiles once through the PTX disk cache. With more shards than keys the
-    /// shards past the last key get no case.
-    fn in_shard<'a>(&self, list: &'a [(usize, Case)]) -> Vec<&'a (usize, Case)> {
-        shard_by_key(list, self.shard)
-    }
 }
 
-/// [`DistRun::in_shard`] for shard `shard` (`None`: every case).
+/// The cases of `list` in shard `K/N` (`None`: every case): those of every N-th input key
+/// (size, pattern), counted in the order the keys first appear, from the K-th. A key's
+/// cases (every rank count, layout and schedule) share their inputs and reference
+/// ([`cached`]), so they stay in one process; a kernel module that several shards need
+/// compiles once through the PTX disk cache. With more shards than keys the shards past
+/// the last key get no case.
 fn shard_by_key(list: &[(usize, Case)], shard: Option<(usize, usize)>) -> Vec<&(usize, Case)> {
     let mut keys: Vec<(usize, usize)> = Vec::new();
     list.iter()
@@ -226,7 +225,7 @@ fn main() {
         }
         _ => {}
     }
-    shards::time_limit(&args, jobs);
+    let limit = shards::time_limit(&args, jobs);
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
             let exe = std::env::current_exe().expect("own path");
@@ -245,7 +244,7 @@ fn main() {
             Err(e) => args.fail(1, e),
         },
         (None, None, None) => match jobs {
-            Some(j) => virtual_jobs(&args, &args.gpu(), &run, j),
+            Some(j) => virtual_jobs(&args, &args.gpu(), &run, j, limit),
             None => virtual_main(&args.gpu(), &run),
         },
         (Some(env), _, _) => match env.connect() {
@@ -265,10 +264,9 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
     let one_ring = Grid::new(1, 1).expect("one rank, one ring");
     let list = run.cases(&VIRTUAL_RANKS, 1);
     let head = header("Ring check (virtual ranks, one GPU)", &device, run);
-    let mine = run.in_shard(&list);
-    for (done, (ci, c)) in mine.iter().enumerate() {
+    let mine = shard_by_key(&list, run.shard);
+    for (done, &(ci, ref c)) in mine.iter().copied().enumerate() {
         write_partial(&log, &head, run, (done, mine.len()));
-        let (ci, c) = (*ci, c);
         let parts = ring_parts(c, &one_ring).expect("plan");
         let inp = cached(&mut cache, c, run.seed, true);
         for (si, name, schedule) in run.virtual_schedules() {
@@ -294,7 +292,7 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
 fn write_partial(log: &CheckLog, header: &str, run: &DistRun, (done, total): (usize, usize)) {
     if let Some(path) = &run.log {
         let mut out = header.to_string();
-        writeln!(out, "\n## Cases\n\n| # | result | case | relative errors |\n|---|---|---|---|").unwrap();
+        out.push_str(CASES_TABLE);
         out.push_str(log.rows());
         writeln!(out, "\n(run in progress: {done} of {total} cases done)").unwrap();
         std::fs::write(path, out).expect("write log");
@@ -304,11 +302,10 @@ fn write_partial(log: &CheckLog, header: &str, run: &DistRun, (done, total): (us
 /// `--jobs N` on virtual ranks: this program as shards `K/N` ([`shards::run_shards`]),
 /// then one log from theirs, with the typed-error check. A row no shard wrote (a shard
 /// that stopped) counts as failed and is named.
-fn virtual_jobs(args: &Args, gpu: &Gpu, run: &DistRun, jobs: usize) -> bool {
+fn virtual_jobs(args: &Args, gpu: &Gpu, run: &DistRun, jobs: usize, limit: Option<Duration>) -> bool {
     let start = std::time::Instant::now();
     let device = gpu.describe().unwrap_or_default();
     let base = shards::log_base(run.log.clone(), "ring-check");
-    let limit = shards::time_limit(args, Some(jobs));
     let logs = shards::run_shards(args.rest(), &[], &[], jobs, &base, limit).unwrap_or_else(|e| args.fail(1, e));
     let merged = shards::merge_logs(&logs).unwrap_or_else(|e| args.fail(1, e));
     let list = run.cases(&VIRTUAL_RANKS, 1);

@@ -8,11 +8,14 @@
 #        main=.gpu/ring_check patch=.gpu/ring_check_counters
 # FILTER is ring_check's --only (the log's case column); SCHEDULES (default: ring) its
 # --schedules; TOOL (default: memcheck) the sanitizer's tool (racecheck, initcheck,
-# synccheck). Each variant runs alone, one after the other (the sanitizer slows kernels
-# many times), with NVRTC's line info (RINGDIL_CUDA_DEFINES=-lineinfo: PTX cache entries of
-# their own); its report goes to LOGDIR/NAME.txt, its exit status to LOGDIR/summary.txt.
+# synccheck); SANITIZER_ARGS more sanitizer options (e.g. --padding 4096, which puts a
+# guard region after each allocation so that an access past a buffer's end is caught even
+# where another buffer would follow); LIMIT (default 600) seconds per variant. Each variant
+# runs alone, one after the other (the sanitizer slows kernels many times), with NVRTC's
+# line info (RINGDIL_CUDA_DEFINES=-lineinfo: PTX cache entries of their own); its report
+# goes to LOGDIR/NAME.txt, its exit status to LOGDIR/summary.txt.
 set -u
-[ $# -ge 3 ] || { sed -n 2,13p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,16p "$0"; exit 2; }
 out=$1 filter=$2
 shift 2
 mkdir -p "$out"
@@ -23,8 +26,9 @@ for v in "$@"; do
   name=${v%%=*} bin=${v#*=}
   [ -x "$bin" ] || { echo "memcheck_ring: $bin: not an executable (variant $name)" >&2; exit 2; }
   start=$SECONDS
-  RINGDIL_CUDA_DEFINES=-lineinfo compute-sanitizer --tool "$tool" --print-limit 20 --error-exitcode 9 \
-    "$bin" --require-gpu --only "$filter" --schedules "${SCHEDULES:-ring}" > "$out/$name.txt" 2>&1
+  # shellcheck disable=SC2086 # SANITIZER_ARGS is a list of options
+  RINGDIL_CUDA_DEFINES=-lineinfo timeout "${LIMIT:-600}" compute-sanitizer --tool "$tool" --print-limit 20 \
+    --error-exitcode 9 ${SANITIZER_ARGS:-} "$bin" --require-gpu --only "$filter" --schedules "${SCHEDULES:-ring}" > "$out/$name.txt" 2>&1
   status=$?
-  echo "$name: exit $status ($tool, $((SECONDS - start)) s; 9: the sanitizer found errors)" | tee -a "$sum"
+  echo "$name: exit $status ($tool, $((SECONDS - start)) s; 9: the sanitizer found errors; 124: cut at LIMIT)" | tee -a "$sum"
 done

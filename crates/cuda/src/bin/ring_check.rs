@@ -40,11 +40,11 @@
 
 use cudarc::driver::CudaSlice;
 use ringdil_cuda::Gpu;
-use ringdil_cuda::check::bound;
 use ringdil_cuda::check::ring::{
-    Cache, Case, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, max_diff, ring_parts,
-    run_virtual, run_virtual_schedule,
+    Cache, Case, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, gradient_breakdown,
+    max_diff, ring_parts, run_virtual, run_virtual_schedule,
 };
+use ringdil_cuda::check::{Metric, bound};
 use ringdil_cuda::dist::head_split::HeadSplit;
 use ringdil_cuda::dist::hybrid_split::HybridSplit;
 use ringdil_cuda::dist::ring::upload_dout;
@@ -273,7 +273,13 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
             let (number, label) = (ci * VIRTUAL.len() + si, format!("{name} | {}", describe(c)));
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
-                    log.record(Some(number), &label, name, &compare(c, &parts, &[res], &inp.reference), "");
+                    let res = [res];
+                    let metrics = compare(c, &parts, &res, &inp.reference);
+                    let extra = match metrics.iter().all(Metric::passed) {
+                        true => String::new(),
+                        false => gradient_breakdown(c, &parts, &res, &inp.reference),
+                    };
+                    log.record(Some(number), &label, name, &metrics, &extra);
                 }
                 Err(e) => log.record_errored(number, &label, &e.to_string()),
             }
@@ -458,7 +464,11 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                 }
                 let label = format!("{} | {}", schedule.name(), describe(c));
                 let number = ci * SCHEDULES.len() + si;
-                log.record(Some(number), &label, schedule.name(), &compare(c, &parts, &res, &inp.reference), &extra);
+                let metrics = compare(c, &parts, &res, &inp.reference);
+                if !metrics.iter().all(Metric::passed) {
+                    extra += &gradient_breakdown(c, &parts, &res, &inp.reference);
+                }
+                log.record(Some(number), &label, schedule.name(), &metrics, &extra);
             }
         }
     }

@@ -31,6 +31,7 @@ use ringdil_reference::pattern::{Dilated, ExprCombine, ExprPattern};
 use ringdil_reference::random::SplitMix64;
 use ringdil_reference::ring::{ChunkPlan, Kind, Layout};
 use ringdil_reference::{Attention, attention, attention_backward};
+use std::fmt::Write;
 use std::ops::Range;
 
 /// One ring-check case: ranks per ring, rings side by side, the layout and pattern, and
@@ -311,15 +312,10 @@ pub fn batch_slices<'a>(bits: &'a [Vec<u16>; 4], c: &Case, rows: &Range<usize>) 
     ]
 }
 
-/// The errors of the whole batch, each against the bf16 bound: every ring's ranks
-/// (`res[ring][position]`) are gathered into the rows of its ring, in host arrays that
-/// start as NaN.
-pub fn compare(
-    c: &Case,
-    parts: &[RingPart],
-    res: &[HostResult],
-    reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
-) -> Vec<Metric> {
+/// Every ring's ranks (`res[ring][position]`) gathered into the rows of its ring: out, LSE,
+/// dq, dk, dv of the whole batch in the reference's layouts, in host arrays that start as
+/// NaN (a value no rank wrote stays NaN, and fails).
+fn gathered(c: &Case, parts: &[RingPart], res: &[HostResult]) -> Vec<Vec<f64>> {
     let (b, n, h, hk, d, dv) = (c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.value_dim);
     let len = [b * n * h * dv, b * h * n, b * n * h * d, b * n * hk * d, b * n * hk * dv];
     let mut arrays: Vec<Vec<f64>> = len.iter().map(|&l| vec![f64::NAN; l]).collect();
@@ -340,6 +336,17 @@ pub fn compare(
             }
         }
     }
+    arrays
+}
+
+/// The errors of the whole batch ([`gathered`]), each against the bf16 bound.
+pub fn compare(
+    c: &Case,
+    parts: &[RingPart],
+    res: &[HostResult],
+    reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
+) -> Vec<Metric> {
+    let arrays = gathered(c, parts, res);
     let (fwd, g) = reference;
     let bound = bound(Dtype::Bf16);
     [
@@ -352,6 +359,55 @@ pub fn compare(
     .into_iter()
     .map(|(what, err)| Metric { what, err, bound })
     .collect()
+}
+
+/// Where the gradients of a failed case are wrong: dq, dk and dv each cut by the ranks that
+/// hold the tokens (ring 0's chunking; every ring has the same) and by head (query heads for
+/// dq, K/V heads for dk, dv), as `||out - ref|| / ||ref||` of each cell. Printed after a
+/// failing row, e.g. `dq by rank 1.7e-3 4.1e-2 1.6e-3`: one rank's or one head's cells far
+/// above the others' name the query piece or key piece whose work went wrong.
+pub fn gradient_breakdown(
+    c: &Case,
+    parts: &[RingPart],
+    res: &[HostResult],
+    reference: &(Attention<f64>, ringdil_reference::Gradients<f64>),
+) -> String {
+    let arrays = gathered(c, parts, res);
+    let g = &reference.1;
+    let Some(part) = parts.first() else { return String::new() };
+    let (b, n) = (c.batch, c.seq);
+    let ranks = part.plan.ranks();
+    let mut owner = vec![0; n];
+    for r in 0..ranks {
+        for &t in part.plan.chunks.tokens(r) {
+            owner[t] = r;
+        }
+    }
+    let mut out = String::new();
+    let grads = [("dq", &arrays[2], g.dq.iter(), c.heads), ("dk", &arrays[3], g.dk.iter(), c.kv_heads)];
+    let dv = ("dv", &arrays[4], g.dv.iter(), c.kv_heads);
+    for (what, got, want, heads) in grads.into_iter().chain(std::iter::once(dv)) {
+        let width = got.len() / (b * n * heads).max(1);
+        // (squared difference, squared reference) per rank and per head.
+        let (mut by_rank, mut by_head) = (vec![(0.0, 0.0); ranks], vec![(0.0, 0.0); heads]);
+        for (i, (x, r)) in got.iter().zip(want).enumerate() {
+            let (t, hd) = ((i / (width * heads)) % n, (i / width) % heads);
+            let (e, w) = ((x - r) * (x - r), r * r);
+            for cell in [&mut by_rank[owner[t]], &mut by_head[hd]] {
+                cell.0 += e;
+                cell.1 += w;
+            }
+        }
+        let show = |cells: &[(f64, f64)]| {
+            cells
+                .iter()
+                .map(|&(e, w): &(f64, f64)| format!("{:.1e}", (e / w.max(f64::MIN_POSITIVE)).sqrt()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        write!(out, " | {what} by rank {} by head {}", show(&by_rank), show(&by_head)).expect("write to a String");
+    }
+    out
 }
 
 /// Largest absolute difference of two results of the same plans (equal infinities count 0).
@@ -506,6 +562,34 @@ mod tests {
                 let errs = compare(&c, &parts, &res, &inp.reference);
                 assert!(errs.iter().all(|m| !m.passed()), "swapped rings must fail: {errs:?}");
             }
+        }
+    }
+
+    /// The breakdown names the rank whose gradient piece is off: exact results give cells of
+    /// 0 (up to f32 rounding), and rank 1's dq scaled by 1.1 gives its dq cell 0.1 and leaves
+    /// the other ranks' cells, and dk and dv, at 0.
+    #[test]
+    fn gradient_breakdown_names_the_rank_whose_piece_is_off() {
+        let c = case(3, 1, 1, Layout::Striped, (64, 64));
+        let parts = ring_parts(&c, &Grid::new(3, 1).unwrap()).unwrap();
+        let inp = inputs(&c, 3, true);
+        let mut res = exact(&c, &parts, &inp);
+        let cells = |res: &[HostResult], what: &str| -> Vec<f64> {
+            let text = gradient_breakdown(&c, &parts, res, &inp.reference);
+            let at = text.find(&format!("{what} by rank ")).unwrap_or_else(|| panic!("{what} in {text}"));
+            let rest = &text[at + what.len() + " by rank ".len()..];
+            rest[..rest.find(" by head").unwrap()].split(' ').map(|x| x.parse().unwrap()).collect()
+        };
+        for what in ["dq", "dk", "dv"] {
+            let exact_cells = cells(&res, what);
+            assert_eq!(exact_cells.len(), 3, "{what}: {exact_cells:?}");
+            assert!(exact_cells.iter().all(|&e| e < 1e-6), "{what}: {exact_cells:?}");
+        }
+        res[0][1][2].iter_mut().flatten().for_each(|x| *x *= 1.1);
+        let dq = cells(&res, "dq");
+        assert!(dq[0] < 1e-6 && dq[2] < 1e-6 && (dq[1] - 0.1).abs() < 1e-3, "{dq:?}");
+        for what in ["dk", "dv"] {
+            assert!(cells(&res, what).iter().all(|&e| e < 1e-6), "{what}");
         }
     }
 

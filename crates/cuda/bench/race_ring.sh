@@ -15,11 +15,8 @@ set -u
 out=$1 limit=$2
 shift 2
 mkdir -p "$out"
-filters=(
-  "P=3 striped | dilated_expr: rotating offsets"
-  "P=4 zigzag | dilated_expr: offsets 3h - s^2"
-  "P=4 zigzag | dilated_expr: rotating offsets"
-)
+# shellcheck source=race_filters.sh
+. "$(dirname "$0")/race_filters.sh"
 end=$((SECONDS + limit))
 loop() {  # NAME BINARY COPY
   local run=0

@@ -1,6 +1,6 @@
 //! The programs' argument errors that stop them before any GPU work, so these run on any
 //! machine: without the checks, a machine without a CUDA device would print a skip and
-//! exit 0. `gpu_bench`'s sections and `ring_check`'s sharding options.
+//! exit 0. `gpu_bench`'s sections, `ring_check`'s sharding options, both checks' `--contend`.
 
 use std::process::Command;
 
@@ -53,5 +53,18 @@ fn bad_jobs_and_shards_are_named() {
         let (code, err) = ring_check(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// `--contend MS` is milliseconds from 1 to 1000, refused otherwise by both checks before
+/// any GPU work; the contender's own switch is checked the same way.
+#[test]
+fn a_bad_contend_length_is_named() {
+    for program in [env!("CARGO_BIN_EXE_ring_check"), env!("CARGO_BIN_EXE_gpu_check")] {
+        for (flag, value) in [("--contend", "0"), ("--contend", "1001"), ("--contend", "soon"), ("--contend-child", "0")] {
+            let (code, err) = run(program, &[flag, value]);
+            assert_eq!(code, Some(2), "{program} {flag} {value}: {err}");
+            assert!(err.contains(&format!("{flag} takes milliseconds from 1 to 1000, got \"{value}\"")), "{err}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! (see `ringdil_cuda::check`), with a Markdown log of the run.
 //!
 //! `gpu_check [--seed N] [--log FILE.md] [--date TEXT] [--require-gpu] [--large-sweep COUNT]
-//! [--only TEXT] [--shard K/N | --jobs N [--time-limit S]] [--from I]`
+//! [--only TEXT] [--shard K/N | --jobs N [--time-limit S]] [--from I] [--contend MS]`
 //!
 //! `--shard K/N` runs the cases whose index is K mod N, with the inputs they get in the
 //! whole list: N processes (one per GPU) with the same seed run the whole check between
@@ -12,6 +12,11 @@
 //! cases' kernel modules, one CPU core each: the slow part of a check), and merges their
 //! logs into `--log` (`ringdil_cuda::programs::shards`); `--time-limit S` stops the shards
 //! still running after S seconds, and the cases they did not reach fail.
+//!
+//! `--contend MS` runs the check beside a second process of this binary that keeps the
+//! GPU busy with MS-millisecond spin kernels, so that the driver time-slices the two
+//! contexts and preempts the kernels under check mid-flight (`ringdil_cuda::programs::contend`;
+//! with `--jobs`, one contender for all shards).
 //!
 //! `--large-sweep COUNT` runs only the large-score backward cases of seeds `N..N + COUNT`
 //! and prints one line per case (`ringdil_cuda::check::sweep`); it judges nothing.
@@ -23,6 +28,7 @@ use ringdil_cuda::check::{
     GRAD_RMS_FLOOR, LARGE_LOGITS, Logits, MERGE_BOUND, OFFSET_LOGITS, bound, bound_for, cases, describe,
     large_lse_bound, run_case,
 };
+use ringdil_cuda::programs::contend::{self, Contender};
 use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use std::fmt::Write;
@@ -30,9 +36,11 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let args = Args::from_env(Program::GpuCheck);
+    contend::child_main_if_asked(&args);
     let seed = args.integer("--seed").unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     });
+    let _contender = Contender::start(&args).unwrap_or_else(|e| args.fail(2, e));
     let gpu = args.gpu();
     if let Some(count) = args.integer::<u64>("--large-sweep") {
         ringdil_cuda::check::sweep::run(&gpu, seed, count).expect("sweep");

@@ -35,6 +35,10 @@
 //! Every process rewrites its log before each case; `--time-limit S` stops the shards
 //! still running after S seconds and merges what they wrote, the rows they did not reach
 //! counted as failed (a run that must end within a wall-clock limit).
+//! `--contend MS` runs the check beside a second process of this binary that keeps the GPU
+//! busy with MS-millisecond spin kernels, so that the driver time-slices the two contexts and
+//! preempts the kernels under check mid-flight (`ringdil_cuda::programs::contend`; one
+//! contender for all shards of `--jobs`, and for all ranks of `--nproc` on this host).
 //! Without a CUDA device it prints "skipped: no CUDA device" and exits 0 (1 with
 //! `--require-gpu`); a skip is never counted as a pass.
 
@@ -52,6 +56,7 @@ use ringdil_cuda::dist::{
     Communicator, DistError, DistPlan, DistRank, Grid, RankData, RankEnv, RankGrads, SCHEDULES, launch,
     run_threads_with, timeout_from_env,
 };
+use ringdil_cuda::programs::contend::{self, Contender};
 use ringdil_cuda::programs::{Args, CheckLog, Program, shards};
 use ringdil_cuda::shape::Dtype;
 use ringdil_cuda::spec::{GpuPattern, GpuSpec};
@@ -184,6 +189,7 @@ fn schedules(args: &Args) -> Vec<Kind> {
 
 fn main() {
     let args = Args::from_env(Program::RingCheck);
+    contend::child_main_if_asked(&args);
     let seed: u64 = args.integer("--seed").unwrap_or(1);
     let (nproc, threads, rings) = (args.integer("--nproc"), args.integer("--threads"), args.integer("--rings"));
     let mut env = RankEnv::from_env().unwrap_or_else(|e| args.fail(2, e));
@@ -226,6 +232,11 @@ fn main() {
         _ => {}
     }
     let limit = shards::time_limit(&args, jobs);
+    // One contender per host: the process the check starts in, not the ranks it launches.
+    let _contender = match env {
+        None => Contender::start(&args).unwrap_or_else(|e| args.fail(2, e)),
+        Some(_) => None,
+    };
     let ok = match (env, nproc, threads) {
         (None, Some(n), _) => {
             let exe = std::env::current_exe().expect("own path");

@@ -9,12 +9,15 @@
 //!   `--id-file`, `--timeout`: `launch.rs`);
 //! * [`CheckLog`]: the Markdown log of a check run, one row per case with its errors,
 //!   the pass / fail counts and the worst error per quantity;
-//! * [`shards`]: one log from a check run as several processes (`gpu_check --jobs N`).
+//! * [`shards`]: one log from a check run as several processes (`gpu_check --jobs N`);
+//! * [`contend`]: a check run beside a second CUDA context that keeps the GPU busy
+//!   (`--contend MS`), so that kernels are preempted as on a shared GPU.
 //!
 //! The cases the checks run live with what they check: [`crate::check`] (kernels) and
 //! [`crate::check::ring`] (distributed attention).
 
 mod args;
+pub mod contend;
 mod launch;
 mod log;
 pub mod shards;

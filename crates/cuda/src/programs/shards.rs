@@ -135,7 +135,7 @@ pub fn run_shards(
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let paths: Vec<String> = (0..jobs).map(|k| format!("{base}.shard-{k}-of-{jobs}.md")).collect();
     let mut replaced = replace.to_vec();
-    replaced.extend(["--jobs", "--shard", "--log", TIME_LIMIT]);
+    replaced.extend(["--jobs", "--shard", "--log", TIME_LIMIT, super::contend::CONTEND]);
     let children = paths
         .iter()
         .enumerate()

@@ -61,7 +61,9 @@ fn bad_jobs_and_shards_are_named() {
 #[test]
 fn a_bad_contend_length_is_named() {
     for program in [env!("CARGO_BIN_EXE_ring_check"), env!("CARGO_BIN_EXE_gpu_check")] {
-        for (flag, value) in [("--contend", "0"), ("--contend", "1001"), ("--contend", "soon"), ("--contend-child", "0")] {
+        for (flag, value) in
+            [("--contend", "0"), ("--contend", "1001"), ("--contend", "soon"), ("--contend-child", "0")]
+        {
             let (code, err) = run(program, &[flag, value]);
             assert_eq!(code, Some(2), "{program} {flag} {value}: {err}");
             assert!(err.contains(&format!("{flag} takes milliseconds from 1 to 1000, got \"{value}\"")), "{err}");

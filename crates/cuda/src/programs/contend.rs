@@ -18,7 +18,7 @@
 use super::Args;
 use crate::Gpu;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 
 /// The switch of a check that wants a contender, with its kernel's length in milliseconds.
 pub const CONTEND: &str = "--contend";
@@ -56,7 +56,9 @@ impl Contender {
     pub fn start(args: &Args) -> Result<Option<Contender>, String> {
         let Some(ms) = millis(args, CONTEND)? else { return Ok(None) };
         let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-        Self::spawn(Command::new(exe).args([CONTEND_CHILD, &ms.to_string()]))
+        // Its standard output stays out of the check's (a log read to its end would wait
+        // for the contender too); its errors go to the check's standard error.
+        Self::spawn(Command::new(exe).args([CONTEND_CHILD, &ms.to_string()]).stdin(Stdio::null()).stdout(Stdio::null()))
     }
 
     fn spawn(cmd: &mut Command) -> Result<Option<Contender>, String> {

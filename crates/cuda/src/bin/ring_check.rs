@@ -44,11 +44,11 @@
 
 use cudarc::driver::CudaSlice;
 use ringdil_cuda::Gpu;
+use ringdil_cuda::check::bound;
 use ringdil_cuda::check::ring::{
-    Cache, Case, HostResult, RingPart, batch_slices, cached, cases, compare, describe, download, gradient_breakdown,
-    max_diff, ring_parts, run_virtual, run_virtual_schedule,
+    Cache, Case, HostResult, RingPart, batch_slices, cached, cases, compare_explained, describe, download, max_diff,
+    ring_parts, run_virtual, run_virtual_schedule,
 };
-use ringdil_cuda::check::{Metric, bound};
 use ringdil_cuda::dist::head_split::HeadSplit;
 use ringdil_cuda::dist::hybrid_split::HybridSplit;
 use ringdil_cuda::dist::ring::upload_dout;
@@ -285,12 +285,8 @@ fn virtual_main(gpu: &Gpu, run: &DistRun) -> bool {
             match run_virtual_schedule(gpu, c, &parts[0], &inp, schedule) {
                 Ok(res) => {
                     let res = [res];
-                    let metrics = compare(c, &parts, &res, &inp.reference);
-                    let extra = match metrics.iter().all(Metric::passed) {
-                        true => String::new(),
-                        false => gradient_breakdown(c, &parts, &res, &inp.reference),
-                    };
-                    log.record(Some(number), &label, name, &metrics, &extra);
+                    let (metrics, why) = compare_explained(c, &parts, &res, &inp.reference);
+                    log.record(Some(number), &label, name, &metrics, &why);
                 }
                 Err(e) => log.record_errored(number, &label, &e.to_string()),
             }
@@ -475,11 +471,8 @@ fn dist_main(gpu: &Gpu, comm: &Communicator, run: &DistRun) -> bool {
                 }
                 let label = format!("{} | {}", schedule.name(), describe(c));
                 let number = ci * SCHEDULES.len() + si;
-                let metrics = compare(c, &parts, &res, &inp.reference);
-                if !metrics.iter().all(Metric::passed) {
-                    extra += &gradient_breakdown(c, &parts, &res, &inp.reference);
-                }
-                log.record(Some(number), &label, schedule.name(), &metrics, &extra);
+                let (metrics, why) = compare_explained(c, &parts, &res, &inp.reference);
+                log.record(Some(number), &label, schedule.name(), &metrics, &(extra + &why));
             }
         }
     }

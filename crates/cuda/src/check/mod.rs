@@ -135,6 +135,7 @@ pub mod kernels;
 pub mod packed;
 pub mod packed_tables;
 pub mod ring;
+pub mod ring_compare;
 pub mod ring_packed;
 pub mod sweep;
 pub mod tables;

@@ -60,6 +60,13 @@ impl Args {
         Args { program, args }
     }
 
+    /// The arguments of a command line written as one string (words split at spaces), for
+    /// tests.
+    #[cfg(test)]
+    pub(crate) fn of_line(program: Program, line: &str) -> Args {
+        Args::new(program, line.split_whitespace().map(String::from).collect())
+    }
+
     /// The value after `flag`, if the flag is given.
     pub fn value(&self, flag: &str) -> Option<String> {
         self.args.iter().position(|a| a == flag).and_then(|i| self.args.get(i + 1)).cloned()
@@ -131,7 +138,7 @@ mod tests {
     use super::*;
 
     fn args(line: &str) -> Args {
-        Args::new(Program::RingCheck, line.split_whitespace().map(String::from).collect())
+        Args::of_line(Program::RingCheck, line)
     }
 
     #[test]

@@ -120,7 +120,7 @@ mod tests {
     use crate::programs::Program;
 
     fn args(line: &str) -> Args {
-        Args::new(Program::RingCheck, line.split_whitespace().map(String::from).collect())
+        Args::of_line(Program::RingCheck, line)
     }
 
     #[test]

@@ -9,28 +9,37 @@
 #   bash crates/cuda/bench/beside_torch.sh OUTDIR SECONDS NAME=BINARY[,VAR=VALUE...] ...
 # e.g. bash crates/cuda/bench/beside_torch.sh /tmp/bt 80 main=.gpu/ring_check \
 #        mma=.gpu/ring_check,RINGDIL_KERNELS=mma patch=.gpu/ring_check,RINGDIL_CUDA_SOURCE=.gpu/kernels
-# The first variant's binary runs every filter once first, alone, to fill the PTX cache.
-# OUTDIR/NAME.txt holds a variant's runs (each followed by `exit STATUS`; 124: cut after 60 s,
-# a hang); OUTDIR/summary.txt counts its runs, PASS and FAIL rows and faults, with its FAIL
-# and error lines.
+# (kernel_variant.sh makes such a source directory from patches.) First, without the load,
+# every variant runs each filter once, the variants at the same time, to fill the PTX cache
+# (a cold variant spends about 100 s in NVRTC). OUTDIR/NAME.txt holds a variant's runs, each
+# followed by `exit STATUS` (124: cut after RUN_LIMIT seconds, from the environment, default
+# 60: a hang); OUTDIR/summary.txt counts its runs, PASS and FAIL rows, faults and hangs, with
+# its distinct FAIL, error and probe (`PROBE`, bwd-probe.patch) lines.
 set -u
-[ $# -ge 3 ] || { sed -n 2,15p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,17p "$0"; exit 2; }
 out=$1 limit=$2
 shift 2
 mkdir -p "$out"
 # shellcheck source=race_filters.sh
 . "$(dirname "$0")/race_filters.sh"
-first=${1#*=}
-first=${first%%,*}
-for f in "${filters[@]}"; do timeout 300 "$first" --require-gpu --only "$f" --schedules ring > /dev/null 2>&1; done
-seconds=$(($# * limit + 30))
+for v in "$@"; do
+  IFS=, read -r -a parts <<< "${v#*=}"
+  (for f in "${filters[@]}"; do
+    env "${parts[@]:1}" timeout 300 "${parts[0]}" --require-gpu --only "$f" --schedules ring > /dev/null 2>&1
+  done) &
+done
+wait
+run_limit=${RUN_LIMIT:-60}
+# The load runs until the last variant is done (a variant that hangs takes longer than
+# SECONDS); it reports its count when killed.
 python3 -c "
-import time, torch
+import signal, sys, torch
 a = torch.randn(16384, 16384, device='cuda', dtype=torch.bfloat16); b = a.clone(); n = 0
-t = time.time()
-while time.time() - t < $seconds:
+def done(*_):
+    print('matmuls', n); sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+while True:
     c = a @ b; torch.cuda.synchronize(); n += 1
-print('matmuls', n)
 " > "$out/torch.txt" 2>&1 &
 torch=$!
 sleep 5
@@ -44,14 +53,14 @@ for v in "$@"; do
   start=$SECONDS runs=0
   while [ $((SECONDS - start)) -lt "$limit" ]; do
     for f in "${filters[@]}"; do
-      env "${parts[@]:1}" timeout 60 "$bin" --require-gpu --only "$f" --schedules ring >> "$out/$name.txt" 2>&1
+      env "${parts[@]:1}" timeout "$run_limit" "$bin" --require-gpu --only "$f" --schedules ring >> "$out/$name.txt" 2>&1
       echo "exit $?" >> "$out/$name.txt"
       runs=$((runs + 1))
     done
   done
   {
     echo "$name: $runs runs ($((SECONDS - start)) s), PASS $(grep -c '^PASS' "$out/$name.txt"), FAIL $(grep -c '^FAIL' "$out/$name.txt"), faults $(grep -c 'LAUNCH_FAILED\|ILLEGAL_ADDRESS' "$out/$name.txt"), hangs $(grep -c '^exit 124' "$out/$name.txt")"
-    grep -h '^FAIL\|rror\|panick' "$out/$name.txt"
+    grep -h '^FAIL\|rror\|panick\|^PROBE' "$out/$name.txt" | sort | uniq -c | sort -rn | head -40
   } >> "$out/summary.txt"
 done
 kill "$torch" 2> /dev/null

@@ -3,9 +3,9 @@
 //! # Why
 //! Without MPS a GPU runs one context at a time and time-slices between contexts that both
 //! have work: when a slice ends, the running kernels are preempted mid-flight and resumed
-//! later. A kernel whose warps hand data to each other without the ordering the memory model
-//! requires can pass every run alone and fail beside another process: the wgmma backward
-//! did, on ring pieces (`docs/benchmarks/profiles/ring-grad-race.md`). With `--contend MS`
+//! later. A kernel, or the way its launches meet the rest of the context's work, can pass
+//! every run alone and fail beside another process: the wgmma backward does, on ring pieces
+//! (`docs/benchmarks/profiles/ring-grad-race.md`, cause not yet found). With `--contend MS`
 //! a check starts a second process of its own binary (`--contend-child MS`), which opens
 //! its own context and launches, back to back and each waited for, a kernel in which one
 //! block per multiprocessor spins for MS milliseconds. Every case of the check then runs

@@ -22,11 +22,15 @@ shift 2
 mkdir -p "$out"
 # shellcheck source=race_filters.sh
 . "$(dirname "$0")/race_filters.sh"
+# run VARIANT LIMIT FILTER: the variant's binary (NAME=BINARY[,VAR=VALUE...]) with its
+# environment on the rows of FILTER, cut after LIMIT seconds.
+run() {
+  local parts
+  IFS=, read -r -a parts <<< "${1#*=}"
+  env "${parts[@]:1}" timeout "$2" "${parts[0]}" --require-gpu --only "$3" --schedules ring
+}
 for v in "$@"; do
-  IFS=, read -r -a parts <<< "${v#*=}"
-  (for f in "${filters[@]}"; do
-    env "${parts[@]:1}" timeout 300 "${parts[0]}" --require-gpu --only "$f" --schedules ring > /dev/null 2>&1
-  done) &
+  (for f in "${filters[@]}"; do run "$v" 300 "$f" > /dev/null 2>&1; done) &
 done
 wait
 run_limit=${RUN_LIMIT:-60}
@@ -45,15 +49,14 @@ torch=$!
 sleep 5
 : > "$out/summary.txt"
 for v in "$@"; do
-  name=${v%%=*} rest=${v#*=}
-  IFS=, read -r -a parts <<< "$rest"
-  bin=${parts[0]}
+  name=${v%%=*} bin=${v#*=}
+  bin=${bin%%,*}
   [ -x "$bin" ] || { echo "beside_torch: $bin: not an executable (variant $name)" >&2; continue; }
   : > "$out/$name.txt"
   start=$SECONDS runs=0
   while [ $((SECONDS - start)) -lt "$limit" ]; do
     for f in "${filters[@]}"; do
-      env "${parts[@]:1}" timeout "$run_limit" "$bin" --require-gpu --only "$f" --schedules ring >> "$out/$name.txt" 2>&1
+      run "$v" "$run_limit" "$f" >> "$out/$name.txt" 2>&1
       echo "exit $?" >> "$out/$name.txt"
       runs=$((runs + 1))
     done

@@ -66,8 +66,12 @@ static_assert(WB_DQ_BUFFERS == 1 || WB_DQ_BUFFERS == 2, "one or two dQ staging t
 struct BwdSmem {
     using Stage = QueryStage<QB>;
     static constexpr int KV = WB_KEYS * D, DS = WB_KEYS * QB, DQ = QB * D;  // elements
-    static constexpr int BYTES =
-        (2 * KV + BWD_STAGES * Stage::SIZE + WB_DS_BUFFERS * DS) * 2 + WB_DQ_BUFFERS * DQ * 4 + 3 * BWD_STAGES * 8;
+    // Byte offsets of the regions from the base, each region starting where the one before
+    // ends, so that no two overlap: a plain store into a live mbarrier (the visits lie
+    // next to the barriers) is undefined, and corrupts its phase or its pending count.
+    static constexpr int V_AT = 2 * KV, STAGES_AT = V_AT + 2 * KV, DS_AT = STAGES_AT + 2 * BWD_STAGES * Stage::SIZE,
+                         DQ_AT = DS_AT + 2 * WB_DS_BUFFERS * DS, BARS_AT = DQ_AT + 4 * WB_DQ_BUFFERS * DQ,
+                         VISITS_AT = BARS_AT + 8 * 2 * BWD_STAGES, BYTES = VISITS_AT + 8 * BWD_STAGES;
     u16* k;
     u16* v;
     u16* stages;
@@ -83,16 +87,18 @@ struct BwdSmem {
     __device__ u32 empty(int st) const { return bars + 8 * (BWD_STAGES + st); }
 };
 static_assert(BwdSmem::BYTES == BWD_SMEM_BYTES, "backward shared memory differs from the host's");
+static_assert(BwdSmem::BARS_AT % 8 == 0 && BwdSmem::VISITS_AT % 8 == 0, "mbarriers and visits are 8-byte aligned");
 
 __device__ __forceinline__ BwdSmem bwd_smem(u16* raw) {
+    char* const base = reinterpret_cast<char*>(raw);
     BwdSmem s;
     s.k = raw;
-    s.v = s.k + BwdSmem::KV;
-    s.stages = s.v + BwdSmem::KV;
-    s.ds = s.stages + BWD_STAGES * BwdSmem::Stage::SIZE;
-    s.dq = reinterpret_cast<float*>(s.ds + WB_DS_BUFFERS * BwdSmem::DS);
-    s.bars = (u32)__cvta_generic_to_shared(s.dq + WB_DQ_BUFFERS * BwdSmem::DQ);
-    s.visits = reinterpret_cast<int2*>(s.dq + WB_DQ_BUFFERS * BwdSmem::DQ) + BWD_STAGES;
+    s.v = reinterpret_cast<u16*>(base + BwdSmem::V_AT);
+    s.stages = reinterpret_cast<u16*>(base + BwdSmem::STAGES_AT);
+    s.ds = reinterpret_cast<u16*>(base + BwdSmem::DS_AT);
+    s.dq = reinterpret_cast<float*>(base + BwdSmem::DQ_AT);
+    s.bars = (u32)__cvta_generic_to_shared(base + BwdSmem::BARS_AT);
+    s.visits = reinterpret_cast<int2*>(base + BwdSmem::VISITS_AT);
     return s;
 }
 

@@ -221,7 +221,12 @@ fn main() {
     // Shared-memory layouts and block shapes that stop matching the family table.
     let fwd = planted("fwd-smem", "sm90_forward_layout.cuh", "SLOT_INTS = 8;", "SLOT_INTS = 9;");
     refusal("sm_90a: forward layout".into(), Family::Wgmma, "sm_90a", &fwd, "forward shared memory differs", 128);
-    let bwd = planted("bwd-smem", "sm90_backward_layout.cuh", "+ 3 * BWD_STAGES * 8;", "+ 4 * BWD_STAGES * 8;");
+    let bwd = planted(
+        "bwd-smem",
+        "sm90_backward_layout.cuh",
+        "BYTES = VISITS_AT + 8 * BWD_STAGES;",
+        "BYTES = VISITS_AT + 16 * BWD_STAGES;",
+    );
     refusal("sm_90a: backward layout".into(), Family::Wgmma, "sm_90a", &bwd, "backward shared memory differs", 128);
     let threads = planted("threads", "sm90_forward_layout.cuh", "CONSUMERS = 128 * WGS,", "CONSUMERS = 96 * WGS,");
     refusal("sm_90a: forward threads".into(), Family::Wgmma, "sm_90a", &threads, "block threads differ", 128);

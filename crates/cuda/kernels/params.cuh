@@ -25,6 +25,8 @@ struct Params {
     const int* doc_last;       // last position of its document; null: no documents
     const int* seg_start;      // compact over documents: segment s is positions seg_start[s] .. seg_start[s + 1] - 1;
                                // null: s * dil_segment .. (s + 1) * dil_segment - 1
+    unsigned* work;            // wgmma forward: the call's counters, [0] next item, [1] blocks done (zero
+                               // between launches); null for other kernels
     int batch, heads;
     int kv_heads, kv_group;    // K/V heads; query head h reads K/V head h / kv_group (GQA)
     int nq, nk;                // launch index space (compact rows for a dilated branch)

@@ -10,12 +10,12 @@
 // tile, the copies and the barrier cost 60% of the time; producers copying by cp.async
 // still halved the speed at d = 128.)
 
-// Forward work items are claimed from a counter of the module, in the order blocks of a
-// grid of items would start (blocks that finish first take the next: the hardware's own
-// order and balance). The last block to find no item left resets it for the next launch,
-// which the stream orders after this one (a Gpu launches on one stream; a kernel that
-// faults leaves the context unusable anyway). Indexed by the instantiation (WGS - 2).
-__device__ unsigned fwd_next_item[2], fwd_blocks_done[2];
+// Forward work items are claimed from the call's counter p.work[0], in the order blocks of
+// a grid of items would start (blocks that finish first take the next: the hardware's own
+// order and balance). The last block to find no item left (p.work[1] counts them) zeroes
+// both for the call's next launch, which its stream orders after this one. The counters
+// are the call's, not the module's: two calls of one module on two streams would
+// otherwise take items from each other and leave rows unwritten.
 #define LOOKAHEAD 4  // the next item is claimed this many K/V tiles before an item's last
 
 // Does forward item `item` visit no key tile?
@@ -39,9 +39,9 @@ __device__ __forceinline__ void fwd_claim(const Params& p, const FwdSmem& sm, in
     // hold): the leader takes the next one instead of handing it to the consumers. (Most
     // items of a compact launch over short documents are holes only; FwdBlock::COMPACT_LOADS
     // says where.)
-    unsigned item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
+    unsigned item = atomicAdd(&p.work[0], 1u);
     while (B::COMPACT_LOADS && p.accumulate && item < items && item_is_empty(p, item, tiles))
-        item = atomicAdd(&fwd_next_item[WGS - 2], 1u);
+        item = atomicAdd(&p.work[0], 1u);
     volatile int* sl = sm.slot(u);
     sl[0] = (int)item;
     if (item >= items) return;
@@ -135,9 +135,9 @@ __device__ __forceinline__ void fwd_producer(const Params& p, const FwdSmem& sm,
         const unsigned item = (unsigned)sm.slot(u)[0];
         if (item >= items) {
             mbar_arrive(sm.q_full(u));
-            if (leader && atomicAdd(&fwd_blocks_done[WGS - 2], 1u) == gridDim.x - 1) {
-                fwd_next_item[WGS - 2] = 0;
-                fwd_blocks_done[WGS - 2] = 0;
+            if (leader && atomicAdd(&p.work[1], 1u) == gridDim.x - 1) {
+                p.work[0] = 0;
+                p.work[1] = 0;
             }
             break;
         }

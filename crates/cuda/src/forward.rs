@@ -102,6 +102,9 @@ impl Gpu {
         let (pp, _f) = plan.fwd_ptr.device_ptr(st);
         let (pi, _g) = plan.fwd_idx.device_ptr(st);
         let (pf, _h) = plan.fwd_full.device_ptr(st);
+        // The call's counters, held (lock and write record) until the launch is queued.
+        let mut work = prep.work.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (wp, _w) = work.device_ptr_mut(st);
         let params = Params {
             q: qp,
             k: kp,
@@ -111,6 +114,7 @@ impl Gpu {
             plan_ptr: pp,
             plan_idx: pi,
             plan_full: pf,
+            work: wp,
             plan_rows: l.fwd.rows_per_batch(),
             accumulate: accumulate as i32,
             half_out: half as i32,

@@ -322,6 +322,7 @@ impl Gpu {
             // preparation costs its tile plans, not a copy per query row.
             delta: self.stream.alloc_zeros(shape.lse_len().max(1))?,
             lse2: self.stream.alloc_zeros(shape.lse_len().max(1))?,
+            work: std::sync::Mutex::new(self.stream.alloc_zeros(crate::params::WORK_COUNTERS)?),
         };
         Ok(prep)
     }

@@ -287,7 +287,7 @@ mod tests {
         let at = |s: &str| tu.find(s).unwrap_or_else(|| panic!("{s} missing"));
         assert!(at("#line 1 \"crates/cuda/kernels/params.cuh\"") < at("struct Params {"));
         assert!(at("struct Params {") < at("static_assert(sizeof(Params)"));
-        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 324,") > at("struct Params {"));
+        assert!(at("static_assert(__builtin_offsetof(Params, scale_log2) == 332,") > at("struct Params {"));
         assert!(at("#define FBN 64 ") < at("#line 1 \"crates/cuda/kernels/common.cuh\""));
         assert!(!tu.contains("sm80_forward.cu"));
     }

@@ -59,6 +59,10 @@ params! {
     /// `s` covers global positions `seg_start[s] .. seg_start[s + 1]` (i32, one more entry
     /// than segments); 0: segment `s` covers `s dil_segment .. (s + 1) dil_segment`.
     seg_start: u64,
+    /// The wgmma forward's work counters, [`WORK_COUNTERS`] u32 of the call's own
+    /// (`Prepared`): the next item to claim and the blocks that found none left. Zero
+    /// before a launch; the launch's last block zeroes them again. 0 for other kernels.
+    work: u64,
     batch: i32,
     heads: i32,
     /// K/V heads (`heads` is a multiple); query head `h` reads K/V head `h / kv_group`.
@@ -149,6 +153,13 @@ params! {
 // kernels compile).
 unsafe impl cudarc::driver::DeviceRepr for Params {}
 
+/// The u32 counters behind `Params::work`: the next forward item to claim, and the
+/// blocks that found no item left (the last of them zeroes both). They belong to the call
+/// (`Prepared`), not to the module: two calls of one module on two streams then never
+/// claim each other's items, and one call's launches are ordered by its stream (cudarc
+/// records the kernel's write, so a launch of the same call on another stream waits).
+pub const WORK_COUNTERS: usize = 2;
+
 /// `Params::pattern`: which mask the kernels evaluate (`PATTERN_*` in the kernels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
@@ -207,13 +218,14 @@ mod tests {
 
     #[test]
     fn layout_lists_every_field_in_order() {
-        // 19 pointers, 42 ints, 4 floats, padded to a multiple of 8 bytes (the pointers'
+        // 20 pointers, 42 ints, 4 floats, padded to a multiple of 8 bytes (the pointers'
         // alignment) as C pads the CUDA struct.
-        assert_eq!(std::mem::size_of::<Params>(), (19 * 8 + 42 * 4 + 4 * 4usize).next_multiple_of(8));
-        assert_eq!(Params::LAYOUT.len(), 19 + 42 + 4);
+        assert_eq!(std::mem::size_of::<Params>(), (20 * 8 + 42 * 4 + 4 * 4usize).next_multiple_of(8));
+        assert_eq!(Params::LAYOUT.len(), 20 + 42 + 4);
         assert_eq!(Params::LAYOUT[0], ("q", 0));
-        assert_eq!(Params::LAYOUT[19], ("batch", 152));
-        assert_eq!(Params::LAYOUT.last(), Some(&("delta_scale", 152 + 45 * 4)));
+        assert_eq!(Params::LAYOUT[19], ("work", 152));
+        assert_eq!(Params::LAYOUT[20], ("batch", 160));
+        assert_eq!(Params::LAYOUT.last(), Some(&("delta_scale", 160 + 45 * 4)));
         assert!(Params::LAYOUT.windows(2).all(|w| w[0].1 < w[1].1), "declaration order");
     }
 }

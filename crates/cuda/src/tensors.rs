@@ -6,7 +6,7 @@ use crate::launch::LaunchSpec;
 use crate::params::Params;
 use crate::shape::{Dtype, Shape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A `[batch, rows, heads, head_dim]` tensor of 16-bit floats (bf16 or f16 bits).
 pub struct DeviceTensor {
@@ -65,6 +65,12 @@ pub struct Prepared {
     pub(crate) delta: CudaSlice<f32>,
     /// The forward's lse as the backward reads it: lse * log2(e), +inf for -inf.
     pub(crate) lse2: CudaSlice<f32>,
+    /// The wgmma forward's work counters (`Params::work`, [`crate::params::WORK_COUNTERS`]),
+    /// zero between launches. Behind a lock because a launch writes them through a shared
+    /// borrow of the call (its launches are borrowed from it too), and taken mutably so
+    /// that cudarc records that write: a launch of this call on another stream waits for
+    /// it instead of claiming from counters still in use.
+    pub(crate) work: Mutex<CudaSlice<u32>>,
 }
 
 /// One launch's tile plans on the device (CSR: row pointers and column indices).

@@ -4,9 +4,11 @@
 //! [`super::extreme`], the grouped-query cases of [`super::gqa`], the packed-sequence
 //! cases of [`super::packed`], the cases of head dims 96, 192, 256 of
 //! [`super::head_dims`], the mask expressions of [`super::expressions`], the mask tables
-//! of [`super::tables`], the compact `dilated_expr` patterns of [`super::dilated_expr`]
-//! the head-group combine of [`super::head_groups`] and the interval masks of
-//! [`super::intervals`] (273 cases in all: 64 + 21 + 24 + 24 + 46 + 20 + 16 + 18 + 16 + 24).
+//! of [`super::tables`], the compact `dilated_expr` patterns of [`super::dilated_expr`],
+//! the head-group combine of [`super::head_groups`], the interval masks of
+//! [`super::intervals`], the value dims of [`super::value_dims`], the packed tables of
+//! [`super::packed_tables`] and the two-stream calls of [`super::streams`] (324 cases in
+//! all; the test below counts them).
 //! Lengths favour primes and lengths that are not multiples of the 64-row tile.
 
 use super::Logits;
@@ -27,6 +29,8 @@ pub enum Kind {
     Merge,
     /// Forward, then dQ, dK, dV.
     Backward,
+    /// Forward calls of one module on two streams at once ([`super::streams`]).
+    TwoStreams,
 }
 
 /// One kernel-check case: the kernel, its name, element type, sizes, mask and scores.
@@ -121,6 +125,7 @@ pub fn cases(seed: u64, quick: bool) -> Vec<Case> {
     out.extend(super::intervals::cases(&mut rng, quick));
     out.extend(super::value_dims::cases(&mut rng, quick));
     out.extend(super::packed_tables::cases(&mut rng, quick));
+    out.extend(super::streams::cases(&mut rng, quick));
     out
 }
 
@@ -242,7 +247,7 @@ mod tests {
             }
         }
         assert!(c.iter().any(|x| x.seq % 64 != 0));
-        assert_eq!(c.len(), 321);
+        assert_eq!(c.len(), 324);
         assert_eq!(c.iter().filter(|x| x.value_dim != x.head_dim).count(), 20);
         assert_eq!(c.iter().filter(|x| matches!(x.spec.pattern, GpuPattern::Expr(_))).count(), 25);
         // The table module's 16, the head-group combine's 4 and the packed tables' 2 as

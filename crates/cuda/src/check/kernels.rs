@@ -22,7 +22,7 @@ fn to_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
-fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
+pub(super) fn partial_to_host(gpu: &Gpu, p: &DevicePartial) -> Result<Partial<f64>> {
     let [b, n, h, d] = p.dims;
     let out = Array4::from_shape_vec((b, n, h, d), to_f64(&gpu.download(&p.out)?)).expect("dims");
     let lse = Array3::from_shape_vec((b, h, n), to_f64(&gpu.download(&p.lse)?)).expect("dims");
@@ -91,6 +91,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, seed: u64) -> Result<Outcome> {
     let mut metrics = Vec::new();
     let all: Vec<usize> = (0..n).collect();
     match case.kind {
+        Kind::TwoStreams => return super::streams::run(gpu, case, seed),
         Kind::Forward | Kind::Backward => {
             let shape = Shape::square(b, n, h, d).with_kv_heads(case.kv_heads).with_value_dim(dv);
             let mut prep = gpu.prepare(&shape, case.dtype, &case.spec, &Chunk::whole(&shape))?;
@@ -395,7 +396,7 @@ fn ring_step_into(
     }
 }
 
-fn poisoned_partial(gpu: &Gpu, dims: [usize; 4]) -> Result<DevicePartial> {
+pub(super) fn poisoned_partial(gpu: &Gpu, dims: [usize; 4]) -> Result<DevicePartial> {
     let [b, n, h, d] = dims;
     Ok(DevicePartial { out: gpu.filled(b * n * h * d, f32::NAN)?, lse: gpu.filled(b * h * n, f32::NAN)?, dims })
 }

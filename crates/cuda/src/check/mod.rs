@@ -101,6 +101,7 @@
 //!   with the exact check of those rows;
 //! * [`inputs`]: random inputs rounded to bf16 / f16, their words and exact values;
 //! * [`kernels`]: one case on the GPU ([`run_case`]), measured against the reference;
+//! * [`streams`]: calls of one module on two streams at once;
 //! * [`sweep`]: the large-score backward cases of many seeds with what explains their
 //!   errors (`gpu_check --large-sweep N`), to measure the bounds' distribution;
 //! * [`ring`]: the same for distributed attention (`ring_check`): its cases, and the
@@ -137,6 +138,7 @@ pub mod packed_tables;
 pub mod ring;
 pub mod ring_compare;
 pub mod ring_packed;
+pub mod streams;
 pub mod sweep;
 pub mod tables;
 pub mod value_dims;

@@ -423,10 +423,13 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     // One compact launch of branch (w, r) over the documents of every batch row, or with
     // `row` over that row alone (rows packed differently), whose segments restart at each
     // document's start (`spec_documents`): `starts`, the segment table at `at` in the call's
-    // buffer.
+    // buffer. Its segments keep m indices each (`spec_documents::segment_indices`: sized
+    // by the table's longest segment, not by w).
     let in_documents =
         |wr: (usize, usize), params: Params, (at, starts): &(usize, Arc<[usize]>), row: Option<usize>| {
-            let (branch, params) = branch_params(wr, params, chunk.seq_len)?;
+            let wr_row = (wr.0.min(chunk.seq_len), wr.1);
+            let m = crate::spec_documents::segment_indices(starts, wr_row, family.forward_q_tile_narrow());
+            let (branch, params) = branch_params(wr, params, m * wr.1)?;
             let params = Params { batch: if row.is_some() { 1 } else { params.batch }, compact: 1, ..params };
             let (segment, dilation, starts) = (branch.segment, branch.dilation, Some(starts.clone()));
             let map = IndexMap::Compact { segment, dilation, q: qa, k: ka, starts };

@@ -28,7 +28,8 @@
 //! `e - s`, and keeps position `o(h) + t r` of each. One launch per branch covers every
 //! document: the kernels' compact launch, whose segment `s` is read from a segment table
 //! ([`segment_starts`], `Params::seg_start`) instead of being `s w .. (s + 1) w`. Every
-//! segment keeps its `m = ceil(w / r)` launch indices; a short one's last are holes, so
+//! segment keeps the same number `m` of launch indices ([`segment_indices`]: the longest
+//! segment's kept rows, rounded up to a query tile); a shorter one's last are holes, so
 //! the launch index still gives the segment by one division. Causality compares
 //! positions of one segment, hence of one document. A branch of dilation 1 keeps every
 //! position of its segments: it runs as dense attention with its segments as the
@@ -148,6 +149,18 @@ pub fn segment_starts(boundaries: &[usize], w: usize) -> Vec<usize> {
     let mut out: Vec<usize> = boundaries.windows(2).flat_map(|d| (d[0]..d[1]).step_by(w)).collect();
     out.extend(boundaries.last());
     out
+}
+
+/// Launch indices per segment, `m`, of a compact launch of branch `(w, r)` over the segment
+/// table `starts`: enough for the longest segment's kept rows, `ceil(w' / r)`, rounded up to
+/// a multiple of `tile` (the launch's query tile, so that a tile of indices stays inside
+/// one segment and loads as one box), and at most `ceil(w / r)`. Indices past a segment's
+/// kept rows are holes that the launch walks over; sized by w, a branch far wider than the
+/// documents (w = 262144 over documents of a few thousand tokens) would be nearly all
+/// holes. A segment's positions come from the table, so `m` changes no pair.
+pub fn segment_indices(starts: &[usize], (w, r): (usize, usize), tile: usize) -> usize {
+    let longest = starts.windows(2).map(|s| s[1] - s[0]).max().unwrap_or(0).max(1);
+    longest.div_ceil(r).next_multiple_of(tile).min(w.div_ceil(r))
 }
 
 /// The segments of a LongNet pattern's launches inside documents, laid out in one buffer

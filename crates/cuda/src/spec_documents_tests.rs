@@ -276,3 +276,53 @@ fn segment_starts_cut_each_document_from_its_start() {
         }
     }
 }
+
+/// A compact launch inside documents gives every segment `m` launch indices: the longest
+/// segment's kept rows, rounded up to a multiple of the forward's 128-row tile, at most
+/// `ceil(w / r)` (w cut to the row). The kernels' row map (`row_of`, transcribed: index
+/// `g` is kept row `g mod m` of table segment `g div m`, a hole past the segment's end)
+/// reaches every position LongNet keeps inside the documents (the rule written out here:
+/// segments of w from each document's start, offset `h mod r`) exactly once, and no other.
+#[test]
+fn compact_document_launches_size_segments_by_the_longest() {
+    use crate::launch::launches;
+    use crate::plan::Side;
+    let (n, heads) = (2048, 3);
+    let (shape, chunk) = whole(1, n, heads);
+    let boundaries = vec![0, 100, 700, 1500, 1500, 2048];
+    let branches = [(8, 1), (64, 4), (4096, 2), (4096, 8)];
+    let spec = GpuSpec::new(GpuPattern::Dilated(Dilated::longnet(&branches)))
+        .causal(true)
+        .documents(Documents::per_row(vec![boundaries.clone()]));
+    let compact: Vec<_> =
+        launches(&shape, &spec, &chunk).unwrap().into_iter().filter(|l| l.params.compact == 1).collect();
+    let got: Vec<_> = compact.iter().map(|l| (l.params.dil_segment, l.params.dil_rate, l.params.dil_per_seg)).collect();
+    // (64, 4): 16 indices, its w's own. (4096, 2): the longest document, 800 tokens, keeps
+    // 400 rows, rounded to 512 (w cut to the row would give 1024). (4096, 8): 100 -> 128.
+    assert_eq!(got, [(64, 4, 16), (1024, 2, 512), (1024, 8, 128)]);
+    for (l, &(w, r)) in compact.iter().zip(&branches[1..]) {
+        let (m, (nq, _)) = (l.params.dil_per_seg as usize, l.map.extents());
+        let starts = segment_starts(&boundaries, w.min(n));
+        assert_eq!(nq, (starts.len() - 1) * m, "({w}, {r})");
+        for h in 0..heads {
+            let mut kept: Vec<usize> = boundaries
+                .windows(2)
+                .flat_map(|d| (d[0]..d[1]).filter(move |&p| (p - d[0]) % w % r == h % r))
+                .collect();
+            // The kernels' rows: (index, position) of every index that is not a hole.
+            let rows: Vec<(usize, usize)> = (0..nq)
+                .filter_map(|g| {
+                    let p = starts[g / m] + h % r + (g % m) * r;
+                    (p < starts[g / m + 1]).then_some((g, p))
+                })
+                .collect();
+            let mut positions: Vec<usize> = rows.iter().map(|&(_, p)| p).collect();
+            kept.sort();
+            positions.sort();
+            assert_eq!(positions, kept, "({w}, {r}) head {h}");
+            for &(g, p) in &rows {
+                assert_eq!(l.map.index_of(Side::Query, p, h % r), Some(g), "({w}, {r}) head {h} position {p}");
+            }
+        }
+    }
+}

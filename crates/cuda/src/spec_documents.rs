@@ -152,9 +152,10 @@ pub fn segment_starts(boundaries: &[usize], w: usize) -> Vec<usize> {
 }
 
 /// Launch indices per segment, `m`, of a compact launch of branch `(w, r)` over the segment
-/// table `starts`: enough for the longest segment's kept rows, `ceil(w' / r)`, rounded up to
-/// a multiple of `tile` (the launch's query tile, so that a tile of indices stays inside
-/// one segment and loads as one box), and at most `ceil(w / r)`. Indices past a segment's
+/// table `starts`: enough for the kept rows of the longest segment, of `w'` positions,
+/// `ceil(w' / r)`, rounded up to a multiple of `tile` (the launch's query tile, so that a
+/// tile of indices stays inside one segment and loads as one box), and at most
+/// `ceil(w / r)`. Indices past a segment's
 /// kept rows are holes that the launch walks over; sized by w, a branch far wider than the
 /// documents (w = 262144 over documents of a few thousand tokens) would be nearly all
 /// holes. A segment's positions come from the table, so `m` changes no pair.

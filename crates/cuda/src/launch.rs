@@ -427,8 +427,8 @@ pub fn launches_for(shape: &Shape, spec: &GpuSpec, chunk: &Chunk, family: Family
     // by the table's longest segment, not by w).
     let in_documents =
         |wr: (usize, usize), params: Params, (at, starts): &(usize, Arc<[usize]>), row: Option<usize>| {
-            let wr_row = (wr.0.min(chunk.seq_len), wr.1);
-            let m = crate::spec_documents::segment_indices(starts, wr_row, family.forward_q_tile_narrow());
+            let cut = (wr.0.min(chunk.seq_len), wr.1);
+            let m = crate::spec_documents::segment_indices(starts, cut, family.forward_q_tile_narrow());
             let (branch, params) = branch_params(wr, params, m * wr.1)?;
             let params = Params { batch: if row.is_some() { 1 } else { params.batch }, compact: 1, ..params };
             let (segment, dilation, starts) = (branch.segment, branch.dilation, Some(starts.clone()));

@@ -151,14 +151,14 @@ pub fn segment_starts(boundaries: &[usize], w: usize) -> Vec<usize> {
     out
 }
 
-/// Launch indices per segment, `m`, of a compact launch of branch `(w, r)` over the segment
-/// table `starts`: enough for the kept rows of the longest segment, of `w'` positions,
-/// `ceil(w' / r)`, rounded up to a multiple of `tile` (the launch's query tile, so that a
-/// tile of indices stays inside one segment and loads as one box), and at most
-/// `ceil(w / r)`. Indices past a segment's
-/// kept rows are holes that the launch walks over; sized by w, a branch far wider than the
-/// documents (w = 262144 over documents of a few thousand tokens) would be nearly all
-/// holes. A segment's positions come from the table, so `m` changes no pair.
+/// Launch indices per segment, `m`, of a compact launch of branch `(w, r)` (w cut to the
+/// row) over the segment table `starts`: enough for the kept rows of the longest segment,
+/// of `w'` positions, `ceil(w' / r)`, rounded up to a multiple of `tile` (the launch's
+/// query tile, so that a tile of indices stays inside one segment and loads as one box),
+/// and at most `ceil(w / r)`. Indices past a segment's kept rows are holes that the launch
+/// walks over; sized by w, a branch far wider than the documents (w = 262144 over
+/// documents of a few thousand tokens) would be nearly all holes. A segment's positions
+/// come from the table, so `m` changes no pair.
 pub fn segment_indices(starts: &[usize], (w, r): (usize, usize), tile: usize) -> usize {
     let longest = starts.windows(2).map(|s| s[1] - s[0]).max().unwrap_or(0).max(1);
     longest.div_ceil(r).next_multiple_of(tile).min(w.div_ceil(r))
